@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian package partrain needs to build and test. Idempotent: when all packages are
+# already present it returns at once without touching apt.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libopenmpi-dev openmpi-bin            # MPI runtime and compiler wrappers
+  libhdf5-openmpi-dev hdf5-tools        # parallel HDF5 (checkpoints, datasets) and h5dump
+  libtomlplusplus-dev                   # experiment files
+  libopenblas-dev                       # CPU GEMM
+  libsentencepiece-dev sentencepiece    # tokeniser
+  libgtest-dev libgmock-dev             # unit tests
+  libcli11-dev nlohmann-json3-dev       # command line, JSON (plans, metrics, traces)
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$package")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+"${sudo_cmd[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,32 @@
+#pragma once
+// The CPU backend: OpenMP loops + OpenBLAS GEMM. It is the reference every other backend is tested
+// against, so kernels favour clarity and fp32 accuracy (float accumulators are double where a
+// reduction is long).
+#include "core/backend.h"
+
+namespace partrain {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend();
+  Device device() const override { return cpu_device(); }
+  std::string name() const override { return "cpu"; }
+  void synchronise() override {}
+  void copy(const Tensor& destination, const Tensor& source) override;
+  void fill_zero(const Tensor& tensor) override;
+  void accumulate(const Tensor& accumulator, const Tensor& value) override;
+};
+
+/// The process-wide CPU backend.
+CpuBackend& cpu_backend();
+
+// Each kernels/cpu/<family>.cpp installs its kernels (called once by the CpuBackend constructor).
+void register_cpu_gemm_kernels(Backend& backend);
+void register_cpu_elementwise_kernels(Backend& backend);
+void register_cpu_normalization_kernels(Backend& backend);
+void register_cpu_softmax_kernels(Backend& backend);
+void register_cpu_attention_kernels(Backend& backend);
+void register_cpu_shape_kernels(Backend& backend);
+void register_cpu_convolution_kernels(Backend& backend);
+
+}  // namespace partrain

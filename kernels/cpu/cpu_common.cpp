@@ -1,0 +1,47 @@
+#include "kernels/cpu/cpu_common.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+namespace partrain::cpu {
+
+std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& output_shape) {
+  std::vector<std::int64_t> strides(output_shape.size(), 0);
+  const std::vector<std::int64_t> own = contiguous_strides(shape);
+  const std::size_t shift = output_shape.size() - shape.size();
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    strides[d + shift] = (shape[d] == 1 && output_shape[d + shift] != 1) ? 0 : own[d];
+  return strides;
+}
+
+void reduce_to_broadcast_input(const Tensor& gradient, const Tensor& output_grad, const float* weight) {
+  const Shape& output_shape = output_grad.shape();
+  const float* dy = output_grad.data<float>();
+  float* dx = gradient.data<float>();
+  const std::int64_t n = output_grad.numel();
+  if (gradient.shape() == output_shape) {  // no broadcasting: elementwise
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (std::int64_t i = 0; i < n; ++i) dx[i] = weight ? dy[i] * weight[i] : dy[i];
+    return;
+  }
+  const std::vector<std::int64_t> strides = broadcast_strides(gradient.shape(), output_shape);
+  const std::int64_t m = gradient.numel();
+  // Per-thread partial sums (in double) avoid races on the reduced elements.
+  const int threads = n > kParallelThreshold ? omp_get_max_threads() : 1;
+  std::vector<double> partial(static_cast<std::size_t>(threads) * m, 0.0);
+#pragma omp parallel num_threads(threads)
+  {
+    double* mine = partial.data() + static_cast<std::size_t>(omp_get_thread_num()) * m;
+#pragma omp for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i)
+      mine[broadcast_offset(i, output_shape, strides)] += weight ? double(dy[i]) * weight[i] : dy[i];
+  }
+  for (std::int64_t j = 0; j < m; ++j) {
+    double sum = 0;
+    for (int t = 0; t < threads; ++t) sum += partial[static_cast<std::size_t>(t) * m + j];
+    dx[j] = static_cast<float>(sum);
+  }
+}
+
+}  // namespace partrain::cpu

@@ -1,0 +1,39 @@
+#pragma once
+// Helpers shared by the CPU kernels.
+#include <cstdint>
+#include <vector>
+
+#include "core/shape.h"
+#include "core/tensor.h"
+
+namespace partrain::cpu {
+
+/// Loops with at least this many elements run in an OpenMP parallel region.
+inline constexpr std::int64_t kParallelThreshold = 16384;
+
+/// Element strides of `shape` aligned to the right of `output_shape` for numpy broadcasting:
+/// 0 where `shape` has size 1 (or is missing) and the output does not.
+std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& output_shape);
+
+/// Offset into a broadcast input for output element `index` (row-major over `output_shape`).
+inline std::int64_t broadcast_offset(std::int64_t index, const Shape& output_shape,
+                                     const std::vector<std::int64_t>& strides) {
+  std::int64_t offset = 0;
+  for (std::size_t d = output_shape.size(); d-- > 0;) {
+    const std::int64_t coordinate = index % output_shape[d];
+    index /= output_shape[d];
+    offset += coordinate * strides[d];
+  }
+  return offset;
+}
+
+/// gradient (shape of the broadcast input) = sum of `output_grad` over the broadcast dimensions,
+/// each output element weighted by `weight(i)` when given. Overwrites `gradient`.
+void reduce_to_broadcast_input(const Tensor& gradient, const Tensor& output_grad, const float* weight = nullptr);
+
+/// Index value of an integer tensor (i32 or i64) at `i`.
+inline std::int64_t index_at(const Tensor& indices, std::int64_t i) {
+  return indices.dtype() == DType::I64 ? indices.data<std::int64_t>()[i] : indices.data<std::int32_t>()[i];
+}
+
+}  // namespace partrain::cpu

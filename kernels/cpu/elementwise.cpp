@@ -1,0 +1,206 @@
+// CPU kernels of the elementwise ops (schemas and semantics: src/graph/ops/elementwise.cpp).
+#include <cmath>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_common.h"
+
+namespace partrain {
+
+namespace {
+using cpu::kParallelThreshold;
+
+// ---------------- Add, Sub, Mul (broadcasting) ----------------
+template <typename Function>
+void binary_forward(std::span<const Tensor> inputs, std::span<const Tensor> outputs, Function function) {
+  const Tensor& a = inputs[0];
+  const Tensor& b = inputs[1];
+  const Tensor& y = outputs[0];
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* py = y.data<float>();
+  const std::int64_t n = y.numel();
+  if (a.shape() == y.shape() && b.shape() == y.shape()) {
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (std::int64_t i = 0; i < n; ++i) py[i] = function(pa[i], pb[i]);
+    return;
+  }
+  const auto stride_a = cpu::broadcast_strides(a.shape(), y.shape());
+  const auto stride_b = cpu::broadcast_strides(b.shape(), y.shape());
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (std::int64_t i = 0; i < n; ++i)
+    py[i] = function(pa[cpu::broadcast_offset(i, y.shape(), stride_a)], pb[cpu::broadcast_offset(i, y.shape(), stride_b)]);
+}
+
+void add_forward(const KernelContext&, std::span<const Tensor> in, std::span<const Tensor> out) {
+  binary_forward(in, out, [](float a, float b) { return a + b; });
+}
+void sub_forward(const KernelContext&, std::span<const Tensor> in, std::span<const Tensor> out) {
+  binary_forward(in, out, [](float a, float b) { return a - b; });
+}
+void mul_forward(const KernelContext&, std::span<const Tensor> in, std::span<const Tensor> out) {
+  binary_forward(in, out, [](float a, float b) { return a * b; });
+}
+
+void add_backward(const KernelContext&, std::span<const Tensor>, std::span<const Tensor>,
+                  std::span<const Tensor> output_grads, std::span<const Tensor> input_grads) {
+  if (input_grads[0].defined()) cpu::reduce_to_broadcast_input(input_grads[0], output_grads[0]);
+  if (input_grads[1].defined()) cpu::reduce_to_broadcast_input(input_grads[1], output_grads[0]);
+}
+
+void sub_backward(const KernelContext& context, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                  std::span<const Tensor> output_grads, std::span<const Tensor> input_grads) {
+  add_backward(context, inputs, outputs, output_grads, input_grads);
+  if (input_grads[1].defined()) {
+    float* db = input_grads[1].data<float>();
+    for (std::int64_t i = 0; i < input_grads[1].numel(); ++i) db[i] = -db[i];
+  }
+}
+
+// The other operand broadcast to the output shape, as weights for the reduction.
+std::vector<float> expanded(const Tensor& operand, const Shape& output_shape) {
+  const auto strides = cpu::broadcast_strides(operand.shape(), output_shape);
+  const std::int64_t n = numel(output_shape);
+  std::vector<float> values(n);
+  const float* p = operand.data<float>();
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (std::int64_t i = 0; i < n; ++i) values[i] = p[cpu::broadcast_offset(i, output_shape, strides)];
+  return values;
+}
+
+void mul_backward(const KernelContext&, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                  std::span<const Tensor> output_grads, std::span<const Tensor> input_grads) {
+  const Shape& shape = outputs[0].shape();
+  if (input_grads[0].defined())
+    cpu::reduce_to_broadcast_input(input_grads[0], output_grads[0], expanded(inputs[1], shape).data());
+  if (input_grads[1].defined())
+    cpu::reduce_to_broadcast_input(input_grads[1], output_grads[0], expanded(inputs[0], shape).data());
+}
+
+// ---------------- unary ops: y = f(x), dx = dy * f'(x, y) ----------------
+template <typename Function>
+void unary_forward(std::span<const Tensor> inputs, std::span<const Tensor> outputs, Function function) {
+  const float* x = inputs[0].data<float>();
+  float* y = outputs[0].data<float>();
+  const std::int64_t n = outputs[0].numel();
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (std::int64_t i = 0; i < n; ++i) y[i] = function(x[i]);
+}
+
+template <typename Derivative>
+void unary_backward(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                    std::span<const Tensor> output_grads, std::span<const Tensor> input_grads, Derivative derivative) {
+  if (!input_grads[0].defined()) return;
+  const float* x = inputs[0].data<float>();
+  const float* y = outputs[0].data<float>();
+  const float* dy = output_grads[0].data<float>();
+  float* dx = input_grads[0].data<float>();
+  const std::int64_t n = inputs[0].numel();
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * derivative(x[i], y[i]);
+}
+
+void scale_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  const float value = static_cast<float>(context.attributes.get_float("value"));
+  unary_forward(in, out, [value](float x) { return x * value; });
+}
+void scale_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out,
+                    std::span<const Tensor> dout, std::span<const Tensor> din) {
+  const float value = static_cast<float>(context.attributes.get_float("value"));
+  unary_backward(in, out, dout, din, [value](float, float) { return value; });
+}
+
+void relu_forward(const KernelContext&, std::span<const Tensor> in, std::span<const Tensor> out) {
+  unary_forward(in, out, [](float x) { return x > 0 ? x : 0.f; });
+}
+void relu_backward(const KernelContext&, std::span<const Tensor> in, std::span<const Tensor> out,
+                   std::span<const Tensor> dout, std::span<const Tensor> din) {
+  unary_backward(in, out, dout, din, [](float x, float) { return x > 0 ? 1.f : 0.f; });
+}
+
+void tanh_forward(const KernelContext&, std::span<const Tensor> in, std::span<const Tensor> out) {
+  unary_forward(in, out, [](float x) { return std::tanh(x); });
+}
+void tanh_backward(const KernelContext&, std::span<const Tensor> in, std::span<const Tensor> out,
+                   std::span<const Tensor> dout, std::span<const Tensor> din) {
+  unary_backward(in, out, dout, din, [](float, float y) { return 1.f - y * y; });
+}
+
+// GELU (Hendrycks & Gimpel 2016): exact x * Phi(x) or the tanh approximation used by GPT-2 / BERT.
+constexpr float kSqrtTwoOverPi = 0.7978845608028654f;
+constexpr float kInverseSqrtTwo = 0.7071067811865476f;
+constexpr float kInverseSqrtTwoPi = 0.3989422804014327f;
+constexpr float kGeluCubic = 0.044715f;
+
+bool gelu_uses_tanh(const KernelContext& context) { return context.attributes.get_string("approximate", "none") == "tanh"; }
+
+void gelu_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  if (gelu_uses_tanh(context))
+    unary_forward(in, out, [](float x) {
+      return 0.5f * x * (1.f + std::tanh(kSqrtTwoOverPi * (x + kGeluCubic * x * x * x)));
+    });
+  else
+    unary_forward(in, out, [](float x) { return 0.5f * x * (1.f + std::erf(x * kInverseSqrtTwo)); });
+}
+void gelu_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out,
+                   std::span<const Tensor> dout, std::span<const Tensor> din) {
+  if (gelu_uses_tanh(context))
+    unary_backward(in, out, dout, din, [](float x, float) {
+      const float t = std::tanh(kSqrtTwoOverPi * (x + kGeluCubic * x * x * x));
+      return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrtTwoOverPi * (1.f + 3.f * kGeluCubic * x * x);
+    });
+  else
+    unary_backward(in, out, dout, din, [](float x, float) {
+      return 0.5f * (1.f + std::erf(x * kInverseSqrtTwo)) + x * kInverseSqrtTwoPi * std::exp(-0.5f * x * x);
+    });
+}
+
+// ---------------- Dropout (counter-based masks, regenerated in backward) ----------------
+// Element i of the tensor belongs to sample i / per_sample (dimension 0 is the batch).
+template <typename Apply>
+void for_each_dropout_scale(const KernelContext& context, const Tensor& x, Apply apply) {
+  const float p = static_cast<float>(context.attributes.get_float("p"));
+  const std::int64_t n = x.numel();
+  const std::int64_t per_sample = x.rank() > 0 && x.dim(0) > 0 ? n / x.dim(0) : n;
+  const float keep_scale = 1.f / (1.f - p);
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto sample = static_cast<std::uint32_t>(i / per_sample);
+    const float u = random_uniform(context.random, sample, static_cast<std::uint64_t>(i % per_sample));
+    apply(i, u >= p ? keep_scale : 0.f);
+  }
+}
+
+void dropout_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  const float* x = in[0].data<float>();
+  float* y = out[0].data<float>();
+  if (!context.training || context.attributes.get_float("p") == 0) {
+    std::copy(x, x + in[0].numel(), y);
+    return;
+  }
+  for_each_dropout_scale(context, in[0], [&](std::int64_t i, float scale) { y[i] = x[i] * scale; });
+}
+void dropout_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor>,
+                      std::span<const Tensor> dout, std::span<const Tensor> din) {
+  if (!din[0].defined()) return;
+  const float* dy = dout[0].data<float>();
+  float* dx = din[0].data<float>();
+  if (!context.training || context.attributes.get_float("p") == 0) {
+    std::copy(dy, dy + in[0].numel(), dx);
+    return;
+  }
+  for_each_dropout_scale(context, in[0], [&](std::int64_t i, float scale) { dx[i] = dy[i] * scale; });
+}
+}  // namespace
+
+void register_cpu_elementwise_kernels(Backend& backend) {
+  backend.set_kernels(OpType::Add, {add_forward, add_backward});
+  backend.set_kernels(OpType::Sub, {sub_forward, sub_backward});
+  backend.set_kernels(OpType::Mul, {mul_forward, mul_backward});
+  backend.set_kernels(OpType::Scale, {scale_forward, scale_backward});
+  backend.set_kernels(OpType::Relu, {relu_forward, relu_backward});
+  backend.set_kernels(OpType::Tanh, {tanh_forward, tanh_backward});
+  backend.set_kernels(OpType::Gelu, {gelu_forward, gelu_backward});
+  backend.set_kernels(OpType::Dropout, {dropout_forward, dropout_backward});
+}
+
+}  // namespace partrain

@@ -1,0 +1,60 @@
+#pragma once
+// Graph-level description of each op: arity, shape/dtype inference, FLOPs and which inputs carry
+// gradients. Kernels (how an op runs on a device) live in kernels/<backend>/, not here.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "graph/attributes.h"
+#include "graph/op_type.h"
+
+namespace partrain {
+
+/// Shape and dtype of a value. Shapes may hold kBatch (graph level) or be concrete (run time).
+struct TensorType {
+  Shape shape;
+  DType dtype = DType::F32;
+  bool operator==(const TensorType&) const = default;
+};
+
+struct OpSchema {
+  OpType type = OpType::Count;
+  /// Inclusive arity bounds (max_inputs = -1: variadic).
+  int min_inputs = 1;
+  int max_inputs = 1;
+  /// Output types from input types. Throws partrain::Error describing the mismatch; the caller
+  /// (Graph) adds the task name. Works on symbolic (kBatch) and concrete shapes alike.
+  std::vector<TensorType> (*infer)(const Attributes& attributes, std::span<const TensorType> inputs) = nullptr;
+  /// Forward floating-point operations (a multiply-add counts 2) for concrete types.
+  double (*flops)(const Attributes& attributes, std::span<const TensorType> inputs,
+                  std::span<const TensorType> outputs) = nullptr;
+  /// Bit i set: input i can receive a gradient (clear for indices, labels, masks, running stats).
+  std::uint32_t differentiable_inputs = ~0u;
+
+  bool input_is_differentiable(std::size_t index) const {
+    return index < 32 && ((differentiable_inputs >> index) & 1u);
+  }
+};
+
+/// The schema of an op; every OpType has one.
+const OpSchema& op_schema(OpType type);
+
+/// Runs the schema's inference, after checking arity. Throws partrain::Error.
+std::vector<TensorType> infer_output_types(OpType type, const Attributes& attributes,
+                                           std::span<const TensorType> inputs);
+
+// Each family file in graph/ops/ appends its schemas (called once by op_schema.cpp).
+void add_gemm_schemas(std::vector<OpSchema>& schemas);
+void add_elementwise_schemas(std::vector<OpSchema>& schemas);
+void add_normalization_schemas(std::vector<OpSchema>& schemas);
+void add_softmax_schemas(std::vector<OpSchema>& schemas);
+void add_attention_schemas(std::vector<OpSchema>& schemas);
+void add_shape_schemas(std::vector<OpSchema>& schemas);
+void add_convolution_schemas(std::vector<OpSchema>& schemas);
+
+/// Elementwise FLOPs: one per output element (shared by many schemas).
+double flops_one_per_output(const Attributes&, std::span<const TensorType>, std::span<const TensorType> outputs);
+
+}  // namespace partrain
