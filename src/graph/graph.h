@@ -1,0 +1,115 @@
+#pragma once
+// The operator graph: Values (tensors with a symbolic batch dimension) and Tasks (ops), ONNX-like.
+// Models build forward graphs at operator granularity; partitioners read them; the runtime runs
+// convex subgraphs of them (stages). Tasks are appended in topological order, so task ids are a
+// topological order of the graph.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/tensor.h"
+#include "graph/attributes.h"
+#include "graph/op_schema.h"
+
+namespace partrain {
+
+/// Role of a value. Input and Label are fed per sample (they carry the batch dimension); Param is
+/// trainable; Buffer is non-trainable state updated by the model (BatchNorm running statistics);
+/// Const is fixed data; Activation is produced by a task.
+enum class ValueKind : std::uint8_t { Input, Label, Param, Buffer, Const, Activation };
+const char* value_kind_name(ValueKind kind);
+
+struct Value {
+  int id = -1;
+  std::string name;
+  ValueKind kind = ValueKind::Activation;
+  TensorType type;
+  int producer = -1;            // task id, -1 unless an activation
+  std::vector<int> consumers;   // task ids in ascending (topological) order, one entry per use
+};
+
+/// Costs of a task for one sample (batch size 1) — the analytic cost model scales them by the batch
+/// size for batch-dependent tasks. FLOPs count a multiply-add as 2.
+struct TaskCost {
+  double forward_flops = 0;      // forward FLOPs at batch size 1
+  double activation_bytes = 0;   // bytes of the task's outputs at batch size 1
+  double parameter_bytes = 0;    // bytes of the Param values the task reads
+};
+
+struct Task {
+  int id = -1;
+  std::string name;             // unique in the graph; also seeds the task's random stream
+  OpType op = OpType::Count;
+  Attributes attributes;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  /// RaNNC §III-A: a constant task depends on no Input or Label (only on parameters, buffers and
+  /// constants), so its output does not change with the batch.
+  bool constant = false;
+  TaskCost cost;
+};
+
+class Graph {
+ public:
+  // ---------------- building ----------------
+  /// Adds a per-sample input / label. The shape normally starts with kBatch.
+  int add_input(const std::string& name, const Shape& shape, DType dtype = DType::F32);
+  int add_label(const std::string& name, const Shape& shape, DType dtype = DType::I64);
+  /// Adds a trainable parameter (f32, concrete shape).
+  int add_parameter(const std::string& name, const Shape& shape);
+  /// Adds non-trainable state (f32, concrete shape), e.g. BatchNorm running statistics.
+  int add_buffer(const std::string& name, const Shape& shape);
+  /// Adds fixed data; the graph keeps the tensor (host).
+  int add_constant(const std::string& name, const Tensor& value);
+  /// Appends a task; infers its output types and costs. Throws partrain::Error naming the task on
+  /// unknown inputs, a duplicate name or a shape error. Returns the output value ids (named after
+  /// the task, ":1", ":2", ... for further outputs).
+  std::vector<int> add_task(OpType op, const std::string& name, const std::vector<int>& inputs,
+                            const Attributes& attributes = {});
+  /// add_task for single-output ops: returns the output value id.
+  int add(OpType op, const std::string& name, const std::vector<int>& inputs, const Attributes& attributes = {});
+  /// Marks a value as a graph output (e.g. the loss).
+  void mark_output(int value);
+
+  // ---------------- reading ----------------
+  const std::vector<Value>& values() const { return values_; }
+  const std::vector<Task>& tasks() const { return tasks_; }
+  const Value& value(int id) const;
+  const Task& task(int id) const;
+  const std::vector<int>& outputs() const { return outputs_; }
+  bool is_output(int value) const;
+  /// Value id by name; throws partrain::Error if absent.
+  int value_id(const std::string& name) const;
+  /// Value ids of every Param, in creation order.
+  std::vector<int> parameters() const;
+  /// Total number of trainable parameter elements.
+  std::int64_t parameter_count() const;
+  /// Constant data of a Const value.
+  const Tensor& constant_data(int value) const;
+
+  /// Topological order of the given tasks (Kahn's algorithm over the edges among them), ties
+  /// broken by id. Throws partrain::Error on a cycle (impossible for graphs built by add_task).
+  std::vector<int> topological_order(std::span<const int> tasks) const;
+  /// Stable 64-bit hash of the structure: op types, attributes, value kinds, shapes, dtypes and
+  /// connectivity in task order (not names). Equal graphs hash equally across runs and machines.
+  std::uint64_t hash() const;
+
+ private:
+  int add_value(const std::string& name, ValueKind kind, const TensorType& type);
+
+  std::vector<Value> values_;
+  std::vector<Task> tasks_;
+  std::vector<int> outputs_;
+  std::unordered_map<std::string, int> value_by_name_;
+  std::unordered_map<std::string, int> task_by_name_;
+  std::unordered_map<int, Tensor> constants_;
+};
+
+/// FNV-1a 64-bit hash of bytes, continuing from `seed` (stable across platforms).
+std::uint64_t fnv1a(const void* data, std::size_t size, std::uint64_t seed = 1469598103934665603ull);
+/// 32-bit stream id of a name (used to seed a task's random numbers).
+std::uint32_t name_stream(const std::string& name);
+
+}  // namespace partrain

@@ -1,0 +1,34 @@
+#pragma once
+// Runs a subgraph's forward pass and its backward program on a backend, value by value. This is
+// the innermost layer of a stage's execution; schedules, communication and optimizers sit above it.
+#include <unordered_map>
+
+#include "core/backend.h"
+#include "graph/autodiff.h"
+
+namespace partrain {
+
+/// Tensors by value id.
+using TensorMap = std::unordered_map<int, Tensor>;
+
+struct ExecutionOptions {
+  bool training = true;
+  /// Seed, step, microbatch and first sample; each task draws from its own stream (its name).
+  RandomContext random{};
+};
+
+/// Runs the subgraph's tasks in order. `values` must hold every subgraph input except Const values
+/// (taken from the graph); the outputs of every task are added to it. Output shapes are inferred
+/// from the actual input shapes, so any batch size works. Throws partrain::Error naming the task.
+void run_forward(const Graph& graph, const Subgraph& subgraph, TensorMap& values, Backend& backend,
+                 const ExecutionOptions& options = {});
+
+/// Runs a backward program. `values` holds the forward inputs and activations; `grads` must hold
+/// the gradient of every program.output_grads value. On return `grads` holds the gradients of
+/// program.input_grads and program.parameter_grads; parameter gradients are *added* to tensors
+/// already present in `grads` (gradient accumulation over microbatches). Intermediate gradients
+/// are freed as soon as they have been used.
+void run_backward(const Graph& graph, const BackwardProgram& program, const TensorMap& values, TensorMap& grads,
+                  Backend& backend, const ExecutionOptions& options = {});
+
+}  // namespace partrain
