@@ -15,8 +15,18 @@ cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$jobs"
 
 build_dir="build/$preset"
-if [ $# -ge 1 ] && [ -n "$1" ]; then
-  ctest --test-dir "$build_dir" --output-on-failure -L "$1"
+label=${1:-}
+if [ -n "$label" ]; then
+  ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -L "$label"
 else
-  ctest --test-dir "$build_dir" --output-on-failure -LE slow
+  ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE slow
+fi
+
+# The CUDA backend must compile wherever nvcc exists (CI has nvcc but no GPU); its tests (label
+# "cuda") run on a GPU and skip with a message elsewhere. PARTRAIN_CUDA=off leaves this out.
+if [ "$preset" = cpu ] && [ "${PARTRAIN_CUDA:-auto}" != off ] && command -v nvcc >/dev/null 2>&1 &&
+   { [ -z "$label" ] || [[ "cuda" =~ ^($label)$ ]]; }; then
+  cmake --preset cuda
+  cmake --build --preset cuda -j "$jobs" --target partrain partrain_cuda_tests
+  ctest --test-dir build/cuda --output-on-failure -L cuda
 fi
