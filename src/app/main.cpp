@@ -1,50 +1,46 @@
 // partrain: the command-line program.
 //   partrain train CONFIG.toml [--set section.key=value ...] [--plan FILE] [--resume latest|PATH]
-//   partrain plan CONFIG.toml [--world-size N] [--device-memory 80GiB]
+//   partrain plan CONFIG.toml [--world-size N] [--device-memory 80GiB] [--planner P] [--profile-db FILE]
+//   partrain plan --workload GRAPH.json --planner ideals|dpl [--accelerators K] [--cpus L] [--device-memory SIZE]
 //   partrain inspect CONFIG.toml | CHECKPOINT.h5
 // User mistakes end with one "partrain: error: ..." line and exit code 1, never a backtrace.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <string>
-#include <vector>
 
+#include "app/commands.h"
 #include "core/error.h"
 
-namespace {
-
-int not_implemented_yet(const char* command, const char* issue) {
-  std::fprintf(stderr, "partrain %s: not implemented yet (%s)\n", command, issue);
-  return 2;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
+  using namespace partrain::app;
   CLI::App app{"partrain: automatic hybrid pipeline + data parallel training of BERT, GPT and ResNet"};
   app.set_version_flag("--version", "partrain 0.1");
   app.require_subcommand(1);
 
-  std::string config;
-  std::vector<std::string> overrides;
-  std::string plan_file, resume;
+  TrainArguments train_arguments;
   CLI::App* train = app.add_subcommand("train", "profile, plan and train a model from a TOML experiment file");
-  train->add_option("config", config, "experiment file (TOML)")->required()->check(CLI::ExistingFile);
-  train->add_option("--set", overrides, "override one setting: section.key=value (repeatable)");
-  train->add_option("--plan", plan_file, "use a saved plan (JSON) instead of planning");
-  train->add_option("--resume", resume, "resume from a checkpoint: latest or a path");
+  train->add_option("config", train_arguments.config, "experiment file (TOML)")->required()->check(CLI::ExistingFile);
+  train->add_option("--set", train_arguments.overrides, "override one setting: section.key=value (repeatable)");
+  train->add_option("--plan", train_arguments.plan_file, "use a saved plan (JSON) instead of planning");
+  train->add_option("--resume", train_arguments.resume, "resume from a checkpoint: latest or a path");
 
-  long world_size = 0;
-  std::string device_memory;
+  PlanArguments plan_arguments;
   CLI::App* plan = app.add_subcommand("plan", "plan a run (stages, replicas, microbatches) without training");
-  plan->add_option("config", config, "experiment file (TOML)")->required()->check(CLI::ExistingFile);
-  plan->add_option("--set", overrides, "override one setting: section.key=value (repeatable)");
-  plan->add_option("--world-size", world_size, "number of devices to plan for");
-  plan->add_option("--device-memory", device_memory, "memory per device, e.g. 80GiB");
+  plan->add_option("config", plan_arguments.config, "experiment file (TOML)")->check(CLI::ExistingFile);
+  plan->add_option("--set", plan_arguments.overrides, "override one setting: section.key=value (repeatable)");
+  plan->add_option("--workload", plan_arguments.workload, "plan an external graph (dnn-partitioning JSON)")
+      ->check(CLI::ExistingFile);
+  plan->add_option("--planner", plan_arguments.planner, "rannc, ideals, dpl, capslog, merak, uniform or manual");
+  plan->add_option("--world-size", plan_arguments.world_size, "number of devices to plan for");
+  plan->add_option("--device-memory", plan_arguments.device_memory, "memory per device, e.g. 80GiB");
+  plan->add_option("--profile-db", plan_arguments.profile_db, "saved ProfileDB to plan with (default: analytic costs)");
+  plan->add_option("--accelerators", plan_arguments.accelerators, "workload mode: number of accelerators");
+  plan->add_option("--cpus", plan_arguments.cpus, "workload mode: number of CPUs");
 
-  std::string target;
+  InspectArguments inspect_arguments;
   CLI::App* inspect = app.add_subcommand("inspect", "summarise a model (TOML) or a checkpoint (HDF5)");
-  inspect->add_option("file", target, "experiment file or checkpoint")->required()->check(CLI::ExistingFile);
+  inspect->add_option("file", inspect_arguments.file, "experiment file or checkpoint")->required()->check(CLI::ExistingFile);
+  inspect->add_option("--set", inspect_arguments.overrides, "override one setting: section.key=value (repeatable)");
 
   try {
     app.parse(argc, argv);
@@ -52,13 +48,17 @@ int main(int argc, char** argv) {
     return app.exit(error);
   }
   try {
-    if (*train) return not_implemented_yet("train", "the main-job issue builds profiling, planning and training");
-    if (*plan) return not_implemented_yet("plan", "the partitioners issue builds the planners");
-    if (*inspect) return not_implemented_yet("inspect", "the models and checkpoint issues build it");
-  } catch (const partrain::Error& error) {
+    if (*train) return run_train(train_arguments);
+    if (*plan) {
+      if (plan_arguments.config.empty() == plan_arguments.workload.empty())
+        throw CLI::ValidationError("plan", "give either a CONFIG.toml or --workload GRAPH.json");
+      return run_plan(plan_arguments);
+    }
+    if (*inspect) return run_inspect(inspect_arguments);
+  } catch (const CLI::ValidationError& error) {
     std::fprintf(stderr, "partrain: error: %s\n", error.what());
     return 1;
-  } catch (const std::exception& error) {
+  } catch (const std::exception& error) {  // partrain::Error and library errors (toml++, HDF5 wrappers)
     std::fprintf(stderr, "partrain: error: %s\n", error.what());
     return 1;
   }

@@ -1,0 +1,37 @@
+#pragma once
+// The partrain subcommands. main.cpp parses the command line with CLI11 and calls one of these;
+// each returns the process exit code and throws partrain::Error on a user mistake.
+#include <string>
+#include <vector>
+
+namespace partrain::app {
+
+struct TrainArguments {
+  std::string config;                  // experiment file (TOML)
+  std::vector<std::string> overrides;  // "section.key=value"
+  std::string plan_file;               // saved plan (JSON) instead of planning; empty: plan
+  std::string resume;                  // "latest", a checkpoint path, or empty
+};
+
+struct PlanArguments {
+  std::string config;                  // experiment file (TOML); empty in workload mode
+  std::vector<std::string> overrides;
+  std::string workload;                // dnn-partitioning JSON graph (workload mode)
+  std::string planner;                 // rannc, ideals, dpl, capslog, merak, uniform, manual; empty: config's
+  std::string device_memory;           // e.g. "80GiB"; empty: config's (or the workload's)
+  std::string profile_db;              // saved ProfileDB; empty: analytic cost model
+  long world_size = 0;                 // 0: config's
+  long accelerators = -1;              // workload mode: accelerator count; -1: the workload's
+  long cpus = -1;                      // workload mode: CPU count; -1: the workload's
+};
+
+struct InspectArguments {
+  std::string file;                    // experiment file (.toml) or checkpoint (.h5)
+  std::vector<std::string> overrides;
+};
+
+int run_train(const TrainArguments& arguments);
+int run_plan(const PlanArguments& arguments);
+int run_inspect(const InspectArguments& arguments);
+
+}  // namespace partrain::app
