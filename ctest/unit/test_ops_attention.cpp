@@ -6,24 +6,17 @@
 
 #include "graph/op_schema.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "support/gradient_check.h"
+#include "support/expectations.h"
 
 namespace partrain {
 namespace {
 using testing::check_gradients;
+using testing::expect_gradients;
 using testing::normal_tensor;
 using testing::run_forward;
 
-void expect_gradients(OpType type, const Attributes& attributes, const std::vector<Tensor>& inputs,
-                      testing::GradientCheckOptions options = {}) {
-  const testing::GradientCheckResult result = check_gradients(type, attributes, inputs, options);
-  EXPECT_TRUE(result.passed) << result.report;
-}
-
 void expect_near(const std::vector<float>& actual, const std::vector<float>& expected, double tolerance = 1e-5) {
-  ASSERT_EQ(actual.size(), expected.size());
-  for (std::size_t i = 0; i < actual.size(); ++i)
-    ASSERT_NEAR(actual[i], expected[i], tolerance * (1 + std::abs(expected[i]))) << "element " << i;
+  testing::expect_near(actual, expected, tolerance);
 }
 
 Attributes causal_attributes(int causal) { return {{"causal", std::int64_t{causal}}}; }

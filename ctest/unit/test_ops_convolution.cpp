@@ -9,20 +9,15 @@
 
 #include "graph/op_schema.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "support/gradient_check.h"
+#include "support/expectations.h"
 
 namespace partrain {
 namespace {
 using testing::check_gradients;
+using testing::expect_gradients;
 using testing::normal_tensor;
 using testing::run_forward;
 using Ints = std::vector<std::int64_t>;
-
-void expect_gradients(OpType type, const Attributes& attributes, const std::vector<Tensor>& inputs,
-                      testing::GradientCheckOptions options = {}) {
-  const testing::GradientCheckResult result = check_gradients(type, attributes, inputs, options);
-  EXPECT_TRUE(result.passed) << result.report;
-}
 
 struct ConvConfig {
   Shape x, w;

@@ -6,22 +6,17 @@
 
 #include "graph/op_schema.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "support/gradient_check.h"
+#include "support/expectations.h"
 
 namespace partrain {
 namespace {
 using testing::check_gradients;
+using testing::expect_gradients;
 using testing::index_tensor;
 using testing::normal_tensor;
 using testing::run_forward;
 
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
-
-void expect_gradients(OpType type, const Attributes& attributes, const std::vector<Tensor>& inputs,
-                      testing::GradientCheckOptions options = {}) {
-  const testing::GradientCheckResult result = check_gradients(type, attributes, inputs, options);
-  EXPECT_TRUE(result.passed) << result.report;
-}
 
 // Plain-loop softmax of each row of x + mask (mask given at every element, -inf for masked ones).
 std::vector<double> reference_softmax(const std::vector<float>& logits, int length) {

@@ -1,8 +1,6 @@
 // CPU kernels of the attention ops (schemas and semantics: src/graph/ops/attention.cpp).
 // Fused scaled dot-product attention, one (batch, head) pair per OpenMP iteration, each product an
 // OpenBLAS cblas_sgemm. The backward recomputes the probabilities instead of saving them.
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -15,24 +13,8 @@
 namespace partrain {
 
 namespace {
-int blas_int(std::int64_t value) {
-  PARTRAIN_CHECK(value >= 0 && value <= INT_MAX, "GEMM dimension " << value << " does not fit a BLAS int");
-  return static_cast<int>(value);
-}
-
-// Row-major C[m, n] = alpha * op(A) op(B) + beta * C; A stored [m, k] ([k, m] when trans_a), B stored
-// [k, n] ([n, k] when trans_b), densely.
-void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-           const float* b, float beta, float* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (std::int64_t i = 0; i < m * n; ++i) c[i] = beta == 0 ? 0.f : beta * c[i];
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blas_int(m),
-              blas_int(n), blas_int(k), alpha, a, blas_int(trans_a ? m : k), b, blas_int(trans_b ? k : n), beta, c,
-              blas_int(n));
-}
+using cpu::blas_int;
+using cpu::sgemm;
 
 struct AttentionDims {
   std::int64_t batch = 0, heads = 0, s = 0, t = 0, d = 0, dv = 0;

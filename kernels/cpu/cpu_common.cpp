@@ -1,8 +1,12 @@
 #include "kernels/cpu/cpu_common.h"
 
+#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <climits>
+
+#include "core/error.h"
 
 namespace partrain::cpu {
 
@@ -42,6 +46,23 @@ void reduce_to_broadcast_input(const Tensor& gradient, const Tensor& output_grad
     for (int t = 0; t < threads; ++t) sum += partial[static_cast<std::size_t>(t) * m + j];
     dx[j] = static_cast<float>(sum);
   }
+}
+
+int blas_int(std::int64_t value) {
+  PARTRAIN_CHECK(value >= 0 && value <= INT_MAX, "GEMM dimension " << value << " does not fit a BLAS int");
+  return static_cast<int>(value);
+}
+
+void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+           const float* b, float beta, float* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // empty sum: C = beta * C
+    for (std::int64_t i = 0; i < m * n; ++i) c[i] = beta == 0 ? 0.f : beta * c[i];
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blas_int(m),
+              blas_int(n), blas_int(k), alpha, a, blas_int(trans_a ? m : k), b, blas_int(trans_b ? k : n), beta, c,
+              blas_int(n));
 }
 
 }  // namespace partrain::cpu

@@ -31,6 +31,16 @@ inline std::int64_t broadcast_offset(std::int64_t index, const Shape& output_sha
 /// each output element weighted by `weight(i)` when given. Overwrites `gradient`.
 void reduce_to_broadcast_input(const Tensor& gradient, const Tensor& output_grad, const float* weight = nullptr);
 
+/// A GEMM dimension as a BLAS int; throws partrain::Error when it does not fit.
+int blas_int(std::int64_t value);
+
+/// Row-major C[m, n] = alpha * op(A) op(B) + beta * C through OpenBLAS cblas_sgemm, with op(A)
+/// [m, k] and op(B) [k, n]. A is stored densely as [m, k] (or [k, m] when trans_a), B as [k, n]
+/// (or [n, k] when trans_b). Zero-size dimensions are handled (k = 0: C = beta * C). Throws
+/// partrain::Error when a dimension does not fit a BLAS int.
+void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+           const float* b, float beta, float* c);
+
 /// Index value of an integer tensor (i32 or i64) at `i`.
 inline std::int64_t index_at(const Tensor& indices, std::int64_t i) {
   return indices.dtype() == DType::I64 ? indices.data<std::int64_t>()[i] : indices.data<std::int32_t>()[i];

@@ -1,8 +1,6 @@
 // CPU kernels of the gemm ops (schemas and semantics: src/graph/ops/gemm.cpp). All products are
 // OpenBLAS cblas_sgemm calls; batched MatMuls loop over batch entries, in an OpenMP parallel loop
 // when there are several and enough work (run with OPENBLAS_NUM_THREADS=1 to avoid nested threads).
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 #include <vector>
@@ -19,25 +17,8 @@ using cpu::kParallelThreshold;
 // cost of a parallel region).
 constexpr double kParallelFlops = 1 << 18;
 
-int blas_int(std::int64_t value) {
-  PARTRAIN_CHECK(value >= 0 && value <= INT_MAX, "GEMM dimension " << value << " does not fit a BLAS int");
-  return static_cast<int>(value);
-}
-
-// Row-major C[m, n] = alpha * op(A) op(B) + beta * C, op(A) [m, k], op(B) [k, n]. A is stored
-// [m, k] (or [k, m] when trans_a), B is stored [k, n] (or [n, k] when trans_b), densely.
-void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-           const float* b, float beta, float* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // empty sum: C = beta * C
-    for (std::int64_t i = 0; i < m * n; ++i) c[i] = beta == 0 ? 0.f : beta * c[i];
-    return;
-  }
-  const std::int64_t lda = trans_a ? m : k;
-  const std::int64_t ldb = trans_b ? k : n;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blas_int(m),
-              blas_int(n), blas_int(k), alpha, a, blas_int(lda), b, blas_int(ldb), beta, c, blas_int(n));
-}
+using cpu::blas_int;
+using cpu::sgemm;
 
 // Runs body(i) for i in [0, count), in parallel when there are several entries and enough work.
 template <typename Body>
