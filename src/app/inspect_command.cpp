@@ -1,13 +1,65 @@
-// partrain inspect: not implemented yet.
+// partrain inspect: a summary of a model built from an experiment file (parameter counts, tasks,
+// values, FLOPs, a per-layer table). Checkpoint (.h5) inspection comes with the checkpoint issue.
 #include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "app/commands.h"
+#include "graph/graph.h"
+#include "io/config.h"
+#include "models/model.h"
 
 namespace partrain::app {
 
-int run_inspect(const InspectArguments&) {
-  std::fprintf(stderr, "partrain inspect: not implemented yet\n");
-  return 2;
+namespace {
+
+struct LayerSummary {
+  std::int64_t parameters = 0;
+  int tasks = 0;
+  double forward_flops = 0;
+};
+
+}  // namespace
+
+int run_inspect(const InspectArguments& arguments) {
+  if (arguments.file.ends_with(".h5")) {
+    std::fprintf(stderr, "partrain inspect: checkpoint inspection not implemented yet\n");
+    return 2;
+  }
+  const ExperimentConfig config = load_experiment(arguments.file, arguments.overrides);
+  const Graph graph = build_model(config.model);
+
+  // Group parameters and tasks by layer, keeping the order in which layers first appear.
+  std::vector<std::string> order;
+  std::map<std::string, LayerSummary> layers;
+  auto layer = [&](const std::string& name) -> LayerSummary& {
+    const std::string key = layer_of(name);
+    if (!layers.count(key)) order.push_back(key);
+    return layers[key];
+  };
+  double forward_flops = 0;
+  for (const Task& task : graph.tasks()) {
+    LayerSummary& summary = layer(task.name);
+    ++summary.tasks;
+    summary.forward_flops += task.cost.forward_flops;
+    forward_flops += task.cost.forward_flops;
+  }
+  for (const int id : graph.parameters()) layer(graph.value(id).name).parameters += numel(graph.value(id).type.shape);
+
+  std::printf("model: %s (%s)\n", config.model.type.c_str(), arguments.file.c_str());
+  std::printf("parameters: %lld\n", static_cast<long long>(graph.parameter_count()));
+  std::printf("body_parameters: %lld\n", static_cast<long long>(body_parameter_count(graph)));
+  std::printf("tasks: %zu\n", graph.tasks().size());
+  std::printf("values: %zu\n", graph.values().size());
+  std::printf("forward_flops_per_sample: %.6e\n", forward_flops);
+  std::printf("\n%-22s %14s %7s %16s\n", "layer", "parameters", "tasks", "GFLOP/sample");
+  for (const std::string& name : order) {
+    const LayerSummary& summary = layers[name];
+    std::printf("%-22s %14lld %7d %16.4f\n", name.c_str(), static_cast<long long>(summary.parameters), summary.tasks,
+                summary.forward_flops / 1e9);
+  }
+  return 0;
 }
 
 }  // namespace partrain::app

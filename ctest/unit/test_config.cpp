@@ -1,0 +1,133 @@
+// Experiment files: typed [model] reading, --set overrides, errors naming file, line and key, and
+// every file in configs/ parsing and building.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/config.h"
+#include "models/model.h"
+
+namespace partrain {
+namespace {
+
+const std::string kConfigs = std::string(PARTRAIN_SOURCE_DIR) + "/configs";
+
+// The message of the partrain::Error thrown by `action` ("" when none is thrown).
+template <typename Action>
+std::string error_message(Action action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.message();
+  }
+  return "";
+}
+
+ModelConfig read(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  const ConfigDocument document = ConfigDocument::parse(text, "configs/x.toml", overrides);
+  document.check_sections(known_config_sections());
+  return read_model_config(document);
+}
+
+TEST(Config, ReadsTypedModelKeysWithTypeDefaults) {
+  const ModelConfig bert = read("[model]\ntype = \"bert\"\nlayers = 4\nhidden = 256\nheads = 4\ndropout = 0\nnsp = false\n");
+  EXPECT_EQ(bert.type, "bert");
+  EXPECT_EQ(bert.layers, 4);
+  EXPECT_EQ(bert.hidden, 256);
+  EXPECT_EQ(bert.intermediate_size(), 1024);
+  EXPECT_EQ(bert.vocab, 30522);
+  EXPECT_FALSE(bert.nsp);
+  EXPECT_DOUBLE_EQ(bert.dropout, 0.0);
+  EXPECT_DOUBLE_EQ(bert.layer_norm_epsilon(), 1e-12);
+  const ModelConfig gpt = read("[model]\ntype = \"gpt\"\n");
+  EXPECT_EQ(gpt.vocab, 50257);
+  EXPECT_EQ(gpt.max_position, 1024);
+  EXPECT_DOUBLE_EQ(gpt.layer_norm_epsilon(), 1e-5);
+}
+
+TEST(Config, OtherKnownSectionsAreAcceptedForNow) {
+  EXPECT_NO_THROW(read("[model]\ntype = \"resnet\"\n[train]\nsteps = 10\n[parallel]\n[data]\n[log]\n[checkpoint]\n"));
+}
+
+TEST(Config, UnknownKeyNamesFileLineAndKey) {
+  const std::string message = error_message([] { read("# comment\n[model]\ntype = \"bert\"\nhiden = 12\n"); });
+  EXPECT_EQ(message, "configs/x.toml:4: [model] key 'hiden' is unknown");
+}
+
+TEST(Config, WrongTypeNamesFileLineAndKey) {
+  const std::string message = error_message([] { read("[model]\ntype = \"bert\"\n\nlayers = \"twelve\"\n"); });
+  EXPECT_NE(message.find("configs/x.toml:4: [model] key 'layers' must be an integer"), std::string::npos) << message;
+  const std::string flag = error_message([] { read("[model]\ntype = \"bert\"\nnsp = 1\n"); });
+  EXPECT_NE(flag.find("configs/x.toml:3: [model] key 'nsp' must be true or false"), std::string::npos) << flag;
+}
+
+TEST(Config, InvalidValuesAreErrors) {
+  EXPECT_NE(error_message([] { read("[model]\ntype = \"bert\"\nhidden = 100\nheads = 12\n"); })
+                .find("configs/x.toml:4: [model] key 'heads'"),
+            std::string::npos);
+  EXPECT_NE(error_message([] { read("[model]\ntype = \"resnet\"\ndepth = 42\n"); })
+                .find("configs/x.toml:3: [model] key 'depth'"),
+            std::string::npos);
+  EXPECT_NE(error_message([] { read("[model]\ntype = \"transformer\"\n"); }).find("key 'type'"), std::string::npos);
+  EXPECT_NE(error_message([] { read("[model]\nlayers = 2\n"); }).find("key 'type' is required"), std::string::npos);
+  EXPECT_NE(error_message([] { read("[model]\ntype = \"bert\"\nseq_len = 1024\n"); }).find("key 'seq_len'"),
+            std::string::npos);
+}
+
+TEST(Config, UnknownSectionAndSyntaxErrorsNameTheLine) {
+  EXPECT_EQ(error_message([] { read("[model]\ntype = \"bert\"\n[trian]\nsteps = 1\n"); }),
+            "configs/x.toml:3: section [trian] is unknown");
+  const std::string syntax = error_message([] { read("[model]\ntype = \"bert\n"); });
+  EXPECT_TRUE(syntax.starts_with("configs/x.toml:2:")) << syntax;
+  EXPECT_NE(error_message([] { read(""); }).find("[model] section is missing"), std::string::npos);
+}
+
+TEST(Config, OverridesParseTomlValuesAndBareStrings) {
+  const ModelConfig config = read("[model]\ntype = \"bert\"\nlayers = 12\n",
+                                  {"model.layers=3", "model.dropout=0.25", "model.nsp=false", "model.type=gpt",
+                                   "model.hidden = 256", "model.heads=4"});
+  EXPECT_EQ(config.layers, 3);
+  EXPECT_DOUBLE_EQ(config.dropout, 0.25);
+  EXPECT_FALSE(config.nsp);
+  EXPECT_EQ(config.type, "gpt");  // bare string
+  EXPECT_EQ(config.hidden, 256);
+  EXPECT_EQ(config.heads, 4);
+}
+
+TEST(Config, OverrideErrorsNameTheOverride) {
+  const std::string message = error_message([] { read("[model]\ntype = \"bert\"\n", {"model.layers=\"many\""}); });
+  EXPECT_NE(message.find("--set model.layers=\"many\": [model] key 'layers' must be an integer"), std::string::npos)
+      << message;
+  EXPECT_NE(error_message([] { read("[model]\ntype = \"bert\"\n", {"model.hiden=3"}); })
+                .find("--set model.hiden=3: [model] key 'hiden' is unknown"),
+            std::string::npos);
+  EXPECT_NE(error_message([] { read("[model]\ntype = \"bert\"\n", {"layers=3"}); }).find("expected section.key=value"),
+            std::string::npos);
+  // A section that only an override creates.
+  EXPECT_NO_THROW(read("[model]\ntype = \"bert\"\n", {"train.steps=5"}));
+}
+
+TEST(Config, EveryConfigFileParsesAndBuilds) {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kConfigs)) {
+    if (entry.path().extension() != ".toml") continue;
+    ++files;
+    SCOPED_TRACE(entry.path().string());
+    const ExperimentConfig config = load_experiment(entry.path().string());
+    const Graph graph = build_model(config.model);  // graph only: no tensors are allocated
+    EXPECT_GT(graph.parameter_count(), 0);
+    EXPECT_EQ(graph.outputs().size(), 1u);
+  }
+  EXPECT_GE(files, 14);
+}
+
+TEST(Config, LoadNamesAMissingFile) {
+  EXPECT_NE(error_message([] { load_experiment(kConfigs + "/no-such-file.toml"); }).find("cannot read"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace partrain

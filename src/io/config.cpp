@@ -1,0 +1,313 @@
+#include "io/config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace partrain {
+
+struct ConfigDocument::Data {
+  std::string source_name;
+  toml::table table;
+};
+
+namespace {
+
+constexpr std::string_view kOverridePrefix = "--set ";
+
+/// "file:line" for a node of the document, or the override text for a node that came from --set.
+std::string location(const ConfigDocument& document, const toml::source_region& region) {
+  if (region.path && region.path->starts_with(kOverridePrefix)) return *region.path;
+  if (region.begin.line == 0) return document.source_name();
+  return document.source_name() + ":" + std::to_string(region.begin.line);
+}
+
+std::vector<std::string> split_dots(std::string_view text) {
+  std::vector<std::string> parts;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t dot = text.find('.', begin);
+    parts.emplace_back(text.substr(begin, dot == std::string_view::npos ? std::string_view::npos : dot - begin));
+    if (dot == std::string_view::npos) break;
+    begin = dot + 1;
+  }
+  return parts;
+}
+
+std::string trim(std::string_view text) {
+  const std::size_t first = text.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return {};
+  const std::size_t last = text.find_last_not_of(" \t");
+  return std::string(text.substr(first, last - first + 1));
+}
+
+const char* node_type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    default: return "a date/time";
+  }
+}
+
+}  // namespace
+
+ConfigDocument ConfigDocument::parse(std::string_view text, const std::string& source_name,
+                                     std::span<const std::string> overrides) {
+  ConfigDocument document;
+  document.data_ = std::make_shared<Data>();
+  document.data_->source_name = source_name;
+  try {
+    document.data_->table = toml::parse(text, source_name);
+  } catch (const toml::parse_error& error) {
+    PARTRAIN_FAIL(source_name << ":" << error.source().begin.line << ":" << error.source().begin.column << ": "
+                              << error.description());
+  }
+  for (const std::string& override_text : overrides) document.apply_override(override_text);
+  return document;
+}
+
+ConfigDocument ConfigDocument::load(const std::string& path, std::span<const std::string> overrides) {
+  std::ifstream file(path, std::ios::binary);
+  PARTRAIN_CHECK(file, path << ": cannot read the experiment file");
+  std::ostringstream text;
+  text << file.rdbuf();
+  return parse(text.str(), path, overrides);
+}
+
+void ConfigDocument::apply_override(const std::string& override_text) {
+  const std::size_t equals = override_text.find('=');
+  PARTRAIN_CHECK(equals != std::string::npos,
+                 "--set " << override_text << ": expected section.key=value");
+  const std::string path = trim(std::string_view(override_text).substr(0, equals));
+  const std::string value_text = trim(std::string_view(override_text).substr(equals + 1));
+  const std::vector<std::string> parts = split_dots(path);
+  PARTRAIN_CHECK(parts.size() >= 2 && std::none_of(parts.begin(), parts.end(), [](const std::string& part) { return part.empty(); }),
+                 "--set " << override_text << ": expected section.key=value");
+
+  // Parse the value as TOML; text that is not a TOML value is a bare string.
+  const std::string source = std::string(kOverridePrefix) + override_text;
+  toml::table parsed;
+  try {
+    parsed = toml::parse("value = " + value_text, source);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{};
+    parsed.insert("value", value_text);
+  }
+
+  toml::table* table = &data_->table;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    toml::node* child = table->get(parts[i]);
+    if (!child) child = &table->insert(parts[i], toml::table{}).first->second;
+    PARTRAIN_CHECK(child->is_table(), "--set " << override_text << ": '" << parts[i] << "' is "
+                                                << node_type_name(*child) << ", not a section");
+    table = child->as_table();
+  }
+  toml::node& value = *parsed.get("value");
+  value.visit([&](auto&& node) { table->insert_or_assign(parts.back(), std::move(node)); });
+}
+
+const std::string& ConfigDocument::source_name() const { return data_->source_name; }
+
+std::vector<std::string> ConfigDocument::section_names() const {
+  std::vector<std::string> names;
+  for (auto&& [key, node] : data_->table)
+    if (node.is_table()) names.emplace_back(key.str());
+  return names;
+}
+
+void ConfigDocument::check_sections(std::span<const std::string_view> known_sections) const {
+  for (auto&& [key, node] : data_->table) {
+    PARTRAIN_CHECK(node.is_table(), location(*this, node.source())
+                                        << ": top-level key '" << key.str()
+                                        << "' must be inside a [section]");
+    PARTRAIN_CHECK(std::find(known_sections.begin(), known_sections.end(), key.str()) != known_sections.end(),
+                   location(*this, node.source()) << ": section [" << key.str() << "] is unknown");
+  }
+}
+
+// ---------------- SectionReader ----------------
+
+SectionReader::SectionReader(const ConfigDocument& document, std::string section)
+    : document_(document), section_(std::move(section)) {}
+
+namespace {
+const toml::table* section_table(const ConfigDocument& document, const std::string& section) {
+  const toml::node* node = document.data().table.get(section);
+  return node ? node->as_table() : nullptr;
+}
+}  // namespace
+
+bool SectionReader::present() const { return section_table(document_, section_) != nullptr; }
+
+bool SectionReader::has(std::string_view key) const {
+  const toml::table* table = section_table(document_, section_);
+  return table && table->get(key) != nullptr;
+}
+
+void SectionReader::fail(std::string_view key, const std::string& message) const {
+  const toml::table* table = section_table(document_, section_);
+  const toml::node* node = table ? table->get(key) : nullptr;
+  const std::string where = node ? location(document_, node->source())
+                                 : table ? location(document_, table->source()) : document_.source_name();
+  PARTRAIN_FAIL(where << ": [" << section_ << "] key '" << key << "' " << message);
+}
+
+namespace {
+const toml::node* find_key(const ConfigDocument& document, const std::string& section, std::string_view key,
+                           std::vector<std::string>& read_keys) {
+  read_keys.emplace_back(key);
+  const toml::table* table = section_table(document, section);
+  return table ? table->get(key) : nullptr;
+}
+}  // namespace
+
+void SectionReader::read(std::string_view key, std::int64_t& value) {
+  const toml::node* node = find_key(document_, section_, key, read_keys_);
+  if (!node) return;
+  if (!node->is_integer()) fail(key, std::string("must be an integer, not ") + node_type_name(*node));
+  value = node->as_integer()->get();
+}
+
+void SectionReader::read(std::string_view key, double& value) {
+  const toml::node* node = find_key(document_, section_, key, read_keys_);
+  if (!node) return;
+  if (node->is_integer()) {
+    value = static_cast<double>(node->as_integer()->get());
+  } else if (node->is_floating_point()) {
+    value = node->as_floating_point()->get();
+  } else {
+    fail(key, std::string("must be a number, not ") + node_type_name(*node));
+  }
+}
+
+void SectionReader::read(std::string_view key, bool& value) {
+  const toml::node* node = find_key(document_, section_, key, read_keys_);
+  if (!node) return;
+  if (!node->is_boolean()) fail(key, std::string("must be true or false, not ") + node_type_name(*node));
+  value = node->as_boolean()->get();
+}
+
+void SectionReader::read(std::string_view key, std::string& value) {
+  const toml::node* node = find_key(document_, section_, key, read_keys_);
+  if (!node) return;
+  if (!node->is_string()) fail(key, std::string("must be a string, not ") + node_type_name(*node));
+  value = node->as_string()->get();
+}
+
+void SectionReader::read_choice(std::string_view key, std::string& value,
+                                std::initializer_list<std::string_view> choices) {
+  std::string text = value;
+  read(key, text);
+  if (!has(key)) return;
+  if (std::find(choices.begin(), choices.end(), text) == choices.end()) {
+    std::ostringstream message;
+    message << "is '" << text << "'; expected one of";
+    for (std::string_view choice : choices) message << " " << choice;
+    fail(key, message.str());
+  }
+  value = text;
+}
+
+void SectionReader::finish() const {
+  const toml::table* table = section_table(document_, section_);
+  if (!table) return;
+  for (auto&& [key, node] : *table) {
+    if (std::find(read_keys_.begin(), read_keys_.end(), key.str()) == read_keys_.end())
+      fail(key.str(), "is unknown");
+  }
+}
+
+// ---------------- [model] ----------------
+
+std::span<const std::string_view> known_config_sections() {
+  static constexpr std::array<std::string_view, 7> kSections = {"model", "train", "parallel", "data",
+                                                                "profile", "log", "checkpoint"};
+  return kSections;
+}
+
+ModelConfig read_model_config(const ConfigDocument& document) {
+  SectionReader reader(document, "model");
+  PARTRAIN_CHECK(reader.present(), document.source_name() << ": the [model] section is missing");
+  ModelConfig config;
+  reader.read_choice("type", config.type, {"bert", "gpt", "resnet"});
+  if (config.type.empty()) reader.fail("type", "is required (bert, gpt or resnet)");
+  if (config.type == "gpt") {
+    config.vocab = 50257;
+    config.max_position = 1024;
+    config.seq_len = 1024;
+  }
+  reader.read("layers", config.layers);
+  reader.read("hidden", config.hidden);
+  reader.read("heads", config.heads);
+  reader.read("intermediate", config.intermediate);
+  reader.read("vocab", config.vocab);
+  reader.read("max_position", config.max_position);
+  reader.read("type_vocab", config.type_vocab);
+  reader.read("seq_len", config.seq_len);
+  reader.read("dropout", config.dropout);
+  reader.read("attention_dropout", config.attention_dropout);
+  reader.read("layer_norm_eps", config.layer_norm_eps);
+  reader.read("initializer_range", config.initializer_range);
+  reader.read("nsp", config.nsp);
+  reader.read("fused_attention", config.fused_attention);
+  reader.read("depth", config.depth);
+  reader.read("width_factor", config.width_factor);
+  reader.read("base_width", config.base_width);
+  reader.read("classes", config.classes);
+  reader.read("image_size", config.image_size);
+  reader.read("channels", config.channels);
+  reader.finish();
+
+  auto require_positive = [&](std::string_view key, std::int64_t value) {
+    if (value <= 0) reader.fail(key, "must be positive, not " + std::to_string(value));
+  };
+  auto require_probability = [&](std::string_view key, double value) {
+    if (value >= 1 || (value < 0 && key == "dropout")) reader.fail(key, "must be in [0, 1)");
+  };
+  if (config.type == "bert" || config.type == "gpt") {
+    for (auto [key, value] : {std::pair<std::string_view, std::int64_t>{"layers", config.layers},
+                              {"hidden", config.hidden}, {"heads", config.heads}, {"vocab", config.vocab},
+                              {"max_position", config.max_position}, {"seq_len", config.seq_len}})
+      require_positive(key, value);
+    if (config.type == "bert") require_positive("type_vocab", config.type_vocab);
+    if (config.intermediate < 0) reader.fail("intermediate", "must be positive (or 0 for 4 * hidden)");
+    if (config.hidden % config.heads != 0)
+      reader.fail("heads", std::to_string(config.heads) + " does not divide hidden " + std::to_string(config.hidden));
+    if (config.seq_len > config.max_position)
+      reader.fail("seq_len", std::to_string(config.seq_len) + " exceeds max_position " +
+                                 std::to_string(config.max_position));
+    require_probability("dropout", config.dropout);
+    require_probability("attention_dropout", config.attention_dropout);
+    if (config.layer_norm_eps == 0) reader.fail("layer_norm_eps", "must be positive (or negative for the default)");
+  } else {
+    const std::array<std::int64_t, 5> depths = {18, 34, 50, 101, 152};
+    if (std::find(depths.begin(), depths.end(), config.depth) == depths.end())
+      reader.fail("depth", std::to_string(config.depth) + " is not one of 18, 34, 50, 101, 152");
+    for (auto [key, value] : {std::pair<std::string_view, std::int64_t>{"width_factor", config.width_factor},
+                              {"base_width", config.base_width}, {"classes", config.classes},
+                              {"image_size", config.image_size}, {"channels", config.channels}})
+      require_positive(key, value);
+  }
+  if (config.initializer_range <= 0) reader.fail("initializer_range", "must be positive");
+  return config;
+}
+
+ExperimentConfig load_experiment(const std::string& path, std::span<const std::string> overrides) {
+  const ConfigDocument document = ConfigDocument::load(path, overrides);
+  document.check_sections(known_config_sections());
+  ExperimentConfig config;
+  config.path = path;
+  config.model = read_model_config(document);
+  return config;
+}
+
+}  // namespace partrain
