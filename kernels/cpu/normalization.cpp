@@ -170,6 +170,13 @@ Moments channel_moments(const float* x, const BatchNormShape& s, std::int64_t c)
   return {mean, s.count() > 0 ? squares / static_cast<double>(s.count()) : 0.0};
 }
 
+// The statistics channel c is normalised with: the batch's (training) or the running ones (evaluation).
+Moments channel_statistics(const float* x, const BatchNormShape& s, std::int64_t c, bool training,
+                           const float* running_mean, const float* running_var) {
+  if (training) return channel_moments(x, s, c);
+  return Moments{running_mean[c], running_var[c]};
+}
+
 void batch_norm_forward(const KernelContext& context, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
   const Tensor& x = inputs[0];
   const BatchNormShape s = batch_norm_shape(x);
@@ -184,20 +191,15 @@ void batch_norm_forward(const KernelContext& context, std::span<const Tensor> in
   const bool training = context.training;
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelThreshold)
   for (std::int64_t c = 0; c < s.channels; ++c) {
-    double mean, variance;
+    const Moments moments = channel_statistics(px, s, c, training, running_mean, running_var);
+    const double mean = moments.mean, variance = moments.variance;
     if (training) {
-      const Moments moments = channel_moments(px, s, c);
-      mean = moments.mean;
-      variance = moments.variance;
       // PyTorch: the running variance takes the unbiased batch variance. With a single element
       // per channel (where PyTorch refuses to train) the biased one (0) is used instead.
       const double count = static_cast<double>(s.count());
       const double unbiased = count > 1 ? variance * count / (count - 1) : variance;
       running_mean[c] = static_cast<float>((1 - momentum) * running_mean[c] + momentum * mean);
       running_var[c] = static_cast<float>((1 - momentum) * running_var[c] + momentum * unbiased);
-    } else {
-      mean = running_mean[c];
-      variance = running_var[c];
     }
     const float scale = static_cast<float>(weight[c] / std::sqrt(variance + eps));
     const float shift = static_cast<float>(bias[c] - mean * scale);
@@ -224,15 +226,8 @@ void batch_norm_backward(const KernelContext& context, std::span<const Tensor> i
   const bool training = context.training;
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelThreshold)
   for (std::int64_t c = 0; c < s.channels; ++c) {
-    double mean, variance;
-    if (training) {
-      const Moments moments = channel_moments(px, s, c);
-      mean = moments.mean;
-      variance = moments.variance;
-    } else {
-      mean = running_mean[c];
-      variance = running_var[c];
-    }
+    const Moments moments = channel_statistics(px, s, c, training, running_mean, running_var);
+    const double mean = moments.mean, variance = moments.variance;
     const double rstd = 1.0 / std::sqrt(variance + eps);
     double sum_dy = 0, sum_dy_xhat = 0;
     for (std::int64_t n = 0; n < s.batch; ++n) {
