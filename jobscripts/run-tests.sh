@@ -14,13 +14,7 @@ source "$root/jobscripts/mpi-env.sh"
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$jobs"
 
-build_dir="build/$preset"
 label=${1:-}
-if [ -n "$label" ]; then
-  ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -L "$label"
-else
-  ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE slow
-fi
 
 # The CUDA backend must compile wherever nvcc exists (CI has nvcc but no GPU); its tests (label
 # "cuda") run on a GPU and skip with a message elsewhere. PARTRAIN_CUDA=off leaves this out.
@@ -29,4 +23,12 @@ if [ "$preset" = cpu ] && [ "${PARTRAIN_CUDA:-auto}" != off ] && command -v nvcc
   cmake --preset cuda
   cmake --build --preset cuda -j "$jobs" --target partrain partrain_cuda_tests
   ctest --test-dir build/cuda --output-on-failure -L cuda
+fi
+
+# The main suite runs last so that its summary is the one a reader (and CI) sees at the end.
+build_dir="build/$preset"
+if [ -n "$label" ]; then
+  ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -L "$label"
+else
+  ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE slow
 fi
