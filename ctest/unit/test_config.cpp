@@ -52,6 +52,43 @@ TEST(Config, OtherKnownSectionsAreAcceptedForNow) {
   EXPECT_NO_THROW(read("[model]\ntype = \"resnet\"\n[train]\nsteps = 10\n[parallel]\n[data]\n[log]\n[checkpoint]\n"));
 }
 
+TEST(Config, ReadsTrainAndParallelSections) {
+  const ConfigDocument document = ConfigDocument::parse(
+      "[model]\ntype = \"bert\"\n[train]\nsteps = 20\nglobal_batch = 16\noptimizer = \"sgd\"\nlr = 0.1\n"
+      "[parallel]\nplanner = \"manual\"\ndevice_memory = \"8GiB\"\nstages = 3\nreplicas = [2, 1, 1]\n"
+      "boundaries = [\"encoder.layer.0\", \"encoder.layer.1\"]\n",
+      "configs/x.toml", std::vector<std::string>{"parallel.schedule=gpipe"});
+  const TrainConfig train = read_train_config(document);
+  EXPECT_EQ(train.steps, 20);
+  EXPECT_EQ(train.global_batch, 16);
+  EXPECT_EQ(train.optimizer, "sgd");
+  EXPECT_DOUBLE_EQ(train.lr, 0.1);
+  const ParallelConfig parallel = read_parallel_config(document);
+  EXPECT_EQ(parallel.planner, "manual");
+  EXPECT_DOUBLE_EQ(parallel.device_memory_bytes, 8.0 * (1ull << 30));
+  EXPECT_EQ(parallel.schedule, "gpipe");
+  EXPECT_EQ(parallel.replicas, (std::vector<std::int64_t>{2, 1, 1}));
+  EXPECT_EQ(parallel.boundaries, (std::vector<std::string>{"encoder.layer.0", "encoder.layer.1"}));
+}
+
+TEST(Config, TrainAndParallelErrorsNameTheKey) {
+  auto parallel_error = [](const std::string& text) {
+    return error_message([&] { read_parallel_config(ConfigDocument::parse(text, "configs/x.toml")); });
+  };
+  EXPECT_EQ(parallel_error("[parallel]\ndevice_memory = \"8 parsecs\"\n").substr(0, 54),
+            "configs/x.toml:2: [parallel] key 'device_memory' is no");
+  EXPECT_EQ(parallel_error("[parallel]\nreplicas = [2, \"x\"]\n"),
+            "configs/x.toml:2: [parallel] key 'replicas' must hold only integers, not a string");
+  EXPECT_EQ(parallel_error("[parallel]\nstages = 3\nboundaries = [\"h.1\"]\n"),
+            "configs/x.toml:3: [parallel] key 'boundaries' needs stages - 1 = 2 entries, not 1");
+  EXPECT_EQ(parallel_error("[parallel]\nplanner = \"magic\"\n"),
+            "configs/x.toml:2: [parallel] key 'planner' is 'magic'; expected one of rannc ideals dpl capslog merak "
+            "uniform manual");
+  const std::string train_error = error_message(
+      [] { read_train_config(ConfigDocument::parse("[train]\nglobal_batch = 4\nmicrobatches = 8\n", "configs/x.toml")); });
+  EXPECT_EQ(train_error, "configs/x.toml:3: [train] key 'microbatches' exceeds global_batch 4");
+}
+
 TEST(Config, UnknownKeyNamesFileLineAndKey) {
   const std::string message = error_message([] { read("# comment\n[model]\ntype = \"bert\"\nhiden = 12\n"); });
   EXPECT_EQ(message, "configs/x.toml:4: [model] key 'hiden' is unknown");

@@ -17,6 +17,10 @@ struct TensorType {
   Shape shape;
   DType dtype = DType::F32;
   bool operator==(const TensorType&) const = default;
+  /// Bytes of a tensor of this type with the batch dimension (kBatch) set to `batch`.
+  std::int64_t bytes(std::int64_t batch) const {
+    return numel(with_batch(shape, batch)) * static_cast<std::int64_t>(dtype_size(dtype));
+  }
 };
 
 struct OpSchema {

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace partrain {
 
@@ -217,6 +219,56 @@ void SectionReader::read_choice(std::string_view key, std::string& value,
   value = text;
 }
 
+namespace {
+template <typename Element, typename Convert>
+void read_array(SectionReader& reader, const toml::node* node, std::string_view key, const char* element_name,
+                std::vector<Element>& value, Convert convert) {
+  if (!node) return;
+  const toml::array* array = node->as_array();
+  if (!array) reader.fail(key, std::string("must be an array of ") + element_name + ", not " + node_type_name(*node));
+  std::vector<Element> result;
+  for (const toml::node& element : *array) {
+    std::optional<Element> converted = convert(element);
+    if (!converted) reader.fail(key, std::string("must hold only ") + element_name + ", not " + node_type_name(element));
+    result.push_back(*converted);
+  }
+  value = std::move(result);
+}
+}  // namespace
+
+void SectionReader::read(std::string_view key, std::vector<std::int64_t>& value) {
+  const toml::node* node = find_key(document_, section_, key, read_keys_);
+  read_array(*this, node, key, "integers", value, [](const toml::node& element) -> std::optional<std::int64_t> {
+    if (!element.is_integer()) return std::nullopt;
+    return element.as_integer()->get();
+  });
+}
+
+void SectionReader::read(std::string_view key, std::vector<std::string>& value) {
+  const toml::node* node = find_key(document_, section_, key, read_keys_);
+  read_array(*this, node, key, "strings", value, [](const toml::node& element) -> std::optional<std::string> {
+    if (!element.is_string()) return std::nullopt;
+    return element.as_string()->get();
+  });
+}
+
+void SectionReader::read_memory_size(std::string_view key, double& bytes) {
+  const toml::node* node = find_key(document_, section_, key, read_keys_);
+  if (!node) return;
+  if (node->is_integer()) {
+    bytes = static_cast<double>(node->as_integer()->get());
+  } else if (node->is_string()) {
+    try {
+      bytes = static_cast<double>(parse_memory_size(node->as_string()->get()));
+    } catch (const Error& error) {
+      fail(key, std::string("is not a memory size: ") + error.what());
+    }
+  } else {
+    fail(key, std::string("must be a memory size such as \"16GiB\", not ") + node_type_name(*node));
+  }
+  if (bytes <= 0) fail(key, "must be positive");
+}
+
 void SectionReader::finish() const {
   const toml::table* table = section_table(document_, section_);
   if (!table) return;
@@ -301,12 +353,104 @@ ModelConfig read_model_config(const ConfigDocument& document) {
   return config;
 }
 
+// ---------------- [train] ----------------
+
+TrainConfig read_train_config(const ConfigDocument& document) {
+  SectionReader reader(document, "train");
+  TrainConfig config;
+  reader.read("steps", config.steps);
+  reader.read("global_batch", config.global_batch);
+  reader.read("microbatches", config.microbatches);
+  reader.read("seed", config.seed);
+  reader.read_choice("optimizer", config.optimizer, {"adamw", "sgd"});
+  reader.read("lr", config.lr);
+  reader.read("min_lr", config.min_lr);
+  reader.read("warmup_steps", config.warmup_steps);
+  reader.read_choice("lr_schedule", config.lr_schedule, {"cosine", "linear", "constant"});
+  reader.read("weight_decay", config.weight_decay);
+  reader.read("beta1", config.beta1);
+  reader.read("beta2", config.beta2);
+  reader.read("eps", config.eps);
+  reader.read("momentum", config.momentum);
+  reader.read("grad_clip", config.grad_clip);
+  reader.read("eval_every", config.eval_every);
+  reader.read("eval_batches", config.eval_batches);
+  reader.read_choice("precision", config.precision, {"fp32", "bf16"});
+  reader.finish();
+  if (config.steps < 0) reader.fail("steps", "must not be negative");
+  if (config.global_batch <= 0) reader.fail("global_batch", "must be positive");
+  if (config.microbatches < 0) reader.fail("microbatches", "must be positive (or 0 for the plan's choice)");
+  if (config.microbatches > config.global_batch)
+    reader.fail("microbatches", "exceeds global_batch " + std::to_string(config.global_batch));
+  if (config.lr < 0) reader.fail("lr", "must not be negative");
+  if (config.min_lr < 0 || config.min_lr > config.lr) reader.fail("min_lr", "must be in [0, lr]");
+  if (config.warmup_steps < 0) reader.fail("warmup_steps", "must not be negative");
+  if (config.weight_decay < 0) reader.fail("weight_decay", "must not be negative");
+  if (config.beta1 < 0 || config.beta1 >= 1) reader.fail("beta1", "must be in [0, 1)");
+  if (config.beta2 < 0 || config.beta2 >= 1) reader.fail("beta2", "must be in [0, 1)");
+  if (config.eps <= 0) reader.fail("eps", "must be positive");
+  if (config.momentum < 0 || config.momentum >= 1) reader.fail("momentum", "must be in [0, 1)");
+  if (config.grad_clip < 0) reader.fail("grad_clip", "must not be negative (0 turns clipping off)");
+  if (config.eval_every < 0) reader.fail("eval_every", "must not be negative");
+  if (config.eval_batches <= 0) reader.fail("eval_batches", "must be positive");
+  return config;
+}
+
+// ---------------- [parallel] ----------------
+
+ParallelConfig read_parallel_config(const ConfigDocument& document) {
+  SectionReader reader(document, "parallel");
+  ParallelConfig config;
+  reader.read_choice("planner", config.planner, {"rannc", "ideals", "dpl", "capslog", "merak", "uniform", "manual"});
+  reader.read("world_size", config.world_size);
+  reader.read_memory_size("device_memory", config.device_memory_bytes);
+  reader.read("memory_margin", config.memory_margin);
+  reader.read("devices_per_node", config.devices_per_node);
+  reader.read_choice("schedule", config.schedule, {"gpipe", "1f1b", "scp"});
+  reader.read_choice("recompute", config.recompute, {"auto", "none", "boundaries", "stage_aware"});
+  reader.read("blocks", config.blocks);
+  reader.read("max_microbatches", config.max_microbatches);
+  reader.read("max_ideals", config.max_ideals);
+  reader.read("stages", config.stages);
+  reader.read("replicas", config.replicas);
+  reader.read("boundaries", config.boundaries);
+  reader.read("device_flops", config.device_flops);
+  reader.read("link_bandwidth", config.link_bandwidth);
+  reader.read("network_bandwidth", config.network_bandwidth);
+  reader.finish();
+  if (config.world_size < 0) reader.fail("world_size", "must not be negative (0: the MPI world size)");
+  if (config.memory_margin < 0 || config.memory_margin >= 1) reader.fail("memory_margin", "must be in [0, 1)");
+  if (config.devices_per_node <= 0) reader.fail("devices_per_node", "must be positive");
+  if (config.blocks <= 0) reader.fail("blocks", "must be positive");
+  if (config.max_microbatches <= 0) reader.fail("max_microbatches", "must be positive");
+  if (config.max_ideals <= 0) reader.fail("max_ideals", "must be positive");
+  if (config.stages < 0) reader.fail("stages", "must not be negative (0: the planner's choice)");
+  for (std::int64_t replicas : config.replicas)
+    if (replicas <= 0) reader.fail("replicas", "must hold positive counts");
+  if (!config.replicas.empty() && config.stages != 0 && static_cast<std::int64_t>(config.replicas.size()) != config.stages)
+    reader.fail("replicas", "has " + std::to_string(config.replicas.size()) + " entries but stages = " +
+                                std::to_string(config.stages));
+  if (!config.boundaries.empty() && config.stages != 0 &&
+      static_cast<std::int64_t>(config.boundaries.size()) + 1 != config.stages)
+    reader.fail("boundaries", "needs stages - 1 = " + std::to_string(config.stages - 1) + " entries, not " +
+                                  std::to_string(config.boundaries.size()));
+  if (config.device_flops <= 0) reader.fail("device_flops", "must be positive");
+  if (config.link_bandwidth <= 0) reader.fail("link_bandwidth", "must be positive");
+  if (config.network_bandwidth <= 0) reader.fail("network_bandwidth", "must be positive");
+  return config;
+}
+
 ExperimentConfig load_experiment(const std::string& path, std::span<const std::string> overrides) {
   const ConfigDocument document = ConfigDocument::load(path, overrides);
   document.check_sections(known_config_sections());
   ExperimentConfig config;
   config.path = path;
+  std::ostringstream text;
+  text << document.data().table;
+  config.text = text.str();
   config.model = read_model_config(document);
+  config.train = read_train_config(document);
+  config.parallel = read_parallel_config(document);
   return config;
 }
 

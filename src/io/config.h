@@ -67,6 +67,11 @@ class SectionReader {
   void read(std::string_view key, std::string& value);
   /// Reads a string that must be one of `choices`.
   void read_choice(std::string_view key, std::string& value, std::initializer_list<std::string_view> choices);
+  /// Reads an array of integers / of strings (every element must have that type).
+  void read(std::string_view key, std::vector<std::int64_t>& value);
+  void read(std::string_view key, std::vector<std::string>& value);
+  /// Reads a memory size given as a string ("16GiB", see core/units.h) or a number of bytes.
+  void read_memory_size(std::string_view key, double& bytes);
   /// Throws partrain::Error "file:line: [section] key 'key' <message>" (the section's line when
   /// the key is absent).
   [[noreturn]] void fail(std::string_view key, const std::string& message) const;
@@ -120,6 +125,52 @@ struct ModelConfig {
 /// (heads not dividing hidden, seq_len > max_position, unsupported depth, probabilities outside [0, 1)).
 ModelConfig read_model_config(const ConfigDocument& document);
 
+/// The [train] section: the optimisation problem (steps, batch, optimizer, learning-rate schedule).
+struct TrainConfig {
+  std::int64_t steps = 10;               // optimizer steps
+  std::int64_t global_batch = 8;         // samples per step over all pipeline copies
+  std::int64_t microbatches = 0;         // microbatches per step and pipeline copy; 0: the plan's choice
+  std::int64_t seed = 1234;              // parameters, dropout and data order
+  std::string optimizer = "adamw";       // "adamw" or "sgd" (with momentum)
+  double lr = 1e-3;                      // peak learning rate
+  double min_lr = 0.0;                   // learning rate at the end of the decay
+  std::int64_t warmup_steps = 0;         // linear warm-up from 0 to lr
+  std::string lr_schedule = "cosine";    // decay after warm-up: "cosine", "linear" or "constant"
+  double weight_decay = 0.01;            // decoupled (AdamW) / L2 added to the gradient (SGD)
+  double beta1 = 0.9;                    // AdamW
+  double beta2 = 0.999;                  // AdamW
+  double eps = 1e-8;                     // AdamW
+  double momentum = 0.9;                 // SGD
+  double grad_clip = 1.0;                // global-norm clipping threshold; 0: off
+  std::int64_t eval_every = 0;           // evaluate on held-out data every N steps; 0: never
+  std::int64_t eval_batches = 1;         // global batches per evaluation
+  std::string precision = "fp32";        // "fp32" or "bf16" (mixed precision, GPU backend)
+};
+
+/// The [parallel] section: how the model is split over the devices (DESIGN.md "Partitioning").
+struct ParallelConfig {
+  std::string planner = "rannc";         // rannc, ideals, dpl, capslog, merak, uniform, manual
+  std::int64_t world_size = 0;           // devices to plan for; 0: the MPI world size (plan: 1)
+  double device_memory_bytes = 16.0 * (1ull << 30);  // memory per device
+  double memory_margin = 0.1;            // fraction of device memory kept free
+  std::int64_t devices_per_node = 8;     // devices sharing a node (fast link)
+  std::string schedule = "1f1b";         // gpipe, 1f1b or scp
+  std::string recompute = "auto";        // auto (boundaries when S > 1), none, boundaries, stage_aware
+  std::int64_t blocks = 32;              // RaNNC block count k
+  std::int64_t max_microbatches = 64;    // RaNNC Algorithm 2 doubles the microbatch count up to this
+  std::int64_t max_ideals = 200000;      // ideals planner: cap on enumerated ideals
+  std::int64_t stages = 0;               // uniform / merak / manual: stage count; 0: the planner's choice
+  std::vector<std::int64_t> replicas;    // manual: replicas per stage (sum = devices per pipeline copy)
+  std::vector<std::string> boundaries;   // manual: first layer of stages 2..S (names as in `inspect`, e.g. "encoder.layer.1")
+  double device_flops = 1e12;            // analytic cost model: sustained FLOP/s of one device
+  double link_bandwidth = 100e9;         // bytes/s between devices of a node
+  double network_bandwidth = 12.5e9;     // bytes/s between nodes
+};
+
+/// Reads [train] and [parallel]; throws partrain::Error naming file, line and key on bad values.
+TrainConfig read_train_config(const ConfigDocument& document);
+ParallelConfig read_parallel_config(const ConfigDocument& document);
+
 /// Names of the top-level sections an experiment file may hold: model, train, parallel, data,
 /// profile, log, checkpoint.
 std::span<const std::string_view> known_config_sections();
@@ -128,7 +179,10 @@ std::span<const std::string_view> known_config_sections();
 /// known section names.
 struct ExperimentConfig {
   std::string path;
+  std::string text;            // the file's TOML text with overrides applied (saved in checkpoints)
   ModelConfig model;
+  TrainConfig train;
+  ParallelConfig parallel;
 };
 
 /// Loads an experiment file with overrides and reads every section. Throws partrain::Error.

@@ -1,0 +1,269 @@
+// The Plan (rank map, sample ranges, validation, JSON) and the shared plan-building steps
+// (layer groups, predictions, microbatch choice, memory errors) on the tiny reference models.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+
+#include "core/error.h"
+#include "graph/subgraph.h"
+#include "models/model.h"
+#include "partition/plan.h"
+#include "partition/plan_builder.h"
+
+namespace partrain::partition {
+namespace {
+
+template <typename Action>
+std::string error_message(Action action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.message();
+  }
+  return "";
+}
+
+ModelConfig tiny(const std::string& type) {
+  ModelConfig config;
+  config.type = type;
+  if (type == "resnet") {
+    config.depth = 18;
+    config.base_width = 8;
+    config.classes = 10;
+    config.image_size = 28;
+    config.channels = 1;
+    return config;
+  }
+  config.layers = 2;
+  config.hidden = 128;
+  config.heads = 2;
+  config.intermediate = 512;
+  config.vocab = 8000;
+  config.max_position = 64;
+  config.seq_len = 64;
+  return config;
+}
+
+// Costs straight from the graph's per-task figures: 1 GFLOP/s, backward = 2 × forward, no
+// transient memory. Simple enough to predict by hand below.
+class TaskSumCostModel : public CostModel {
+ public:
+  explicit TaskSumCostModel(const Graph& graph, double memory_bytes) : graph_(graph) { device_.memory_bytes = memory_bytes; }
+  profile::Measurement measure(std::span<const int> tasks, std::int64_t batch) const override {
+    profile::Measurement m;
+    for (int id : tasks) {
+      const Task& task = graph_.task(id);
+      const double scale = task.constant ? 1.0 : static_cast<double>(batch);
+      m.forward_seconds += task.cost.forward_flops * scale / 1e9;
+      m.parameter_bytes += task.cost.parameter_bytes;
+      m.activation_bytes += task.cost.activation_bytes * scale;
+    }
+    m.backward_seconds = 2 * m.forward_seconds;
+    m.peak_bytes = m.activation_bytes;
+    return m;
+  }
+  double transfer_seconds(double, bool) const override { return 0.0; }
+  double allreduce_seconds(double bytes, int replicas, bool) const override {
+    return replicas > 1 ? bytes / 1e9 : 0.0;
+  }
+  std::string description() const override { return "task sums at 1 GFLOP/s"; }
+  const DeviceSpec& device() const override { return device_; }
+
+ private:
+  const Graph& graph_;
+  DeviceSpec device_;
+};
+
+Plan two_stage_plan(const Graph& graph) {
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  Plan plan;
+  plan.planner = "test";
+  plan.graph_hash = graph.hash();
+  plan.world_size = 6;
+  plan.pipeline_copies = 2;
+  plan.global_batch = 12;
+  plan.microbatches = 2;
+  plan.stages.resize(2);
+  plan.stages[0].tasks = join_groups(groups, 0, 2);
+  plan.stages[0].replicas = 2;
+  plan.stages[1].tasks = join_groups(groups, 2, groups.size());
+  plan.stages[1].replicas = 1;
+  return plan;
+}
+
+TEST(LayerGroups, CoverEveryTaskInConvexGroupsInPipelineOrder) {
+  for (const char* type : {"bert", "gpt", "resnet"}) {
+    const Graph graph = build_model(tiny(type));
+    const std::vector<LayerGroup> groups = layer_groups(graph);
+    ASSERT_GE(groups.size(), 3u) << type;
+    std::vector<int> seen(graph.tasks().size(), 0);
+    std::vector<int> group_of(graph.tasks().size(), -1);
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      std::vector<int> non_constant;
+      for (int task : groups[g].tasks) {
+        ++seen[task];
+        if (!graph.task(task).constant) {
+          non_constant.push_back(task);
+          group_of[task] = static_cast<int>(g);
+        }
+      }
+      EXPECT_TRUE(is_convex(graph, non_constant)) << type << " group " << groups[g].name;
+    }
+    for (const Task& task : graph.tasks()) {
+      if (task.constant) {
+        EXPECT_GE(seen[task.id], 1) << task.name;
+        continue;
+      }
+      EXPECT_EQ(seen[task.id], 1) << task.name;
+      for (int output : task.outputs)
+        for (int consumer : graph.value(output).consumers)
+          if (!graph.task(consumer).constant) EXPECT_GE(group_of[consumer], group_of[task.id]) << task.name;
+    }
+  }
+  const std::vector<LayerGroup> bert = layer_groups(build_model(tiny("bert")));
+  EXPECT_EQ(bert[0].name, "embeddings");
+  EXPECT_EQ(bert[1].name, "encoder.layer.0");
+  EXPECT_EQ(bert[2].name, "encoder.layer.1");
+}
+
+TEST(Plan, RankMapAndReplicaSamples) {
+  const Graph graph = build_model(tiny("bert"));
+  const Plan plan = two_stage_plan(graph);
+  EXPECT_EQ(plan.devices_per_copy(), 3);
+  EXPECT_EQ(plan.microbatch_size(), 3);
+  // copy-major, then stage, then replica: ranks 0,1 = copy 0 stage 0; 2 = copy 0 stage 1; 3.. copy 1
+  const std::vector<std::array<int, 3>> expected = {{0, 0, 0}, {0, 0, 1}, {0, 1, 0}, {1, 0, 0}, {1, 0, 1}, {1, 1, 0}};
+  for (int rank = 0; rank < 6; ++rank) {
+    const Placement placement = plan.placement_of(rank);
+    EXPECT_EQ(placement.copy, expected[rank][0]);
+    EXPECT_EQ(placement.stage, expected[rank][1]);
+    EXPECT_EQ(placement.replica, expected[rank][2]);
+    EXPECT_EQ(plan.rank_of(placement), rank);
+  }
+  EXPECT_EQ(plan.replica_samples(0, 0), (std::pair<std::int64_t, std::int64_t>{0, 2}));
+  EXPECT_EQ(plan.replica_samples(0, 1), (std::pair<std::int64_t, std::int64_t>{2, 3}));
+  EXPECT_EQ(plan.replica_samples(1, 0), (std::pair<std::int64_t, std::int64_t>{0, 3}));
+  EXPECT_NE(error_message([&] { plan.placement_of(6); }).find("rank 6 is outside"), std::string::npos);
+  EXPECT_NO_THROW(plan.validate(graph));
+}
+
+TEST(Plan, ValidationNamesTheProblem) {
+  const Graph graph = build_model(tiny("bert"));
+  const Plan good = two_stage_plan(graph);
+  Plan plan = good;
+  plan.stages[1].tasks.clear();
+  EXPECT_NE(error_message([&] { plan.validate(graph); }).find("stage 1 is empty"), std::string::npos);
+  plan = good;
+  std::swap(plan.stages[0], plan.stages[1]);
+  EXPECT_NE(error_message([&] { plan.validate(graph); }).find("out of pipeline order"), std::string::npos);
+  plan = good;
+  plan.stages[1].tasks.pop_back();
+  EXPECT_EQ(error_message([&] { plan.validate(graph); }), "plan (test): task loss is in no stage");
+  plan = good;
+  plan.stages[0].tasks.push_back(plan.stages[1].tasks.back());
+  EXPECT_EQ(error_message([&] { plan.validate(graph); }), "plan (test): task loss is in stages 0 and 1");
+  plan = good;
+  plan.world_size = 8;
+  EXPECT_NE(error_message([&] { plan.validate(graph); }).find("world size 8 is not 2 pipeline copies x 3"),
+            std::string::npos);
+  plan = good;
+  plan.global_batch = 10;
+  EXPECT_NE(error_message([&] { plan.validate(graph); }).find("does not divide"), std::string::npos);
+  plan = good;
+  // A set with a hole (a layer's first and last task without the middle) is not convex.
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  plan.stages.resize(3);
+  plan.stages[2] = plan.stages[1];
+  plan.stages[1].tasks = groups[1].tasks;
+  plan.stages[0].tasks = groups[0].tasks;
+  const int middle = groups[1].tasks[groups[1].tasks.size() / 2];
+  plan.stages[1].tasks.erase(std::find(plan.stages[1].tasks.begin(), plan.stages[1].tasks.end(), middle));
+  plan.stages[2].tasks.insert(std::lower_bound(plan.stages[2].tasks.begin(), plan.stages[2].tasks.end(), middle), middle);
+  plan.stages[2].tasks = join_groups(groups, 2, groups.size());
+  plan.stages[2].tasks.insert(std::lower_bound(plan.stages[2].tasks.begin(), plan.stages[2].tasks.end(), middle), middle);
+  plan.stages[2].replicas = 1;
+  plan.world_size = 2 * 4;
+  const std::string message = error_message([&] { plan.validate(graph); });
+  EXPECT_TRUE(message.find("not convex") != std::string::npos || message.find("out of pipeline order") != std::string::npos)
+      << message;
+}
+
+TEST(Plan, JsonRoundTripThroughAFile) {
+  const Graph graph = build_model(tiny("gpt"));
+  Plan plan = two_stage_plan(graph);
+  plan.schedule = ScheduleKind::GPipe;
+  plan.stages[0].recompute = RecomputePolicy::StageBoundaries;
+  plan.stages[1].forward_seconds = 0.25;
+  plan.stages[1].memory_bytes = 12345;
+  plan.predicted_step_seconds = 1.5;
+  const std::string path = (std::filesystem::temp_directory_path() / "partrain_test_plan.json").string();
+  plan.save(path);
+  const Plan loaded = Plan::load(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(loaded.to_json(), plan.to_json());
+  EXPECT_EQ(loaded.graph_hash, graph.hash());
+  EXPECT_EQ(loaded.schedule, ScheduleKind::GPipe);
+  EXPECT_EQ(loaded.stages[0].recompute, RecomputePolicy::StageBoundaries);
+  EXPECT_EQ(loaded.stages[1].tasks, plan.stages[1].tasks);
+  EXPECT_NO_THROW(loaded.validate(graph));
+  EXPECT_NE(error_message([] { Plan::from_json(nlohmann::json{{"format", "other"}}, "x.json"); }).find("x.json: not a partrain plan"),
+            std::string::npos);
+  EXPECT_NE(error_message([&] { loaded.validate(build_model(tiny("bert"))); }).find("another model"), std::string::npos);
+}
+
+TEST(Plan, SummariesNameLayerRanges) {
+  const Graph graph = build_model(tiny("bert"));
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  EXPECT_EQ(summarize_tasks(graph, join_groups(groups, 0, 3)), "embeddings, encoder.layer.0-1");
+  const std::vector<int> part(groups[1].tasks.begin(), groups[1].tasks.begin() + 3);
+  EXPECT_NE(summarize_tasks(graph, part).find("encoder.layer.0 (3 of "), std::string::npos);
+}
+
+TEST(PlanBuilder, PredictionsFollowTheCostModelAndTheBubbleFormula) {
+  const Graph graph = build_model(tiny("bert"));
+  const TaskSumCostModel cost(graph, 1e12);
+  PlannerOptions options;
+  options.world_size = 3;
+  options.global_batch = 12;
+  options.microbatches = 4;
+  options.recompute = "none";
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  const std::vector<std::vector<int>> stages = {join_groups(groups, 0, 2), join_groups(groups, 2, groups.size())};
+  const Plan plan = plan_from_stages(graph, stages, {2, 1}, cost, options, "test");
+  ASSERT_EQ(plan.microbatches, 4);
+  ASSERT_EQ(plan.microbatch_size(), 3);
+  // Stage 0 replica 0 gets 2 of the 3 samples, stage 1 all 3.
+  const profile::Measurement first = cost.measure(stages[0], 2), second = cost.measure(stages[1], 3);
+  EXPECT_DOUBLE_EQ(plan.stages[0].forward_seconds, first.forward_seconds);
+  EXPECT_DOUBLE_EQ(plan.stages[1].backward_seconds, second.backward_seconds);
+  const double slowest = std::max(3 * first.forward_seconds, 3 * second.forward_seconds);
+  const double allreduce = first.parameter_bytes / 1e9;  // stage 0 has 2 replicas
+  EXPECT_NEAR(plan.predicted_step_seconds, (4 + 2 - 1) * slowest + allreduce, 1e-12);
+  // 1F1B: stage 0 keeps min(S - 0, M) = 2 microbatches in flight, stage 1 one; AdamW: 4 state bytes per byte.
+  EXPECT_NEAR(plan.stages[0].memory_bytes, first.parameter_bytes * 4 + 2 * first.activation_bytes, 1e-3);
+  EXPECT_NEAR(plan.stages[1].memory_bytes, second.parameter_bytes * 4 + 1 * second.activation_bytes, 1e-3);
+  EXPECT_EQ(plan.stages[0].summary, "embeddings, encoder.layer.0");
+}
+
+TEST(PlanBuilder, ChoosesMicrobatchesAndReportsTheMemoryNeeded) {
+  const Graph graph = build_model(tiny("gpt"));
+  PlannerOptions options;
+  options.world_size = 2;
+  options.global_batch = 16;
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  const std::vector<std::vector<int>> stages = {join_groups(groups, 0, 2), join_groups(groups, 2, groups.size())};
+  const TaskSumCostModel roomy(graph, 1e12);
+  const Plan plan = plan_from_stages(graph, stages, {1, 1}, roomy, options, "test");
+  // With equal costs per sample the bubble (M + S − 1)/M shrinks as M grows: the largest M wins.
+  EXPECT_EQ(plan.microbatches, 16);
+  const TaskSumCostModel tight(graph, 1e5);
+  const std::string message = error_message([&] { plan_from_stages(graph, stages, {1, 1}, tight, options, "test"); });
+  EXPECT_NE(message.find("test: the plan does not fit in"), std::string::npos) << message;
+  EXPECT_NE(message.find("it needs at least"), std::string::npos) << message;
+  EXPECT_NE(error_message([&] { equal_replicas(4, 3); }).find("do not divide"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace partrain::partition

@@ -1,0 +1,34 @@
+#pragma once
+// The Tarnawski et al. planners (ideals, dpl) on a model graph: the graph's non-constant tasks (or,
+// for very large graphs, its layers) become the nodes of a dnn-partitioning Workload whose costs
+// come from a CostModel, the DP splits them over accelerators, and the split becomes a Plan.
+#include <cstdint>
+#include <vector>
+
+#include "graph/graph.h"
+#include "partition/cost_model.h"
+#include "partition/plan.h"
+#include "partition/planner.h"
+#include "partition/workload.h"
+
+namespace partrain::partition {
+
+/// A Workload with one forward node per group of tasks (each group's tasks run together): accelerator
+/// latency = forward + backward ms of the group at `batch` samples, size = model-state bytes +
+/// activation bytes, one edge per pair of groups connected by an activation, costing the ms to move it
+/// forward and its gradient back. No CPUs; `accelerators` devices of the cost model's memory.
+Workload workload_from_groups(const Graph& graph, const std::vector<std::vector<int>>& groups, const CostModel& cost,
+                              std::int64_t batch, int accelerators, const PlannerOptions& options);
+
+/// Adds to each stage (non-constant task lists in pipeline order) the constant tasks it needs,
+/// cloned into every stage that consumes them (RaNNC §III-A), and sorts each stage.
+std::vector<std::vector<int>> attach_constant_tasks(const Graph& graph, std::vector<std::vector<int>> stages);
+
+/// The ideals (exact DP over ideals, Tarnawski §5.1.1/§5.3) or dpl (§5.1.2) planner on a model: for
+/// each divisor K of the world size, split into at most K stages (one accelerator each), give the
+/// stages world_size / S replicas when S divides the world size, predict, and keep the fastest plan.
+/// Nodes are the non-constant tasks (layers when there are more than 4000). Throws partrain::Error
+/// when nothing fits or there are too many ideals (the message suggests dpl).
+Plan plan_tarnawski(const Graph& graph, const CostModel& cost, const PlannerOptions& options, bool linearised);
+
+}  // namespace partrain::partition

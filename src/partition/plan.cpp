@@ -1,0 +1,370 @@
+#include "partition/plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "graph/subgraph.h"
+#include "models/model.h"
+
+namespace partrain {
+
+// ---------------- names ----------------
+
+const char* schedule_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::OneForwardOneBackward: return "1f1b";
+    case ScheduleKind::ShiftedCriticalPath: return "scp";
+  }
+  return "?";
+}
+
+ScheduleKind parse_schedule(const std::string& name) {
+  if (name == "gpipe") return ScheduleKind::GPipe;
+  if (name == "1f1b") return ScheduleKind::OneForwardOneBackward;
+  if (name == "scp") return ScheduleKind::ShiftedCriticalPath;
+  PARTRAIN_FAIL("unknown schedule '" << name << "' (expected gpipe, 1f1b or scp)");
+}
+
+const char* recompute_name(RecomputePolicy policy) {
+  switch (policy) {
+    case RecomputePolicy::None: return "none";
+    case RecomputePolicy::StageBoundaries: return "boundaries";
+    case RecomputePolicy::StageAware: return "stage_aware";
+  }
+  return "?";
+}
+
+RecomputePolicy parse_recompute(const std::string& name) {
+  if (name == "none") return RecomputePolicy::None;
+  if (name == "boundaries") return RecomputePolicy::StageBoundaries;
+  if (name == "stage_aware") return RecomputePolicy::StageAware;
+  PARTRAIN_FAIL("unknown recompute policy '" << name << "' (expected none, boundaries or stage_aware)");
+}
+
+// ---------------- derived quantities ----------------
+
+int Plan::devices_per_copy() const {
+  int devices = 0;
+  for (const PlanStage& stage : stages) devices += stage.replicas;
+  return devices;
+}
+
+std::int64_t Plan::microbatch_size() const {
+  const std::int64_t divisor = static_cast<std::int64_t>(pipeline_copies) * microbatches;
+  return divisor > 0 ? global_batch / divisor : 0;
+}
+
+double Plan::predicted_samples_per_second() const {
+  return predicted_step_seconds > 0 ? static_cast<double>(global_batch) / predicted_step_seconds : 0.0;
+}
+
+int Plan::rank_of(const Placement& placement) const {
+  PARTRAIN_CHECK(placement.copy >= 0 && placement.copy < pipeline_copies && placement.stage >= 0 &&
+                     placement.stage < static_cast<int>(stages.size()) && placement.replica >= 0 &&
+                     placement.replica < stages[placement.stage].replicas,
+                 "plan: no rank for copy " << placement.copy << ", stage " << placement.stage << ", replica "
+                                           << placement.replica);
+  int rank = placement.copy * devices_per_copy();
+  for (int s = 0; s < placement.stage; ++s) rank += stages[s].replicas;
+  return rank + placement.replica;
+}
+
+Placement Plan::placement_of(int rank) const {
+  const int devices = devices_per_copy();
+  PARTRAIN_CHECK(devices > 0 && rank >= 0 && rank < pipeline_copies * devices,
+                 "plan: rank " << rank << " is outside the plan's " << pipeline_copies * devices << " ranks");
+  Placement placement;
+  placement.copy = rank / devices;
+  int offset = rank % devices;
+  while (offset >= stages[placement.stage].replicas) offset -= stages[placement.stage++].replicas;
+  placement.replica = offset;
+  return placement;
+}
+
+std::pair<std::int64_t, std::int64_t> Plan::replica_samples(int stage, int replica) const {
+  PARTRAIN_CHECK(stage >= 0 && stage < static_cast<int>(stages.size()) && replica >= 0 &&
+                     replica < stages[stage].replicas,
+                 "plan: stage " << stage << " has no replica " << replica);
+  const std::int64_t size = microbatch_size();
+  const std::int64_t parts = stages[stage].replicas;
+  const std::int64_t base = size / parts, extra = size % parts;
+  const std::int64_t begin = replica * base + std::min<std::int64_t>(replica, extra);
+  return {begin, begin + base + (replica < extra ? 1 : 0)};
+}
+
+int Plan::bottleneck_stage() const {
+  int best = 0;
+  for (int s = 1; s < static_cast<int>(stages.size()); ++s) {
+    if (stages[s].forward_seconds + stages[s].backward_seconds >
+        stages[best].forward_seconds + stages[best].backward_seconds)
+      best = s;
+  }
+  return best;
+}
+
+// ---------------- validation ----------------
+
+void Plan::validate(const Graph& graph) const {
+  PARTRAIN_CHECK(!stages.empty(), "plan (" << planner << "): it has no stages");
+  PARTRAIN_CHECK(graph_hash == 0 || graph_hash == graph.hash(),
+                 "plan (" << planner << "): it was made for another model (graph hash differs)");
+  const int task_count = static_cast<int>(graph.tasks().size());
+  std::vector<int> stage_of(task_count, -1);
+  std::vector<std::vector<int>> constant_stages(task_count);
+  for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
+    const PlanStage& stage = stages[s];
+    PARTRAIN_CHECK(!stage.tasks.empty(), "plan (" << planner << "): stage " << s << " is empty");
+    PARTRAIN_CHECK(stage.replicas > 0, "plan (" << planner << "): stage " << s << " has " << stage.replicas << " replicas");
+    PARTRAIN_CHECK(std::is_sorted(stage.tasks.begin(), stage.tasks.end()) &&
+                       std::adjacent_find(stage.tasks.begin(), stage.tasks.end()) == stage.tasks.end(),
+                   "plan (" << planner << "): stage " << s << "'s task ids are not ascending and distinct");
+    std::vector<int> non_constant;
+    for (int task : stage.tasks) {
+      PARTRAIN_CHECK(task >= 0 && task < task_count, "plan (" << planner << "): stage " << s << " names task "
+                                                              << task << ", but the graph has " << task_count);
+      if (graph.task(task).constant) {
+        constant_stages[task].push_back(s);
+        continue;
+      }
+      PARTRAIN_CHECK(stage_of[task] < 0, "plan (" << planner << "): task " << graph.task(task).name
+                                                  << " is in stages " << stage_of[task] << " and " << s);
+      stage_of[task] = s;
+      non_constant.push_back(task);
+    }
+    PARTRAIN_CHECK(!non_constant.empty() || stages.size() == 1,
+                   "plan (" << planner << "): stage " << s << " holds only constant tasks");
+  }
+  for (const Task& task : graph.tasks()) {
+    if (task.constant) {
+      PARTRAIN_CHECK(!constant_stages[task.id].empty(),
+                     "plan (" << planner << "): constant task " << task.name << " is in no stage");
+    } else {
+      PARTRAIN_CHECK(stage_of[task.id] >= 0, "plan (" << planner << "): task " << task.name << " is in no stage");
+    }
+  }
+  for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
+    std::vector<int> non_constant;
+    for (int task : stages[s].tasks)
+      if (!graph.task(task).constant) non_constant.push_back(task);
+    if (!non_constant.empty())
+      PARTRAIN_CHECK(is_convex(graph, non_constant), "plan (" << planner << "): stage " << s << " is not convex");
+  }
+  for (const Task& task : graph.tasks()) {
+    if (task.constant) continue;
+    for (int output : task.outputs) {
+      for (int consumer : graph.value(output).consumers) {
+        if (graph.task(consumer).constant) continue;
+        PARTRAIN_CHECK(stage_of[consumer] >= stage_of[task.id],
+                       "plan (" << planner << "): stages are out of pipeline order: task " << task.name << " (stage "
+                                << stage_of[task.id] << ") feeds " << graph.task(consumer).name << " (stage "
+                                << stage_of[consumer] << ")");
+      }
+    }
+  }
+  // A cloned constant task must feed something in each stage that holds it.
+  for (const Task& task : graph.tasks()) {
+    for (int s : constant_stages[task.id]) {
+      bool used = graph.is_output(task.outputs.front());
+      for (int output : task.outputs)
+        for (int consumer : graph.value(output).consumers) {
+          const std::vector<int>& tasks = stages[s].tasks;
+          used = used || std::binary_search(tasks.begin(), tasks.end(), consumer);
+        }
+      PARTRAIN_CHECK(used, "plan (" << planner << "): constant task " << task.name << " is in stage " << s
+                                    << ", which does not use it");
+    }
+  }
+  PARTRAIN_CHECK(pipeline_copies > 0 && microbatches > 0,
+                 "plan (" << planner << "): pipeline copies and microbatches must be positive");
+  PARTRAIN_CHECK(world_size == pipeline_copies * devices_per_copy(),
+                 "plan (" << planner << "): the world size " << world_size << " is not " << pipeline_copies
+                          << " pipeline copies x " << devices_per_copy() << " devices per copy");
+  PARTRAIN_CHECK(global_batch % (static_cast<std::int64_t>(pipeline_copies) * microbatches) == 0,
+                 "plan (" << planner << "): the global batch " << global_batch << " does not divide into "
+                          << pipeline_copies << " pipeline copies x " << microbatches << " microbatches");
+  for (int s = 0; s < static_cast<int>(stages.size()); ++s)
+    PARTRAIN_CHECK(microbatch_size() >= stages[s].replicas,
+                   "plan (" << planner << "): a microbatch of " << microbatch_size() << " samples cannot feed the "
+                            << stages[s].replicas << " replicas of stage " << s);
+}
+
+// ---------------- JSON ----------------
+
+namespace {
+std::string hash_hex(std::uint64_t hash) {
+  std::ostringstream text;
+  text << std::hex << std::setw(16) << std::setfill('0') << hash;
+  return text.str();
+}
+}  // namespace
+
+nlohmann::json Plan::to_json() const {
+  nlohmann::json stage_list = nlohmann::json::array();
+  for (const PlanStage& stage : stages) {
+    stage_list.push_back({{"summary", stage.summary}, {"replicas", stage.replicas},
+                          {"recompute", recompute_name(stage.recompute)}, {"forward_seconds", stage.forward_seconds},
+                          {"backward_seconds", stage.backward_seconds}, {"memory_bytes", stage.memory_bytes},
+                          {"tasks", stage.tasks}});
+  }
+  return {{"format", "partrain-plan"},
+          {"version", 1},
+          {"planner", planner},
+          {"graph_hash", hash_hex(graph_hash)},
+          {"world_size", world_size},
+          {"pipeline_copies", pipeline_copies},
+          {"global_batch", global_batch},
+          {"microbatches", microbatches},
+          {"schedule", schedule_name(schedule)},
+          {"device_memory_bytes", device_memory_bytes},
+          {"predicted_step_seconds", predicted_step_seconds},
+          {"cost_model", cost_model},
+          {"stages", stage_list}};
+}
+
+Plan Plan::from_json(const nlohmann::json& document, const std::string& source_name) {
+  try {
+    PARTRAIN_CHECK(document.is_object() && document.value("format", "") == "partrain-plan",
+                   source_name << ": not a partrain plan (key 'format' is not \"partrain-plan\")");
+    PARTRAIN_CHECK(document.at("version").get<int>() == 1,
+                   source_name << ": plan version " << document.at("version") << " is not supported");
+    Plan plan;
+    plan.planner = document.at("planner").get<std::string>();
+    plan.graph_hash = std::stoull(document.at("graph_hash").get<std::string>(), nullptr, 16);
+    plan.world_size = document.at("world_size").get<int>();
+    plan.pipeline_copies = document.at("pipeline_copies").get<int>();
+    plan.global_batch = document.at("global_batch").get<std::int64_t>();
+    plan.microbatches = document.at("microbatches").get<int>();
+    plan.schedule = parse_schedule(document.at("schedule").get<std::string>());
+    plan.device_memory_bytes = document.value("device_memory_bytes", 0.0);
+    plan.predicted_step_seconds = document.value("predicted_step_seconds", 0.0);
+    plan.cost_model = document.value("cost_model", std::string());
+    for (const nlohmann::json& entry : document.at("stages")) {
+      PlanStage stage;
+      stage.summary = entry.value("summary", std::string());
+      stage.replicas = entry.at("replicas").get<int>();
+      stage.recompute = parse_recompute(entry.value("recompute", std::string("none")));
+      stage.forward_seconds = entry.value("forward_seconds", 0.0);
+      stage.backward_seconds = entry.value("backward_seconds", 0.0);
+      stage.memory_bytes = entry.value("memory_bytes", 0.0);
+      stage.tasks = entry.at("tasks").get<std::vector<int>>();
+      plan.stages.push_back(std::move(stage));
+    }
+    return plan;
+  } catch (const nlohmann::json::exception& error) {
+    PARTRAIN_FAIL(source_name << ": malformed plan: " << error.what());
+  } catch (const std::logic_error& error) {  // stoull
+    PARTRAIN_FAIL(source_name << ": malformed plan graph_hash: " << error.what());
+  }
+}
+
+void Plan::save(const std::string& path) const {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+    PARTRAIN_CHECK(file, temporary << ": cannot write the plan");
+    file << to_json().dump(1) << '\n';
+    file.close();
+    PARTRAIN_CHECK(file, temporary << ": writing the plan failed");
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  PARTRAIN_CHECK(!error, path << ": cannot rename the plan into place: " << error.message());
+}
+
+Plan Plan::load(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  PARTRAIN_CHECK(file, path << ": cannot read the plan");
+  nlohmann::json document;
+  try {
+    file >> document;
+  } catch (const nlohmann::json::exception& error) {
+    PARTRAIN_FAIL(path << ": not JSON: " << error.what());
+  }
+  return from_json(document, path);
+}
+
+// ---------------- summaries and the table ----------------
+
+namespace {
+// "encoder.layer.12" -> {"encoder.layer.", 12}; names without a trailing number -> {name, -1}.
+std::pair<std::string, long> split_index(const std::string& name) {
+  std::size_t digits = name.size();
+  while (digits > 0 && std::isdigit(static_cast<unsigned char>(name[digits - 1]))) --digits;
+  if (digits == name.size() || digits == 0) return {name, -1};
+  return {name.substr(0, digits), std::stol(name.substr(digits))};
+}
+}  // namespace
+
+std::string summarize_tasks(const Graph& graph, const std::vector<int>& tasks) {
+  // Layers in order of first appearance, with how many of their non-constant tasks are present.
+  std::vector<std::string> layers;
+  std::map<std::string, int> present;
+  for (int task : tasks) {
+    if (graph.task(task).constant) continue;
+    const std::string layer = layer_of(graph.task(task).name);
+    if (present[layer]++ == 0) layers.push_back(layer);
+  }
+  if (layers.empty()) return "(constants)";
+  if (layers.size() == 1) {
+    int total = 0;
+    for (const Task& task : graph.tasks()) total += !task.constant && layer_of(task.name) == layers.front();
+    if (present[layers.front()] < total)
+      return layers.front() + " (" + std::to_string(present[layers.front()]) + " of " + std::to_string(total) + " ops)";
+    return layers.front();
+  }
+  std::ostringstream text;
+  for (std::size_t i = 0; i < layers.size();) {
+    auto [prefix, first] = split_index(layers[i]);
+    std::size_t j = i;
+    long last = first;
+    while (first >= 0 && j + 1 < layers.size()) {
+      auto [next_prefix, next_index] = split_index(layers[j + 1]);
+      if (next_prefix != prefix || next_index != last + 1) break;
+      last = next_index;
+      ++j;
+    }
+    if (i > 0) text << ", ";
+    text << layers[i];
+    if (j > i) text << "-" << last;
+    i = j + 1;
+  }
+  return text.str();
+}
+
+std::string format_plan_table(const Plan& plan) {
+  std::ostringstream out;
+  const int bottleneck = plan.bottleneck_stage();
+  char line[512];
+  out << "plan: " << plan.planner << ", " << plan.stages.size() << " stages x " << plan.pipeline_copies
+      << " pipeline copies on " << plan.world_size << " devices, " << plan.microbatches << " microbatches of "
+      << plan.microbatch_size() << " samples, schedule " << schedule_name(plan.schedule) << "\n";
+  if (!plan.cost_model.empty()) out << "costs: " << plan.cost_model << "\n";
+  std::snprintf(line, sizeof line, "%-5s %-6s %-8s %-10s %10s %10s %10s %-9s %s\n", "stage", "tasks", "replicas",
+                "mb/replica", "fwd_ms", "bwd_ms", "mem_GiB", "recompute", "layers");
+  out << line;
+  for (int s = 0; s < static_cast<int>(plan.stages.size()); ++s) {
+    const PlanStage& stage = plan.stages[s];
+    auto [begin, end] = plan.replica_samples(s, 0);
+    std::snprintf(line, sizeof line, "%-5d %-6zu %-8d %-10lld %10.3f %10.3f %10.3f %-9s %s%s\n", s,
+                  stage.tasks.size(), stage.replicas, static_cast<long long>(end - begin),
+                  stage.forward_seconds * 1e3, stage.backward_seconds * 1e3, stage.memory_bytes / (1ull << 30),
+                  recompute_name(stage.recompute), stage.summary.c_str(),
+                  s == bottleneck && plan.stages.size() > 1 ? "  <- bottleneck" : "");
+    out << line;
+  }
+  if (plan.predicted_step_seconds > 0) {
+    std::snprintf(line, sizeof line, "predicted: %.3f ms per step, %.1f samples/s\n", plan.predicted_step_seconds * 1e3,
+                  plan.predicted_samples_per_second());
+    out << line;
+  }
+  return out.str();
+}
+
+}  // namespace partrain

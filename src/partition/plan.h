@@ -1,0 +1,100 @@
+#pragma once
+// The Plan: what every planner returns and what the runtime executes (DESIGN.md "Partitioning",
+// "Runtime"). Ordered pipeline stages (their forward task ids and a readable summary), replicas per
+// stage, pipeline copies, microbatch count and size, schedule, recompute policy per stage, the rank
+// map, and the predicted time and memory of each stage. Saved as JSON; validated against its graph.
+// Partitioners and the runtime meet only through Graph, ProfileDB and this Plan.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "graph/graph.h"
+
+namespace partrain {
+
+/// Pipeline schedules: GPipe (fill-drain), 1F1B (PipeDream-flush), Merak's shifted critical path.
+enum class ScheduleKind { GPipe, OneForwardOneBackward, ShiftedCriticalPath };
+/// Activation recomputation of a stage: none, all stage boundaries (RaNNC's default when S > 1:
+/// only the stage's inputs are kept per microbatch), or Merak's stage-aware policy.
+enum class RecomputePolicy { None, StageBoundaries, StageAware };
+
+const char* schedule_name(ScheduleKind kind);            // "gpipe", "1f1b", "scp"
+ScheduleKind parse_schedule(const std::string& name);    // throws partrain::Error on an unknown name
+const char* recompute_name(RecomputePolicy policy);      // "none", "boundaries", "stage_aware"
+RecomputePolicy parse_recompute(const std::string& name);
+
+struct PlanStage {
+  std::vector<int> tasks;       // forward task ids, ascending (a constant task may be cloned into
+                                // every stage that consumes it)
+  std::string summary;          // readable: the layers (or ops) the stage holds
+  int replicas = 1;             // devices holding this stage in each pipeline copy (data parallel)
+  RecomputePolicy recompute = RecomputePolicy::None;
+  double forward_seconds = 0;   // predicted: one microbatch on one replica
+  double backward_seconds = 0;  // predicted: one microbatch on one replica (incl. recomputation)
+  double memory_bytes = 0;      // predicted peak bytes per device
+};
+
+/// Where a rank sits in the plan.
+struct Placement {
+  int copy = 0;     // pipeline copy (R copies run data parallel)
+  int stage = 0;
+  int replica = 0;  // among the stage's replicas in this copy
+};
+
+struct Plan {
+  std::string planner;                 // which planner made it
+  std::uint64_t graph_hash = 0;        // Graph::hash() of the model it was made for
+  int world_size = 1;                  // ranks = pipeline_copies × devices_per_copy()
+  int pipeline_copies = 1;             // R
+  std::int64_t global_batch = 1;       // samples per optimizer step
+  int microbatches = 1;                // per step and pipeline copy
+  ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
+  double device_memory_bytes = 0;      // memory per device it was planned for
+  std::vector<PlanStage> stages;
+  double predicted_step_seconds = 0;   // one optimizer step (pipeline + all-reduce)
+  std::string cost_model;              // description of the cost model used
+
+  /// Σ replicas over the stages (devices of one pipeline copy).
+  int devices_per_copy() const;
+  /// Samples of one microbatch of one pipeline copy: global_batch / (pipeline_copies · microbatches).
+  std::int64_t microbatch_size() const;
+  /// Samples per second predicted from predicted_step_seconds (0 when not predicted).
+  double predicted_samples_per_second() const;
+  /// Rank map: copy-major, then stage, then replica — the replicas of a stage are consecutive ranks.
+  int rank_of(const Placement& placement) const;
+  /// Inverse of rank_of; throws partrain::Error for a rank outside [0, world_size).
+  Placement placement_of(int rank) const;
+  /// Samples [begin, end) of a microbatch that replica `replica` of `stage` handles: the microbatch
+  /// is split into `replicas` near-equal consecutive ranges, the first (size % replicas) one larger.
+  std::pair<std::int64_t, std::int64_t> replica_samples(int stage, int replica) const;
+  /// Index of the stage with the largest predicted forward + backward time.
+  int bottleneck_stage() const;
+
+  /// Throws partrain::Error naming the first problem: no stages, an empty stage, a non-constant task
+  /// in no stage or in two, a constant task in a stage without a consumer of it, a stage that is not
+  /// convex, stages out of pipeline order (an edge from a later stage to an earlier one), replica
+  /// counts not positive, world_size ≠ copies × devices, a batch that does not divide into
+  /// copies × microbatches, a microbatch smaller than a stage's replica count, a graph hash mismatch.
+  void validate(const Graph& graph) const;
+
+  nlohmann::json to_json() const;
+  /// Parses to_json()'s form; `source_name` names the file in errors.
+  static Plan from_json(const nlohmann::json& document, const std::string& source_name);
+  /// Writes JSON through a temporary file and a rename.
+  void save(const std::string& path) const;
+  static Plan load(const std::string& path);
+};
+
+/// A readable summary of a task set: consecutive layers as ranges ("embeddings, encoder.layer.0-5")
+/// using the task names' layer (models' layer_of); op names when the set holds part of one layer.
+std::string summarize_tasks(const Graph& graph, const std::vector<int>& tasks);
+
+/// The plan table: one row per stage (tasks, layers/ops, replicas, microbatch size per replica,
+/// predicted forward/backward ms, memory GiB, the bottleneck marked), then the predicted step time
+/// and samples/s.
+std::string format_plan_table(const Plan& plan);
+
+}  // namespace partrain

@@ -1,0 +1,56 @@
+#pragma once
+// Shared steps of the planners that first decide stage boundaries (uniform, manual, merak, capslog,
+// ideals, dpl) and then need replicas, microbatches, predictions and a memory check: one place, so
+// every planner predicts time and memory the same way.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "partition/cost_model.h"
+#include "partition/plan.h"
+#include "partition/planner.h"
+#include "profile/memory_model.h"
+
+namespace partrain::partition {
+
+/// Tasks grouped by layer (models' layer_of of the task name), groups in pipeline order: a layer's
+/// group is placed at its first task; constant tasks are kept with the group of their first consumer.
+/// Every group is convex for the models we build (embeddings, encoder.layer.i, ..., head, loss).
+struct LayerGroup {
+  std::string name;
+  std::vector<int> tasks;   // ascending
+};
+std::vector<LayerGroup> layer_groups(const Graph& graph);
+
+/// Concatenates the tasks of groups [first, last) into one ascending task list.
+std::vector<int> join_groups(const std::vector<LayerGroup>& groups, std::size_t first, std::size_t last);
+
+/// The memory policy of stage `stage` of `stage_count` under the options' schedule, recompute
+/// setting and microbatch count (1F1B keeps up to S − s microbatches in flight, GPipe all M).
+profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int stage, int stage_count, int microbatches);
+
+/// Whether recomputation is on for a plan with `stage_count` stages under options.recompute.
+RecomputePolicy recompute_policy(const PlannerOptions& options, int stage_count);
+
+/// Fills a plan's per-stage predictions (forward/backward seconds at the per-replica microbatch,
+/// memory) and predicted_step_seconds = (M + S − 1) · max_s (fwd_s + bwd_s) + the largest stage
+/// all-reduce, using `cost`. Requires stages, replicas, copies, batch and microbatches set.
+void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options);
+
+/// The largest predicted stage memory minus the usable device memory (≤ 0 when the plan fits).
+double memory_excess_bytes(const Plan& plan, const CostModel& cost, const PlannerOptions& options);
+
+/// Builds a plan from given stages (task lists in pipeline order) and replicas per stage (one
+/// pipeline copy's devices; pipeline_copies = world_size / Σ replicas, must divide). When
+/// options.microbatches is 0, tries M = 1, 2, 4, … up to max_microbatches (and the per-copy batch)
+/// and keeps the fastest plan that fits memory. Validates the result. Throws partrain::Error when
+/// the plan cannot fit, naming the device memory it would need.
+Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_tasks, std::vector<int> replicas,
+                      const CostModel& cost, const PlannerOptions& options, const std::string& planner);
+
+/// Equal replicas for S stages over the world: world_size / S each when S divides it, else 1 per
+/// stage and world_size / S pipeline copies when S divides that way; throws partrain::Error otherwise.
+std::vector<int> equal_replicas(int world_size, int stage_count);
+
+}  // namespace partrain::partition

@@ -1,0 +1,29 @@
+#include "profile/memory_model.h"
+
+#include <algorithm>
+
+namespace partrain::profile {
+
+double model_state_factor(const MemoryPolicy& policy) {
+  // fp32 weights and gradients, fp32 optimizer state; mixed precision adds a bf16 working copy of
+  // the weights and keeps bf16 gradients before they are accumulated into fp32 (half + half).
+  double factor = 2.0 + policy.optimizer_state_copies;
+  if (policy.mixed_precision) factor += 1.0;
+  return factor;
+}
+
+double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy) {
+  const double model_state = m.parameter_bytes * model_state_factor(policy);
+  const int in_flight = std::max(1, policy.microbatches_in_flight);
+  // Working memory beyond the stored activations of one microbatch (temporaries of forward/backward).
+  const double transient = std::max(0.0, m.peak_bytes - m.activation_bytes);
+  double stored;
+  if (policy.recompute) {
+    stored = in_flight * m.boundary_input_bytes + m.activation_bytes;
+  } else {
+    stored = in_flight * m.activation_bytes;
+  }
+  return model_state + stored + transient + policy.communication_buffer_bytes;
+}
+
+}  // namespace partrain::profile

@@ -1,0 +1,26 @@
+#pragma once
+// Memory of one device holding a pipeline stage (DESIGN.md "Partitioning"): parameters + gradients
+// + optimizer state (+ fp32 master weights in mixed precision) + the activations of the microbatches
+// in flight under the schedule + working memory + communication buffers. Sizes in bytes.
+#include "profile/profile_db.h"
+
+namespace partrain::profile {
+
+/// What besides the measurement decides a stage's memory.
+struct MemoryPolicy {
+  int optimizer_state_copies = 2;      // fp32 copies per parameter: AdamW 2 (exp_avg, exp_avg_sq), SGD 1
+  bool mixed_precision = false;        // bf16 working weights next to fp32 master weights
+  bool recompute = false;              // activation recomputation: keep only the boundary inputs
+  int microbatches_in_flight = 1;      // forward passes stored before their backward (1F1B: S - s; GPipe: M)
+  double communication_buffer_bytes = 0.0;
+};
+
+/// Peak bytes on one device for a stage with measurement `m` (at the per-replica microbatch size).
+/// With recompute, in-flight microbatches keep only their boundary inputs and one microbatch at a
+/// time holds its full activations again; without, every in-flight microbatch keeps them.
+double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy);
+
+/// Bytes of model state per parameter byte: weights + gradients + optimizer state (+ bf16 copy).
+double model_state_factor(const MemoryPolicy& policy);
+
+}  // namespace partrain::profile

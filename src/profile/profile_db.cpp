@@ -1,0 +1,129 @@
+#include "profile/profile_db.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace partrain::profile {
+
+std::string task_set_key(std::span<const int> tasks) {
+  std::vector<int> sorted(tasks.begin(), tasks.end());
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  std::ostringstream key;
+  for (std::size_t i = 0; i < sorted.size();) {
+    std::size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    if (i > 0) key << ',';
+    key << sorted[i];
+    if (j > i) key << '-' << sorted[j];
+    i = j + 1;
+  }
+  return key.str();
+}
+
+ProfileDB::ProfileDB(std::uint64_t graph_hash, std::string backend, std::string dtype)
+    : graph_hash_(graph_hash), backend_(std::move(backend)), dtype_(std::move(dtype)) {}
+
+void ProfileDB::insert(std::span<const int> tasks, std::int64_t batch, const Measurement& measurement) {
+  PARTRAIN_CHECK(batch > 0, "ProfileDB: batch must be positive, not " << batch);
+  entries_[{task_set_key(tasks), batch}] = measurement;
+}
+
+const Measurement* ProfileDB::find(std::span<const int> tasks, std::int64_t batch) const {
+  auto found = entries_.find({task_set_key(tasks), batch});
+  return found == entries_.end() ? nullptr : &found->second;
+}
+
+void ProfileDB::merge(const ProfileDB& other) {
+  PARTRAIN_CHECK(other.graph_hash_ == graph_hash_ && other.backend_ == backend_ && other.dtype_ == dtype_,
+                 "ProfileDB: cannot merge measurements of another graph, backend or dtype");
+  for (const auto& [key, measurement] : other.entries_) entries_[key] = measurement;
+}
+
+namespace {
+char hex_digit(unsigned value) { return "0123456789abcdef"[value & 15]; }
+std::string hash_hex(std::uint64_t hash) {
+  std::string text(16, '0');
+  for (int i = 15; i >= 0; --i, hash >>= 4) text[i] = hex_digit(static_cast<unsigned>(hash));
+  return text;
+}
+}  // namespace
+
+nlohmann::json ProfileDB::to_json() const {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& [key, m] : entries_) {
+    entries.push_back({{"tasks", key.first}, {"batch", key.second}, {"forward_seconds", m.forward_seconds},
+                       {"backward_seconds", m.backward_seconds}, {"parameter_bytes", m.parameter_bytes},
+                       {"activation_bytes", m.activation_bytes}, {"boundary_input_bytes", m.boundary_input_bytes},
+                       {"boundary_output_bytes", m.boundary_output_bytes}, {"peak_bytes", m.peak_bytes}});
+  }
+  return {{"format", "partrain-profile-db"}, {"version", 1}, {"graph_hash", hash_hex(graph_hash_)},
+          {"backend", backend_}, {"dtype", dtype_}, {"measurements", entries}};
+}
+
+ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string& source_name) {
+  try {
+    PARTRAIN_CHECK(document.value("format", "") == "partrain-profile-db",
+                   source_name << ": not a partrain ProfileDB (key 'format' is not \"partrain-profile-db\")");
+    PARTRAIN_CHECK(document.at("version").get<int>() == 1,
+                   source_name << ": ProfileDB version " << document.at("version") << " is not supported");
+    ProfileDB db(std::stoull(document.at("graph_hash").get<std::string>(), nullptr, 16),
+                 document.at("backend").get<std::string>(), document.at("dtype").get<std::string>());
+    for (const nlohmann::json& entry : document.at("measurements")) {
+      Measurement m;
+      m.forward_seconds = entry.at("forward_seconds").get<double>();
+      m.backward_seconds = entry.at("backward_seconds").get<double>();
+      m.parameter_bytes = entry.at("parameter_bytes").get<double>();
+      m.activation_bytes = entry.at("activation_bytes").get<double>();
+      m.boundary_input_bytes = entry.at("boundary_input_bytes").get<double>();
+      m.boundary_output_bytes = entry.at("boundary_output_bytes").get<double>();
+      m.peak_bytes = entry.at("peak_bytes").get<double>();
+      db.entries_[{entry.at("tasks").get<std::string>(), entry.at("batch").get<std::int64_t>()}] = m;
+    }
+    return db;
+  } catch (const nlohmann::json::exception& error) {
+    PARTRAIN_FAIL(source_name << ": malformed ProfileDB: " << error.what());
+  } catch (const std::logic_error& error) {  // stoull
+    PARTRAIN_FAIL(source_name << ": malformed ProfileDB graph_hash: " << error.what());
+  }
+}
+
+void ProfileDB::save(const std::string& path) const {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+    PARTRAIN_CHECK(file, temporary << ": cannot write the ProfileDB");
+    file << to_json().dump(1) << '\n';
+    file.close();
+    PARTRAIN_CHECK(file, temporary << ": writing the ProfileDB failed");
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  PARTRAIN_CHECK(!error, path << ": cannot rename the ProfileDB into place: " << error.message());
+}
+
+ProfileDB ProfileDB::load(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  PARTRAIN_CHECK(file, path << ": cannot read the ProfileDB");
+  nlohmann::json document;
+  try {
+    file >> document;
+  } catch (const nlohmann::json::exception& error) {
+    PARTRAIN_FAIL(path << ": not JSON: " << error.what());
+  }
+  return from_json(document, path);
+}
+
+std::string ProfileDB::cache_file_name(std::uint64_t graph_hash, const std::string& backend, const std::string& dtype) {
+  std::string safe_backend = backend;
+  for (char& c : safe_backend)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return "profile-" + hash_hex(graph_hash) + "-" + safe_backend + "-" + dtype + ".json";
+}
+
+}  // namespace partrain::profile

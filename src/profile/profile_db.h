@@ -1,0 +1,70 @@
+#pragma once
+// The ProfileDB: measured forward/backward time and memory of task sets (stages, blocks, layers) at
+// given microbatch sizes. Distributed profiling fills it (every rank measures its share, rank 0
+// gathers); planners read it through partition/cost_model.h. It is saved as JSON, keyed by graph
+// hash, backend, dtype and the batch sizes, and reused by later runs on the same model and device.
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace partrain::profile {
+
+/// What one device needs to run a convex task set for one microbatch of `batch` samples.
+/// Times in seconds, sizes in bytes.
+struct Measurement {
+  double forward_seconds = 0.0;        // forward pass of the microbatch
+  double backward_seconds = 0.0;       // backward pass (input and parameter gradients)
+  double parameter_bytes = 0.0;        // fp32 parameters the tasks read (each counted once)
+  double activation_bytes = 0.0;       // bytes kept from forward to backward for the microbatch
+  double boundary_input_bytes = 0.0;   // activations received from other stages for the microbatch
+  double boundary_output_bytes = 0.0;  // activations sent to other stages for the microbatch
+  double peak_bytes = 0.0;             // high-water mark of one forward + backward beyond parameters
+                                       // and gradients (working memory, includes activation_bytes)
+};
+
+/// The compact, readable key of a task set: sorted ids as ranges, e.g. "0-25,27,30-31". The input
+/// need not be sorted; duplicates are ignored.
+std::string task_set_key(std::span<const int> tasks);
+
+/// Measurements by (task set, microbatch size) for one graph on one backend and dtype.
+class ProfileDB {
+ public:
+  ProfileDB() = default;
+  ProfileDB(std::uint64_t graph_hash, std::string backend, std::string dtype);
+
+  std::uint64_t graph_hash() const { return graph_hash_; }
+  const std::string& backend() const { return backend_; }   // e.g. "cpu", "cuda:H100"
+  const std::string& dtype() const { return dtype_; }       // "fp32" or "bf16"
+  std::size_t size() const { return entries_.size(); }
+
+  /// Adds or replaces the measurement of `tasks` at `batch` samples per microbatch.
+  void insert(std::span<const int> tasks, std::int64_t batch, const Measurement& measurement);
+  /// The measurement, or nullptr when it was not profiled.
+  const Measurement* find(std::span<const int> tasks, std::int64_t batch) const;
+  /// Merges another DB of the same graph/backend/dtype (throws partrain::Error otherwise).
+  void merge(const ProfileDB& other);
+
+  nlohmann::json to_json() const;
+  /// Parses to_json()'s form; `source_name` names the file in errors. Throws partrain::Error.
+  static ProfileDB from_json(const nlohmann::json& document, const std::string& source_name);
+  /// Writes the JSON to `path` through a temporary file and a rename (never a half-written file).
+  void save(const std::string& path) const;
+  /// Reads a saved DB. Throws partrain::Error naming the file when unreadable or malformed.
+  static ProfileDB load(const std::string& path);
+
+  /// The file name under which a DB of this key is cached: "profile-<hash hex>-<backend>-<dtype>.json".
+  static std::string cache_file_name(std::uint64_t graph_hash, const std::string& backend, const std::string& dtype);
+
+ private:
+  std::uint64_t graph_hash_ = 0;
+  std::string backend_ = "cpu";
+  std::string dtype_ = "fp32";
+  std::map<std::pair<std::string, std::int64_t>, Measurement> entries_;
+};
+
+}  // namespace partrain::profile
