@@ -440,6 +440,32 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   return config;
 }
 
+// ---------------- [data] ----------------
+
+DataConfig read_data_config(const ConfigDocument& document) {
+  SectionReader reader(document, "data");
+  DataConfig config;
+  reader.read("path", config.path);
+  reader.read("mask_probability", config.mask_probability);
+  reader.finish();
+  if (config.mask_probability <= 0 || config.mask_probability >= 1) reader.fail("mask_probability", "must be in (0, 1)");
+  return config;
+}
+
+// ---------------- [log] ----------------
+
+LogConfig read_log_config(const ConfigDocument& document) {
+  SectionReader reader(document, "log");
+  LogConfig config;
+  reader.read("dir", config.dir);
+  reader.read("every", config.every);
+  reader.read("trace", config.trace);
+  reader.finish();
+  if (config.every <= 0) reader.fail("every", "must be positive");
+  if (config.trace.find('/') != std::string::npos) reader.fail("trace", "must be a file name inside [log] dir");
+  return config;
+}
+
 ExperimentConfig load_experiment(const std::string& path, std::span<const std::string> overrides) {
   const ConfigDocument document = ConfigDocument::load(path, overrides);
   document.check_sections(known_config_sections());
@@ -451,6 +477,9 @@ ExperimentConfig load_experiment(const std::string& path, std::span<const std::s
   config.model = read_model_config(document);
   config.train = read_train_config(document);
   config.parallel = read_parallel_config(document);
+  config.data = read_data_config(document);
+  config.log = read_log_config(document);
+  config.has_checkpoint_section = SectionReader(document, "checkpoint").present();
   return config;
 }
 

@@ -167,9 +167,25 @@ struct ParallelConfig {
   double network_bandwidth = 12.5e9;     // bytes/s between nodes
 };
 
+/// The [data] section: where samples come from (data/prepare.sh writes both files).
+struct DataConfig {
+  std::string path;                      // "": data/prepared/text.h5 (bert, gpt) or data/prepared/fashion_mnist.h5
+  double mask_probability = 0.15;        // bert: share of tokens selected for MLM
+};
+
+/// The [log] section: where a run's outputs go.
+struct LogConfig {
+  std::string dir;                       // output directory; "": runs/<config file stem>
+  std::int64_t every = 1;                // a log line every N steps (metrics.jsonl gets every step)
+  std::string trace;                     // Chrome-trace JSON file name in dir ("trace.json"); "": none
+};
+
 /// Reads [train] and [parallel]; throws partrain::Error naming file, line and key on bad values.
 TrainConfig read_train_config(const ConfigDocument& document);
 ParallelConfig read_parallel_config(const ConfigDocument& document);
+/// Reads [data]; a relative path is taken relative to the current directory.
+DataConfig read_data_config(const ConfigDocument& document);
+LogConfig read_log_config(const ConfigDocument& document);
 
 /// Names of the top-level sections an experiment file may hold: model, train, parallel, data,
 /// profile, log, checkpoint.
@@ -183,6 +199,9 @@ struct ExperimentConfig {
   ModelConfig model;
   TrainConfig train;
   ParallelConfig parallel;
+  DataConfig data;
+  LogConfig log;
+  bool has_checkpoint_section = false;   // [checkpoint] is read by the checkpoint feature (not yet)
 };
 
 /// Loads an experiment file with overrides and reads every section. Throws partrain::Error.

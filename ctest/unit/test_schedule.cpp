@@ -1,0 +1,461 @@
+// Unit tests of the pipeline schedules (src/runtime/schedule): every generated list passes the
+// checker over a grid of plans (stages, replicas, copies, microbatches, kinds, recomputation), the
+// checker catches hand-made deadlocks and mismatched sample ranges, 1F1B keeps min(S−s, M)
+// microbatches in flight, and the timeline simulator reproduces GPipe's bubble (S−1)/(M+S−1).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "partition/plan.h"
+#include "runtime/schedule.h"
+
+namespace {
+
+using partrain::Action;
+using partrain::ActionKind;
+using partrain::Plan;
+using partrain::RecomputePolicy;
+using partrain::Schedule;
+using partrain::ScheduleKind;
+
+/// A plan without a graph: `replicas` per stage, `copies` pipeline copies, M microbatches of
+/// `microbatch_size` samples per copy.
+Plan make_plan(const std::vector<int>& replicas, int copies, int microbatches, ScheduleKind kind,
+               RecomputePolicy recompute = RecomputePolicy::None, int microbatch_size = 6) {
+  Plan plan;
+  plan.planner = "test";
+  plan.pipeline_copies = copies;
+  plan.microbatches = microbatches;
+  plan.global_batch = static_cast<std::int64_t>(copies) * microbatches * microbatch_size;
+  plan.schedule = kind;
+  int devices = 0;
+  for (std::size_t s = 0; s < replicas.size(); ++s) {
+    partrain::PlanStage stage;
+    stage.tasks = {static_cast<int>(s)};
+    stage.replicas = replicas[s];
+    stage.recompute = recompute;
+    plan.stages.push_back(stage);
+    devices += replicas[s];
+  }
+  plan.world_size = copies * devices;
+  return plan;
+}
+
+std::string describe(const std::vector<int>& replicas, int copies, int M, ScheduleKind kind, RecomputePolicy policy) {
+  std::string text = "replicas (";
+  for (std::size_t s = 0; s < replicas.size(); ++s) {
+    if (s) text += ",";
+    text += std::to_string(replicas[s]);
+  }
+  return text + ") copies " + std::to_string(copies) + " M " + std::to_string(M) + " " +
+         partrain::schedule_name(kind) + " recompute " + partrain::recompute_name(policy);
+}
+
+std::string error_of(const Plan& plan, const Schedule& schedule) {
+  try {
+    partrain::check_schedule(plan, schedule);
+  } catch (const partrain::Error& error) {
+    return error.message();
+  }
+  return "";
+}
+
+std::size_t find_action(const std::vector<Action>& list, ActionKind kind, int microbatch) {
+  for (std::size_t k = 0; k < list.size(); ++k)
+    if (list[k].kind == kind && list[k].microbatch == microbatch) return k;
+  return list.size();
+}
+
+const std::vector<std::vector<int>> kReplicaSets = {
+    {1}, {2}, {1, 1}, {2, 2}, {1, 3}, {3, 1}, {2, 3}, {1, 1, 1}, {2, 1, 1}, {1, 2, 3}, {1, 1, 1, 1}, {2, 1, 3, 1}};
+const std::vector<ScheduleKind> kKinds = {ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward,
+                                          ScheduleKind::ShiftedCriticalPath};
+const std::vector<RecomputePolicy> kPolicies = {RecomputePolicy::None, RecomputePolicy::StageBoundaries,
+                                                RecomputePolicy::StageAware};
+
+TEST(Schedule, EveryGeneratedScheduleIsCompleteAndDeadlockFree) {
+  int checked = 0;
+  for (const auto& replicas : kReplicaSets)
+    for (int copies = 1; copies <= 2; ++copies)
+      for (int M = 1; M <= 8; ++M)
+        for (ScheduleKind kind : kKinds)
+          for (RecomputePolicy policy : kPolicies) {
+            const Plan plan = make_plan(replicas, copies, M, kind, policy);
+            const Schedule schedule = partrain::generate_schedule(plan);
+            ASSERT_EQ(static_cast<int>(schedule.size()), plan.world_size);
+            EXPECT_EQ(error_of(plan, schedule), "") << describe(replicas, copies, M, kind, policy);
+            ++checked;
+          }
+  EXPECT_EQ(checked, 12 * 2 * 8 * 3 * 3);
+}
+
+TEST(Schedule, UnevenMicrobatchSplitsPass) {
+  // 5 samples over 2 and 3 replicas: ranges of unequal sizes on both sides.
+  for (const auto& replicas : std::vector<std::vector<int>>{{2, 3}, {3, 2}, {1, 4, 2}, {5, 1}})
+    for (ScheduleKind kind : kKinds) {
+      const Plan plan = make_plan(replicas, 2, 4, kind, RecomputePolicy::StageBoundaries, 5);
+      EXPECT_EQ(error_of(plan, partrain::generate_schedule(plan)), "")
+          << describe(replicas, 2, 4, kind, RecomputePolicy::StageBoundaries);
+    }
+}
+
+TEST(Schedule, OneForwardOneBackwardKeepsMinOfStagesLeftAndMicrobatchesInFlight) {
+  for (int S = 1; S <= 4; ++S)
+    for (int M = 1; M <= 8; ++M) {
+      const Plan plan = make_plan(std::vector<int>(S, 1), 1, M, ScheduleKind::OneForwardOneBackward);
+      const Schedule schedule = partrain::generate_schedule(plan);
+      for (int s = 0; s < S; ++s) EXPECT_EQ(partrain::peak_in_flight(schedule[s]), std::min(S - s, M)) << S << " " << M;
+      const Plan gpipe = make_plan(std::vector<int>(S, 1), 1, M, ScheduleKind::GPipe);
+      const Schedule gpipe_schedule = partrain::generate_schedule(gpipe);
+      for (int s = 0; s < S; ++s) EXPECT_EQ(partrain::peak_in_flight(gpipe_schedule[s]), M);
+    }
+}
+
+TEST(Schedule, OneForwardOneBackwardOrder) {
+  // S = 3, M = 4: stage 0 warms up with 2 forwards, stage 2 alternates from the start.
+  const Plan plan = make_plan({1, 1, 1}, 1, 4, ScheduleKind::OneForwardOneBackward);
+  const Schedule schedule = partrain::generate_schedule(plan);
+  auto compute_order = [](const std::vector<Action>& list) {
+    std::string order;
+    for (const Action& a : list)
+      if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward)
+        order += (a.kind == ActionKind::Forward ? "F" : "B") + std::to_string(a.microbatch) + " ";
+    return order;
+  };
+  EXPECT_EQ(compute_order(schedule[0]), "F0 F1 F2 B0 F3 B1 B2 B3 ");
+  EXPECT_EQ(compute_order(schedule[1]), "F0 F1 B0 F2 B1 F3 B2 B3 ");
+  EXPECT_EQ(compute_order(schedule[2]), "F0 B0 F1 B1 F2 B2 F3 B3 ");
+  const Plan gpipe = make_plan({1, 1, 1}, 1, 4, ScheduleKind::GPipe);
+  EXPECT_EQ(compute_order(partrain::generate_schedule(gpipe)[1]), "F0 F1 F2 F3 B3 B2 B1 B0 ");
+  // Receives right before the compute that needs them; Step last, no AllReduce without replicas.
+  const std::vector<Action>& middle = schedule[1];
+  EXPECT_EQ(middle[0], Action::transfer(ActionKind::ReceiveActivation, 0, 0, 0, 6));
+  EXPECT_EQ(middle[1], Action::forward(0, 0, 6, false));
+  EXPECT_EQ(middle[2], Action::transfer(ActionKind::SendActivation, 0, 2, 0, 6));
+  EXPECT_EQ(middle.back(), Action::step());
+  EXPECT_EQ(std::count_if(middle.begin(), middle.end(), [](const Action& a) { return a.kind == ActionKind::AllReduce; }),
+            0);
+}
+
+TEST(Schedule, RecomputeComesRightBeforeBackward) {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward}) {
+    const Plan plan = make_plan({1, 2, 1}, 1, 3, kind, RecomputePolicy::StageBoundaries);
+    const Schedule schedule = partrain::generate_schedule(plan);
+    for (const auto& list : schedule)
+      for (int mb = 0; mb < 3; ++mb) {
+        const std::size_t backward = find_action(list, ActionKind::Backward, mb);
+        ASSERT_GT(backward, 0u);
+        EXPECT_EQ(list[backward - 1].kind, ActionKind::Recompute);
+        EXPECT_EQ(list[backward - 1].microbatch, mb);
+        EXPECT_TRUE(list[find_action(list, ActionKind::Forward, mb)].recomputed);
+      }
+  }
+  const Plan none = make_plan({1, 1}, 1, 3, ScheduleKind::OneForwardOneBackward);
+  for (const auto& list : partrain::generate_schedule(none)) {
+    EXPECT_EQ(find_action(list, ActionKind::Recompute, 0), list.size());
+    EXPECT_FALSE(list[find_action(list, ActionKind::Forward, 0)].recomputed);
+  }
+}
+
+TEST(Schedule, ShiftedCriticalPathMovesRecomputeOffTheCriticalPath) {
+  const int S = 4, M = 6;
+  const Plan plan = make_plan(std::vector<int>(S, 1), 1, M, ScheduleKind::ShiftedCriticalPath,
+                              RecomputePolicy::StageBoundaries);
+  const Schedule schedule = partrain::generate_schedule(plan);
+  // The last stage keeps its activations; the others recompute before waiting for the gradient.
+  EXPECT_EQ(find_action(schedule[S - 1], ActionKind::Recompute, 0), schedule[S - 1].size());
+  EXPECT_FALSE(schedule[S - 1][find_action(schedule[S - 1], ActionKind::Forward, 0)].recomputed);
+  for (int s = 0; s < S - 1; ++s)
+    for (int mb = 0; mb < M; ++mb) {
+      const std::size_t recompute = find_action(schedule[s], ActionKind::Recompute, mb);
+      const std::size_t receive = find_action(schedule[s], ActionKind::ReceiveGradient, mb);
+      EXPECT_LT(recompute, receive);
+      EXPECT_EQ(receive, recompute + 1);
+    }
+  // With recomputation as long as a forward, SCP predicts a shorter step than 1F1B.
+  partrain::TimelineCosts costs;
+  costs.forward_seconds.assign(S, 1.0);
+  costs.backward_seconds.assign(S, 2.0);
+  costs.recompute_seconds.assign(S, 1.0);
+  const double scp = partrain::simulate_schedule(plan, schedule, costs).step_seconds;
+  Plan one_f_one_b = plan;
+  one_f_one_b.schedule = ScheduleKind::OneForwardOneBackward;
+  const double baseline =
+      partrain::simulate_schedule(one_f_one_b, partrain::generate_schedule(one_f_one_b), costs).step_seconds;
+  EXPECT_LT(scp, baseline);
+  EXPECT_DOUBLE_EQ(baseline, (M + S - 1) * 4.0);  // every stage: F + R + B = 4 per microbatch
+}
+
+TEST(Schedule, UnequalReplicasExchangeExactlyTheIntersections) {
+  // Stage 0: 2 replicas ([0,3), [3,6)); stage 1: 3 replicas ([0,2), [2,4), [4,6)). Ranks 0-1, 2-4.
+  const Plan plan = make_plan({2, 3}, 1, 2, ScheduleKind::OneForwardOneBackward);
+  const Schedule schedule = partrain::generate_schedule(plan);
+  auto sends = [](const std::vector<Action>& list, ActionKind kind, int mb) {
+    std::vector<Action> found;
+    for (const Action& a : list)
+      if (a.kind == kind && a.microbatch == mb) found.push_back(a);
+    return found;
+  };
+  using V = std::vector<Action>;
+  EXPECT_EQ(sends(schedule[0], ActionKind::SendActivation, 1),
+            (V{Action::transfer(ActionKind::SendActivation, 1, 2, 0, 2),
+               Action::transfer(ActionKind::SendActivation, 1, 3, 2, 3)}));
+  EXPECT_EQ(sends(schedule[1], ActionKind::SendActivation, 0),
+            (V{Action::transfer(ActionKind::SendActivation, 0, 3, 3, 4),
+               Action::transfer(ActionKind::SendActivation, 0, 4, 4, 6)}));
+  EXPECT_EQ(sends(schedule[3], ActionKind::ReceiveActivation, 0),
+            (V{Action::transfer(ActionKind::ReceiveActivation, 0, 0, 2, 3),
+               Action::transfer(ActionKind::ReceiveActivation, 0, 1, 3, 4)}));
+  EXPECT_EQ(sends(schedule[3], ActionKind::SendGradient, 1),
+            (V{Action::transfer(ActionKind::SendGradient, 1, 0, 2, 3),
+               Action::transfer(ActionKind::SendGradient, 1, 1, 3, 4)}));
+  EXPECT_EQ(sends(schedule[0], ActionKind::ReceiveGradient, 0),
+            (V{Action::transfer(ActionKind::ReceiveGradient, 0, 2, 0, 2),
+               Action::transfer(ActionKind::ReceiveGradient, 0, 3, 2, 3)}));
+  EXPECT_EQ(schedule[3][find_action(schedule[3], ActionKind::Forward, 0)], Action::forward(0, 2, 4, false));
+  EXPECT_EQ(schedule[3][schedule[3].size() - 2], Action::all_reduce({2, 3, 4}));
+}
+
+TEST(Schedule, PipelineCopiesOnlyShareTheAllReduce) {
+  const Plan plan = make_plan({2, 1}, 2, 3, ScheduleKind::GPipe);  // ranks 0-2 copy 0, 3-5 copy 1
+  const Schedule schedule = partrain::generate_schedule(plan);
+  for (int rank = 0; rank < plan.world_size; ++rank)
+    for (const Action& a : schedule[rank]) {
+      if (a.is_send() || a.is_receive()) {
+        EXPECT_EQ(plan.placement_of(a.peer).copy, plan.placement_of(rank).copy) << a.to_string();
+      }
+      if (a.kind == ActionKind::AllReduce) {
+        EXPECT_EQ(a.group, plan.placement_of(rank).stage == 0 ? (std::vector<int>{0, 1, 3, 4})
+                                                              : (std::vector<int>{2, 5}));
+      }
+    }
+}
+
+TEST(Schedule, CheckerReportsDeadlock) {
+  // Stage 1 waits for microbatch 1 first, but stage 0 (1F1B, 2 stages) sends it only after the
+  // gradient of microbatch 0.
+  const Plan plan = make_plan({1, 1}, 1, 2, ScheduleKind::OneForwardOneBackward);
+  Schedule schedule = partrain::generate_schedule(plan);
+  ASSERT_EQ(error_of(plan, schedule), "");
+  schedule[0] = {Action::forward(0, 0, 6, false),
+                 Action::transfer(ActionKind::SendActivation, 0, 1, 0, 6),
+                 Action::transfer(ActionKind::ReceiveGradient, 0, 1, 0, 6),
+                 Action::backward(0, 0, 6),
+                 Action::forward(1, 0, 6, false),
+                 Action::transfer(ActionKind::SendActivation, 1, 1, 0, 6),
+                 Action::transfer(ActionKind::ReceiveGradient, 1, 1, 0, 6),
+                 Action::backward(1, 0, 6),
+                 Action::step()};
+  schedule[1] = {Action::transfer(ActionKind::ReceiveActivation, 1, 0, 0, 6),
+                 Action::forward(1, 0, 6, false),
+                 Action::transfer(ActionKind::ReceiveActivation, 0, 0, 0, 6),
+                 Action::forward(0, 0, 6, false),
+                 Action::backward(0, 0, 6),
+                 Action::transfer(ActionKind::SendGradient, 0, 0, 0, 6),
+                 Action::backward(1, 0, 6),
+                 Action::transfer(ActionKind::SendGradient, 1, 0, 0, 6),
+                 Action::step()};
+  const std::string message = error_of(plan, schedule);
+  EXPECT_NE(message.find("deadlock"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 0 (copy 0, stage 0, replica 0) waits at action #2 ReceiveGradient(mb 0"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("rank 1 (copy 0, stage 1, replica 0) waits at action #0 ReceiveActivation(mb 1"),
+            std::string::npos)
+      << message;
+  partrain::TimelineCosts costs;
+  costs.forward_seconds = costs.backward_seconds = {1.0, 1.0};
+  costs.recompute_seconds = {0.0, 0.0};
+  EXPECT_THROW(partrain::simulate_schedule(plan, schedule, costs), partrain::Error);
+}
+
+TEST(Schedule, CheckerReportsRanksStuckInAllReduce) {
+  // Two pipeline copies of two stages; copy 1 (ranks 2, 3) has a point-to-point deadlock, so copy 0's
+  // ranks wait forever in their all-reduces with them.
+  const Plan plan = make_plan({1, 1}, 2, 2, ScheduleKind::GPipe);
+  Schedule schedule = partrain::generate_schedule(plan);
+  ASSERT_EQ(error_of(plan, schedule), "");
+  // Rank 3 receives microbatch 1 before microbatch 0; rank 2 sends microbatch 1 only after
+  // receiving the gradient of microbatch 0 (its list is made 1F1B-like).
+  std::vector<Action>& last = schedule[3];
+  const std::size_t first_receive = find_action(last, ActionKind::ReceiveActivation, 0);
+  const std::size_t second_receive = find_action(last, ActionKind::ReceiveActivation, 1);
+  std::swap(last[first_receive], last[second_receive]);
+  std::swap(last[first_receive + 1], last[second_receive + 1]);  // the forwards follow their receives
+  schedule[2] = {Action::forward(0, 0, 6, false),
+                 Action::transfer(ActionKind::SendActivation, 0, 3, 0, 6),
+                 Action::transfer(ActionKind::ReceiveGradient, 0, 3, 0, 6),
+                 Action::backward(0, 0, 6),
+                 Action::forward(1, 0, 6, false),
+                 Action::transfer(ActionKind::SendActivation, 1, 3, 0, 6),
+                 Action::transfer(ActionKind::ReceiveGradient, 1, 3, 0, 6),
+                 Action::backward(1, 0, 6),
+                 Action::all_reduce({0, 2}),
+                 Action::step()};
+  const std::string message = error_of(plan, schedule);
+  EXPECT_NE(message.find("deadlock"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 0 (copy 0, stage 0, replica 0) waits at action #"), std::string::npos) << message;
+  EXPECT_NE(message.find("AllReduce(ranks 0,2)"), std::string::npos) << message;
+  EXPECT_NE(message.find("AllReduce(ranks 1,3)"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 2 (copy 1, stage 0, replica 0) waits at action #2 ReceiveGradient(mb 0"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("rank 3 (copy 1, stage 1, replica 0) waits at action #0 ReceiveActivation(mb 1"),
+            std::string::npos)
+      << message;
+  // An AllReduce before the last backward is rejected outright.
+  Schedule early = partrain::generate_schedule(plan);
+  std::vector<Action>& first = early[0];
+  const Action all_reduce = first[first.size() - 2];
+  ASSERT_EQ(all_reduce.kind, ActionKind::AllReduce);
+  first.erase(first.end() - 2);
+  first.insert(first.begin(), all_reduce);
+  EXPECT_NE(error_of(plan, early).find("comes before Backward"), std::string::npos);
+}
+
+TEST(Schedule, CheckerReportsMismatchedRanges) {
+  const Plan plan = make_plan({1, 3}, 1, 2, ScheduleKind::OneForwardOneBackward, RecomputePolicy::None, 5);
+  const Schedule good = partrain::generate_schedule(plan);
+  ASSERT_EQ(error_of(plan, good), "");
+  // A receive that expects the wrong samples.
+  Schedule bad = good;
+  const std::size_t receive = find_action(bad[2], ActionKind::ReceiveActivation, 1);
+  ASSERT_LT(receive, bad[2].size());
+  bad[2][receive].sample_end += 1;
+  std::string message = error_of(plan, bad);
+  EXPECT_NE(message.find("samples"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 2"), std::string::npos) << message;
+  // A send and its receive that agree with each other but not with the replicas' ranges.
+  bad = good;
+  for (auto* list : {&bad[0], &bad[1]})
+    for (Action& a : *list)
+      if ((a.kind == ActionKind::SendActivation && a.peer == 1) || a.kind == ActionKind::ReceiveActivation) {
+        a.sample_end = 1;
+      }
+  message = error_of(plan, bad);
+  EXPECT_NE(message.find("samples shared"), std::string::npos) << message;
+  // Sender and receiver disagree: the simulator (which skips the per-rank checks) names both ends.
+  bad = good;
+  for (Action& a : bad[0])
+    if (a.kind == ActionKind::SendActivation && a.peer == 1 && a.microbatch == 0) a.sample_begin = 1;
+  partrain::TimelineCosts costs;
+  costs.forward_seconds = costs.backward_seconds = costs.recompute_seconds = {1.0, 1.0};
+  try {
+    partrain::simulate_schedule(plan, bad, costs);
+    ADD_FAILURE() << "no error";
+  } catch (const partrain::Error& error) {
+    message = error.message();
+  }
+  EXPECT_NE(message.find("receives samples [1,2) from rank 0"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 1 (copy 0, stage 1, replica 0)"), std::string::npos) << message;
+  EXPECT_NE(error_of(plan, bad).find("samples shared with rank 1 are [0,2)"), std::string::npos);
+}
+
+TEST(Schedule, CheckerReportsIncompleteLists) {
+  const Plan plan = make_plan({1, 1}, 1, 3, ScheduleKind::GPipe, RecomputePolicy::StageBoundaries);
+  const Schedule good = partrain::generate_schedule(plan);
+  auto without = [&](int rank, ActionKind kind, int mb) {
+    Schedule schedule = good;
+    auto& list = schedule[rank];
+    list.erase(list.begin() + static_cast<std::ptrdiff_t>(find_action(list, kind, mb)));
+    return error_of(plan, schedule);
+  };
+  EXPECT_NE(without(1, ActionKind::Backward, 1).find("SendGradient(mb 1, to 0, samples [0,6)) before its Backward"),
+            std::string::npos);
+  EXPECT_NE(without(0, ActionKind::Backward, 1).find("microbatch 1 forward 1 and backward 0 times"), std::string::npos);
+  EXPECT_NE(without(1, ActionKind::Recompute, 2).find("has no Recompute"), std::string::npos);
+  EXPECT_NE(without(0, ActionKind::SendActivation, 0), "");
+  EXPECT_NE(without(1, ActionKind::ReceiveActivation, 0).find("before receiving"), std::string::npos);
+  EXPECT_NE(without(1, ActionKind::Step, -1).find("Step"), std::string::npos);
+  // Step not last.
+  Schedule schedule = good;
+  std::swap(schedule[0][schedule[0].size() - 1], schedule[0][schedule[0].size() - 2]);
+  EXPECT_NE(error_of(plan, schedule).find("after Step"), std::string::npos);
+  // A forward twice.
+  schedule = good;
+  schedule[0].insert(schedule[0].begin(), schedule[0][find_action(schedule[0], ActionKind::Forward, 0)]);
+  EXPECT_NE(error_of(plan, schedule).find("repeated"), std::string::npos);
+  // An activation sent to another pipeline copy.
+  const Plan copies = make_plan({1, 1}, 2, 1, ScheduleKind::GPipe);
+  schedule = partrain::generate_schedule(copies);
+  schedule[0][find_action(schedule[0], ActionKind::SendActivation, 0)].peer = 3;
+  EXPECT_NE(error_of(copies, schedule).find("same pipeline copy"), std::string::npos);
+  // A wrong number of lists.
+  schedule = good;
+  schedule.pop_back();
+  EXPECT_NE(error_of(plan, schedule).find("lists"), std::string::npos);
+}
+
+TEST(Schedule, GPipeBubbleFractionWithEqualStageTimes) {
+  for (int S = 1; S <= 4; ++S)
+    for (int M = 1; M <= 8; ++M)
+      for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward}) {
+        const Plan plan = make_plan(std::vector<int>(S, 1), 1, M, kind);
+        partrain::TimelineCosts costs;
+        costs.forward_seconds.assign(S, 1.0);
+        costs.backward_seconds.assign(S, 2.0);
+        costs.recompute_seconds.assign(S, 0.0);
+        const auto prediction = partrain::simulate_schedule(plan, partrain::generate_schedule(plan), costs);
+        EXPECT_NEAR(prediction.bubble_fraction, static_cast<double>(S - 1) / (M + S - 1), 1e-12) << S << " " << M;
+        EXPECT_DOUBLE_EQ(prediction.pipeline_seconds, 3.0 * (M + S - 1));
+        EXPECT_DOUBLE_EQ(prediction.step_seconds, prediction.pipeline_seconds);
+        for (double busy : prediction.rank_compute_seconds) EXPECT_DOUBLE_EQ(busy, 3.0 * M);
+      }
+}
+
+TEST(Schedule, SimulatorChargesTransfersAllReduceAndStep) {
+  // Two stages, two copies, one microbatch: F0 | send 0.5 | F1, B1 | send 0.5 | B0, all-reduce, step.
+  const Plan plan = make_plan({1, 1}, 2, 1, ScheduleKind::OneForwardOneBackward);
+  partrain::TimelineCosts costs;
+  costs.forward_seconds = {1.0, 2.0};
+  costs.backward_seconds = {1.5, 3.0};
+  costs.recompute_seconds = {0.0, 0.0};
+  costs.transfer_seconds = [](ActionKind, int, int, std::int64_t samples) { return samples / 12.0; };  // 0.5
+  costs.all_reduce_seconds = [](int stage) { return stage == 0 ? 0.25 : 0.75; };
+  costs.step_seconds = 0.125;
+  const auto prediction = partrain::simulate_schedule(plan, partrain::generate_schedule(plan), costs);
+  EXPECT_DOUBLE_EQ(prediction.pipeline_seconds, 1.0 + 0.5 + 2.0 + 3.0 + 0.5 + 1.5);
+  EXPECT_DOUBLE_EQ(prediction.step_seconds, 8.5 + 0.25 + 0.125);
+  EXPECT_NEAR(prediction.bubble_fraction, 1.0 - (2 * 2.5 + 2 * 5.0) / (4 * 8.5), 1e-12);
+  ASSERT_EQ(prediction.timing.size(), 4u);
+  EXPECT_DOUBLE_EQ(prediction.timing[1][1].start, 1.5);  // stage 1's forward starts when the activation lands
+  EXPECT_THROW(partrain::simulate_schedule(plan, partrain::generate_schedule(plan), partrain::TimelineCosts{}),
+               partrain::Error);
+}
+
+TEST(Schedule, CostsFromPlanSplitTheRecomputation) {
+  Plan plan = make_plan({1, 1}, 1, 2, ScheduleKind::GPipe, RecomputePolicy::StageBoundaries);
+  plan.stages[0].forward_seconds = 1.0;
+  plan.stages[0].backward_seconds = 3.0;
+  plan.stages[1].recompute = RecomputePolicy::None;
+  plan.stages[1].forward_seconds = 2.0;
+  plan.stages[1].backward_seconds = 4.0;
+  const auto costs = partrain::TimelineCosts::from_plan(plan);
+  EXPECT_EQ(costs.forward_seconds, (std::vector<double>{1.0, 2.0}));
+  EXPECT_EQ(costs.backward_seconds, (std::vector<double>{2.0, 4.0}));
+  EXPECT_EQ(costs.recompute_seconds, (std::vector<double>{1.0, 0.0}));
+}
+
+TEST(Schedule, GeneratorRejectsInconsistentPlans) {
+  Plan plan = make_plan({1, 2}, 1, 2, ScheduleKind::GPipe);
+  plan.world_size = 4;
+  EXPECT_THROW(partrain::generate_schedule(plan), partrain::Error);
+  plan = make_plan({1, 4}, 1, 2, ScheduleKind::GPipe, RecomputePolicy::None, 3);  // 3 samples, 4 replicas
+  EXPECT_THROW(partrain::generate_schedule(plan), partrain::Error);
+  plan = make_plan({}, 1, 2, ScheduleKind::GPipe);
+  EXPECT_THROW(partrain::generate_schedule(plan), partrain::Error);
+}
+
+TEST(Schedule, ActionText) {
+  EXPECT_EQ(Action::transfer(ActionKind::ReceiveActivation, 3, 2, 0, 4).to_string(),
+            "ReceiveActivation(mb 3, from 2, samples [0,4))");
+  EXPECT_EQ(Action::forward(1, 0, 2, true).to_string(), "Forward(mb 1, samples [0,2), recomputed)");
+  EXPECT_EQ(Action::all_reduce({1, 5}).to_string(), "AllReduce(ranks 1,5)");
+  EXPECT_EQ(Action::step().to_string(), "Step");
+  EXPECT_THROW(Action::transfer(ActionKind::Forward, 0, 1, 0, 1), partrain::Error);
+}
+
+}  // namespace

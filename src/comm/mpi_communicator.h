@@ -1,0 +1,93 @@
+#pragma once
+// The MPI backend of Communicator: host tensors only (Open MPI here is not CUDA-aware; GPU tensors
+// go through the NCCL backend or are staged through host memory by the caller).
+//
+// Notes:
+//  - Every MPI call is checked; a failure is a partrain::Error naming the call, the rank and the
+//    MPI error string (the communicators use MPI_ERRORS_RETURN).
+//  - bf16 all-reduce converts to fp32, reduces in fp32 and rounds back once (round-to-nearest-even),
+//    which is more accurate than a bf16 user MPI_Op accumulating in bf16.
+//  - Message sizes are limited to INT_MAX elements (MPI's int counts); larger tensors are an error.
+//  - world() duplicates MPI_COMM_WORLD, so partrain's messages never match anyone else's.
+#include <mpi.h>
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace partrain::comm {
+
+/// RAII owner of MPI's lifetime: the constructor calls MPI_Init_thread unless MPI is already
+/// initialised; the destructor calls MPI_Finalize if this session initialised MPI (and it is not
+/// finalised yet). Create one at the top of main (or a test main) and destroy every communicator
+/// before it.
+class MpiSession {
+ public:
+  /// `argc`/`argv` may be null. `required_thread_level` is an MPI_THREAD_* level; a lower provided
+  /// level is an error.
+  explicit MpiSession(int* argc = nullptr, char*** argv = nullptr,
+                      int required_thread_level = MPI_THREAD_FUNNELED);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  /// True if this session called MPI_Init_thread (and so will finalise).
+  bool owns_mpi() const { return owns_; }
+  /// The thread level MPI provides.
+  int thread_level() const { return thread_level_; }
+
+  /// MPI_Initialized && !MPI_Finalized.
+  static bool active();
+  /// MPI_Abort on MPI_COMM_WORLD: ends every rank (use after an unrecoverable error on one rank).
+  [[noreturn]] static void abort(int exit_code);
+
+ private:
+  bool owns_ = false;
+  int thread_level_ = MPI_THREAD_SINGLE;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  /// A communicator over every process (a duplicate of MPI_COMM_WORLD). Collective; needs an active
+  /// MPI (an MpiSession).
+  static std::unique_ptr<MpiCommunicator> world();
+  /// Takes ownership of `communicator` (freed by the destructor): sets MPI_ERRORS_RETURN on it and
+  /// computes its global ranks.
+  explicit MpiCommunicator(MPI_Comm communicator);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::span<const int> global_ranks() const override { return global_ranks_; }
+  const char* backend_name() const override { return "mpi"; }
+
+  Request send(const Tensor& tensor, int destination, int tag) override;
+  Request receive(const Tensor& tensor, int source, int tag) override;
+  Request exchange(std::span<const SendSpec> sends, std::span<const ReceiveSpec> receives) override;
+  int max_tag() const override { return max_tag_; }
+
+  void all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
+  Request all_reduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
+  double all_reduce_scalar(double value, ReduceOp op = ReduceOp::Sum) override;
+  void broadcast(const Tensor& tensor, int root) override;
+  void broadcast_bytes(std::string& bytes, int root) override;
+  std::vector<std::string> gather_bytes(const std::string& bytes, int root) override;
+  std::vector<std::string> all_gather_bytes(const std::string& bytes) override;
+  void barrier() override;
+  std::unique_ptr<Communicator> group(std::span<const int> ranks) override;
+
+  /// The underlying MPI communicator (e.g. for parallel HDF5); owned by this object.
+  MPI_Comm native() const { return communicator_; }
+
+ private:
+  MPI_Comm communicator_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 0;
+  int max_tag_ = 32767;
+  std::vector<int> global_ranks_;
+};
+
+}  // namespace partrain::comm

@@ -1,0 +1,165 @@
+#include "io/batch_source.h"
+
+#include <filesystem>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "io/image_dataset.h"
+#include "io/text_dataset.h"
+
+namespace partrain::io {
+namespace {
+
+// The positions of samples [first, first + count) grouped by epoch: epoch -> (positions in that
+// epoch's shuffled order, offsets in the output batch).
+std::map<std::int64_t, std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> by_epoch(
+    std::int64_t first, std::int64_t count, std::int64_t per_epoch) {
+  PARTRAIN_CHECK(first >= 0 && count >= 0, "samples: bad range [" << first << ", " << first + count << ")");
+  std::map<std::int64_t, std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> groups;
+  for (std::int64_t i = 0; i < count; ++i) {
+    auto& group = groups[(first + i) / per_epoch];
+    group.first.push_back((first + i) % per_epoch);
+    group.second.push_back(i);
+  }
+  return groups;
+}
+
+// Copies row `from_row` of `from` into row `to_row` of `to` (same dtype and row size).
+void copy_row(const Tensor& from, std::int64_t from_row, const Tensor& to, std::int64_t to_row) {
+  const std::size_t row_bytes = from.nbytes() / static_cast<std::size_t>(from.dim(0));
+  std::memcpy(static_cast<char*>(to.raw_data()) + to_row * row_bytes,
+              static_cast<const char*>(from.raw_data()) + from_row * row_bytes, row_bytes);
+}
+
+// Assembles per-epoch batches into one tensor per name, rows in sample order.
+NamedTensors assemble(std::int64_t count, const std::vector<std::pair<NamedTensors, std::vector<std::int64_t>>>& parts) {
+  if (parts.size() == 1) return parts.front().first;
+  NamedTensors result;
+  for (const auto& [name, tensor] : parts.front().first) {
+    Shape shape = tensor.shape();
+    shape[0] = count;
+    result[name] = Tensor::empty(shape, tensor.dtype());
+  }
+  for (const auto& [tensors, rows] : parts)
+    for (const auto& [name, tensor] : tensors)
+      for (std::size_t i = 0; i < rows.size(); ++i) copy_row(tensor, static_cast<std::int64_t>(i), result[name], rows[i]);
+  return result;
+}
+
+class BertSource : public BatchSource {
+ public:
+  BertSource(const std::string& path, bool heldout, const ExperimentConfig& config)
+      : path_(path), dataset_(path, heldout ? TextSplit::HeldOut : TextSplit::Train), seed_(config.train.seed) {
+    options_.sequence_length = config.model.seq_len;
+    options_.next_sentence_prediction = config.model.nsp;
+    options_.mask_probability = config.data.mask_probability;
+    PARTRAIN_CHECK(dataset_.vocab_size() <= config.model.vocab,
+                   path << ": the tokenizer's vocabulary (" << dataset_.vocab_size() << ") exceeds [model] vocab "
+                        << config.model.vocab);
+    per_epoch_ = dataset_.bert_sample_count(options_);
+    PARTRAIN_CHECK(per_epoch_ > 0, path << ": no BERT samples in this split");
+  }
+  NamedTensors samples(std::int64_t first, std::int64_t count) const override {
+    std::vector<std::pair<NamedTensors, std::vector<std::int64_t>>> parts;
+    for (const auto& [epoch, group] : by_epoch(first, count, per_epoch_)) {
+      const BertBatch batch = dataset_.bert_batch(options_, seed_, epoch, group.first);
+      const std::int64_t rows = static_cast<std::int64_t>(group.first.size()), length = options_.sequence_length;
+      // The model adds the mask to attention scores: 0 for tokens, -10000 for padding ([B, 1, 1, S]).
+      Tensor mask = Tensor::empty({rows, 1, 1, length});
+      for (std::int64_t i = 0; i < rows * length; ++i)
+        mask.data<float>()[i] = batch.attention_mask.data<std::int64_t>()[i] != 0 ? 0.0f : -10000.0f;
+      NamedTensors tensors{{"input_ids", batch.input_ids}, {"token_type_ids", batch.token_type_ids},
+                           {"attention_mask", mask}, {"mlm_labels", batch.mlm_labels}};
+      if (options_.next_sentence_prediction) tensors["nsp_labels"] = batch.nsp_labels;
+      parts.emplace_back(std::move(tensors), group.second);
+    }
+    return assemble(count, parts);
+  }
+  std::int64_t samples_per_epoch() const override { return per_epoch_; }
+  std::int64_t tokens_per_sample() const override { return options_.sequence_length; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  TextDataset dataset_;
+  BertSampleOptions options_;
+  std::uint64_t seed_;
+  std::int64_t per_epoch_ = 0;
+};
+
+class GptSource : public BatchSource {
+ public:
+  GptSource(const std::string& path, bool heldout, const ExperimentConfig& config)
+      : path_(path), dataset_(path, heldout ? TextSplit::HeldOut : TextSplit::Train), seed_(config.train.seed),
+        length_(config.model.seq_len) {
+    PARTRAIN_CHECK(dataset_.vocab_size() <= config.model.vocab,
+                   path << ": the tokenizer's vocabulary (" << dataset_.vocab_size() << ") exceeds [model] vocab "
+                        << config.model.vocab);
+    per_epoch_ = dataset_.gpt_sample_count(length_);
+    PARTRAIN_CHECK(per_epoch_ > 0, path << ": no GPT windows of " << length_ << " tokens in this split");
+  }
+  NamedTensors samples(std::int64_t first, std::int64_t count) const override {
+    std::vector<std::pair<NamedTensors, std::vector<std::int64_t>>> parts;
+    for (const auto& [epoch, group] : by_epoch(first, count, per_epoch_)) {
+      const GptBatch batch = dataset_.gpt_batch(length_, seed_, epoch, group.first);
+      parts.emplace_back(NamedTensors{{"input_ids", batch.input_ids}, {"labels", batch.targets}}, group.second);
+    }
+    return assemble(count, parts);
+  }
+  std::int64_t samples_per_epoch() const override { return per_epoch_; }
+  std::int64_t tokens_per_sample() const override { return length_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  TextDataset dataset_;
+  std::uint64_t seed_;
+  std::int64_t length_;
+  std::int64_t per_epoch_ = 0;
+};
+
+class ImageSource : public BatchSource {
+ public:
+  ImageSource(const std::string& path, bool heldout, const ExperimentConfig& config)
+      : path_(path), dataset_(path, heldout ? ImageSplit::Test : ImageSplit::Train), seed_(config.train.seed) {
+    PARTRAIN_CHECK(config.model.channels == 1 && dataset_.height() == config.model.image_size &&
+                       dataset_.width() == config.model.image_size,
+                   path << ": images are 1 x " << dataset_.height() << " x " << dataset_.width()
+                        << ", but [model] expects " << config.model.channels << " x " << config.model.image_size
+                        << " x " << config.model.image_size);
+    PARTRAIN_CHECK(config.model.classes >= 10, path << ": 10 classes, but [model] classes = " << config.model.classes);
+  }
+  NamedTensors samples(std::int64_t first, std::int64_t count) const override {
+    std::vector<std::pair<NamedTensors, std::vector<std::int64_t>>> parts;
+    for (const auto& [epoch, group] : by_epoch(first, count, dataset_.size())) {
+      const ImageBatch batch = dataset_.batch(seed_, epoch, group.first);
+      parts.emplace_back(NamedTensors{{"images", batch.images}, {"labels", batch.labels}}, group.second);
+    }
+    return assemble(count, parts);
+  }
+  std::int64_t samples_per_epoch() const override { return dataset_.size(); }
+  std::int64_t tokens_per_sample() const override { return 0; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  ImageDataset dataset_;
+  std::uint64_t seed_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchSource> make_batch_source(const ExperimentConfig& config, bool heldout,
+                                               const std::string& default_directory) {
+  const bool images = config.model.type == "resnet";
+  const std::string path = !config.data.path.empty() ? config.data.path
+                           : default_directory + (images ? "/fashion_mnist.h5" : "/text.h5");
+  PARTRAIN_CHECK(std::filesystem::exists(path),
+                 path << ": the training data is missing; run data/prepare.sh to create it (or set [data] path)");
+  if (config.model.type == "bert") return std::make_unique<BertSource>(path, heldout, config);
+  if (config.model.type == "gpt") return std::make_unique<GptSource>(path, heldout, config);
+  return std::make_unique<ImageSource>(path, heldout, config);
+}
+
+}  // namespace partrain::io

@@ -1,0 +1,284 @@
+#include "runtime/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "core/allocator.h"
+#include "core/error.h"
+
+namespace partrain::runtime {
+namespace {
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Messages between two ranks match by order within a tag: one tag per (microbatch, direction).
+int message_tag(const comm::Communicator& world, int microbatch, bool gradient) {
+  return (microbatch * 2 + (gradient ? 1 : 0)) % (world.max_tag() + 1);
+}
+
+bool contains(const std::vector<int>& sorted, int value) { return std::binary_search(sorted.begin(), sorted.end(), value); }
+
+}  // namespace
+
+// Everything one microbatch holds on this rank between its forward and its backward.
+struct PipelineExecutor::MicrobatchState {
+  TensorMap values;               // forward values (only the inputs while a recomputed forward waits)
+  TensorMap received;             // assembled activations from the previous stage
+  TensorMap outputs;              // activations to send to the next stage
+  TensorMap received_gradients;   // assembled gradients from the next stage
+  TensorMap outgoing_gradients;   // gradients to send to the previous stage
+  std::vector<int> kept;          // value ids kept for recomputation (data inputs and received)
+};
+
+PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::Communicator& world, Backend& backend,
+                                   const io::BatchSource& data, const std::unordered_map<int, Tensor>& initial_values,
+                                   const TrainConfig& train)
+    : graph_(graph), plan_(plan), world_(world), backend_(backend), data_(data), train_(train),
+      lr_schedule_(train), clock_origin_(now_us()) {
+  PARTRAIN_CHECK(world.size() == plan.world_size,
+                 "the plan is for " << plan.world_size << " ranks, but " << world.size() << " are running");
+  placement_ = plan.placement_of(world.rank());
+  const std::vector<StageProgram> programs = build_stage_programs(graph, plan);
+  program_ = programs[placement_.stage];
+  actions_ = generate_schedule(plan)[world.rank()];
+
+  for (int value : program_.parameters) {
+    auto found = initial_values.find(value);
+    PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for parameter " << graph.value(value).name);
+    state_[value] = found->second.clone();
+    gradients_[value] = Tensor::zeros(found->second.shape());
+  }
+  for (int value : program_.buffers) {
+    auto found = initial_values.find(value);
+    PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for buffer " << graph.value(value).name);
+    state_[value] = found->second.clone();
+  }
+
+  // Parameters read by several stages (tied embeddings) are reduced over every rank of those stages.
+  std::map<int, std::vector<int>> stages_of;  // parameter -> stages reading it
+  for (const StageProgram& program : programs)
+    for (int value : program.parameters) stages_of[value].push_back(program.stage);
+  auto ranks_of_stages = [&](const std::vector<int>& stages) {
+    std::vector<int> ranks;
+    for (int copy = 0; copy < plan.pipeline_copies; ++copy)
+      for (int stage : stages)
+        for (int replica = 0; replica < plan.stages[stage].replicas; ++replica)
+          ranks.push_back(plan.rank_of({copy, stage, replica}));
+    std::sort(ranks.begin(), ranks.end());
+    return ranks;
+  };
+  std::vector<std::vector<int>> tied_sets;
+  for (const auto& [value, stages] : stages_of)
+    if (stages.size() > 1 && std::find(tied_sets.begin(), tied_sets.end(), stages) == tied_sets.end())
+      tied_sets.push_back(stages);
+  std::sort(tied_sets.begin(), tied_sets.end());
+  for (const std::vector<int>& stages : tied_sets) {  // collective over the world, same order everywhere
+    const std::vector<int> ranks = ranks_of_stages(stages);
+    std::unique_ptr<comm::Communicator> group = world.group(ranks);
+    if (!group) continue;
+    PARTRAIN_CHECK(!tied_group_, "executor: stage " << placement_.stage
+                                                    << " shares parameters with two different sets of stages; "
+                                                       "this is not supported");
+    tied_group_ = std::move(group);
+  }
+  stage_group_ = world.group(ranks_of_stages({placement_.stage}));
+
+  std::vector<OptimizerParameter> parameters;
+  for (int value : program_.parameters) {
+    parameter_order_.push_back(value);
+    double holders = 0;
+    for (int stage : stages_of[value]) holders += plan.stages[stage].replicas * plan.pipeline_copies;
+    holders_.push_back(holders);
+    (stages_of[value].size() > 1 ? tied_ : untied_).push_back(value);
+    // No weight decay for biases and normalisation weights (1-D), as in Hugging Face and Megatron.
+    parameters.push_back({graph.value(value).name, state_[value], state_[value].rank() > 1});
+  }
+  optimizer_ = make_optimizer(train, std::move(parameters));
+}
+
+PipelineExecutor::~PipelineExecutor() = default;
+
+void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::vector<MicrobatchState>& microbatches,
+                                  std::vector<comm::Request>& pending, double& loss_sum) {
+  const auto [own_begin, own_end] = plan_.replica_samples(placement_.stage, placement_.replica);
+  const std::int64_t rows = own_end - own_begin;
+  const std::int64_t per_copy = plan_.global_batch / plan_.pipeline_copies;
+  auto random_context = [&](int microbatch) {
+    RandomContext random;
+    random.seed = static_cast<std::uint64_t>(train_.seed);
+    random.step = static_cast<std::uint32_t>(step);
+    // Keyed by the sample's index in the step, so any plan draws the same masks for it.
+    random.first_sample = static_cast<std::uint32_t>(placement_.copy * per_copy + microbatch * plan_.microbatch_size() + own_begin);
+    return random;
+  };
+  auto forward = [&](MicrobatchState& state, int microbatch) {
+    for (const auto& [value, tensor] : state_) state.values[value] = tensor;
+    run_forward(graph_, program_.subgraph, state.values, backend_, {true, random_context(microbatch)});
+  };
+
+  switch (action.kind) {
+    case ActionKind::ReceiveActivation:
+    case ActionKind::ReceiveGradient: {
+      const bool gradient = action.kind == ActionKind::ReceiveGradient;
+      MicrobatchState& state = microbatches[action.microbatch];
+      const std::vector<int>& values = gradient ? program_.gradients_received : program_.received;
+      TensorMap& into = gradient ? state.received_gradients : state.received;
+      std::vector<comm::Request> requests;
+      for (int value : values) {
+        Tensor& tensor = into[value];
+        if (!tensor.defined()) tensor = Tensor::empty(with_batch(graph_.value(value).type.shape, rows), graph_.value(value).type.dtype);
+        requests.push_back(world_.receive(tensor.slice_rows(action.sample_begin - own_begin, action.sample_end - own_begin),
+                                          action.peer, message_tag(world_, action.microbatch, gradient)));
+      }
+      comm::wait_all(requests);
+      return;
+    }
+    case ActionKind::SendActivation:
+    case ActionKind::SendGradient: {
+      const bool gradient = action.kind == ActionKind::SendGradient;
+      MicrobatchState& state = microbatches[action.microbatch];
+      const std::vector<int>& values = gradient ? program_.gradients_sent : program_.sent;
+      const TensorMap& from = gradient ? state.outgoing_gradients : state.outputs;
+      for (int value : values) {
+        const Tensor& tensor = from.at(value);
+        pending.push_back(world_.send(tensor.slice_rows(action.sample_begin - own_begin, action.sample_end - own_begin),
+                                      action.peer, message_tag(world_, action.microbatch, gradient)));
+      }
+      return;
+    }
+    case ActionKind::Forward: {
+      MicrobatchState& state = microbatches[action.microbatch];
+      const std::int64_t first = step * plan_.global_batch + placement_.copy * per_copy +
+                                 action.microbatch * plan_.microbatch_size() + own_begin;
+      const io::NamedTensors batch = data_.samples(first, rows);
+      for (int value : program_.data_inputs) {
+        auto found = batch.find(graph_.value(value).name);
+        PARTRAIN_CHECK(found != batch.end(), data_.path() << ": the data has no input '" << graph_.value(value).name << "'");
+        state.values[value] = found->second;
+        state.kept.push_back(value);
+      }
+      for (const auto& [value, tensor] : state.received) {
+        state.values[value] = tensor;
+        state.kept.push_back(value);
+      }
+      forward(state, action.microbatch);
+      for (int value : program_.sent) state.outputs[value] = state.values.at(value);
+      if (program_.loss >= 0) {
+        const double weight = static_cast<double>(rows) / plan_.global_batch;
+        loss_sum += weight * state.values.at(program_.loss).to_float_vector().at(0);
+      }
+      if (action.recomputed) {  // keep only what the recomputation starts from
+        TensorMap kept;
+        for (int value : state.kept) kept[value] = state.values.at(value);
+        state.values = std::move(kept);
+      }
+      return;
+    }
+    case ActionKind::Recompute: {
+      MicrobatchState& state = microbatches[action.microbatch];
+      // BatchNorm updated its running statistics in the first forward: keep them from changing twice.
+      std::vector<std::pair<Tensor, Tensor>> saved;
+      for (int value : program_.buffers) saved.emplace_back(state_.at(value), state_.at(value).clone());
+      forward(state, action.microbatch);
+      for (auto& [live, copy] : saved) backend_.copy(copy, live);
+      return;
+    }
+    case ActionKind::Backward: {
+      MicrobatchState& state = microbatches[action.microbatch];
+      TensorMap grads;
+      for (int value : program_.backward.parameter_grads) grads[value] = gradients_.at(value);
+      for (int value : program_.backward.output_grads) {
+        const Tensor& output = state.values.at(value);
+        if (value == program_.loss) {
+          grads[value] = Tensor::full(output.shape(), static_cast<double>(rows) / plan_.global_batch);
+        } else if (auto found = state.received_gradients.find(value); found != state.received_gradients.end()) {
+          grads[value] = found->second;
+        } else {
+          grads[value] = Tensor::zeros(output.shape(), output.dtype());
+        }
+      }
+      run_backward(graph_, program_.backward, state.values, grads, backend_, {true, random_context(action.microbatch)});
+      for (int value : program_.gradients_sent) {
+        Tensor gradient;
+        if (auto own = grads.find(value); own != grads.end() && own->second.defined()) gradient = own->second;
+        if (auto relayed = state.received_gradients.find(value); relayed != state.received_gradients.end()) {
+          if (gradient.defined()) {
+            backend_.accumulate(relayed->second, gradient);
+          } else {
+            gradient = relayed->second;
+          }
+        }
+        if (!gradient.defined()) gradient = Tensor::zeros(with_batch(graph_.value(value).type.shape, rows));
+        state.outgoing_gradients[value] = gradient;
+      }
+      state.values.clear();
+      state.received.clear();
+      state.outputs.clear();
+      state.received_gradients.clear();
+      return;
+    }
+    case ActionKind::AllReduce: {
+      std::vector<Tensor> tensors;
+      for (int value : untied_) tensors.push_back(gradients_.at(value));
+      if (!tensors.empty()) stage_group_->all_reduce_coalesced(tensors);
+      return;
+    }
+    case ActionKind::Step:
+      return;  // train_step finishes the step after the list (it needs the sends completed first)
+  }
+}
+
+StepResult PipelineExecutor::train_step(std::int64_t step) {
+  const double start = now_us();
+  CachingAllocator& allocator = allocator_for(cpu_device());
+  allocator.reset_peak();
+  for (auto& [value, gradient] : gradients_) gradient.zero();
+  std::vector<MicrobatchState> microbatches(plan_.microbatches);
+  std::vector<comm::Request> pending;
+  double loss_sum = 0;
+  for (const Action& action : actions_) {
+    const double action_start = now_us();
+    run_action(action, step, microbatches, pending, loss_sum);
+    const char* category = action.is_compute() ? "compute"
+                           : action.kind == ActionKind::Step ? "optimizer" : "communication";
+    std::string name = action_kind_name(action.kind);
+    if (action.microbatch >= 0) name += " mb " + std::to_string(action.microbatch);
+    if (action.kind != ActionKind::Step) trace_.push_back({name, category, action_start - clock_origin_, now_us() - action_start, step});
+  }
+  comm::wait_all(pending);
+
+  // ---- Step: tied parameters, global-norm clipping, optimizer ----
+  const double step_start = now_us();
+  if (tied_group_ && !tied_.empty()) {
+    std::vector<Tensor> tensors;
+    for (int value : tied_) tensors.push_back(gradients_.at(value));
+    tied_group_->all_reduce_coalesced(tensors);
+  }
+  // Every holder of a parameter has the same reduced gradient: count it once over the world.
+  double local_square = 0;
+  std::vector<Tensor> gradients;
+  for (std::size_t i = 0; i < parameter_order_.size(); ++i) {
+    const Tensor& gradient = gradients_.at(parameter_order_[i]);
+    gradients.push_back(gradient);
+    local_square += sum_of_squares(std::span<const Tensor>(&gradient, 1)) / holders_[i];
+  }
+  const double grad_norm = std::sqrt(world_.all_reduce_scalar(local_square));
+  const double lr = lr_schedule_.at(step);
+  optimizer_->step(gradients, lr, clip_scale(grad_norm, train_.grad_clip));
+  trace_.push_back({"Step", "optimizer", step_start - clock_origin_, now_us() - step_start, step});
+
+  StepResult result;
+  result.step = step;
+  result.loss = world_.all_reduce_scalar(loss_sum);
+  result.grad_norm = grad_norm;
+  result.lr = lr;
+  result.seconds = world_.all_reduce_scalar((now_us() - start) * 1e-6, comm::ReduceOp::Max);
+  result.peak_memory_bytes = world_.all_reduce_scalar(static_cast<double>(allocator.peak_bytes()), comm::ReduceOp::Max);
+  return result;
+}
+
+}  // namespace partrain::runtime

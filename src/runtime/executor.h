@@ -1,0 +1,92 @@
+#pragma once
+// The executor (DESIGN.md "Runtime"): runs one rank's schedule — forward, backward and recompute of
+// its stage on its samples of each microbatch, non-blocking sends and blocking receives of
+// activations and gradients (with RaNNC's redistribution of sample ranges between stages of unequal
+// replica counts, and relaying of activations that skip stages), the gradient all-reduce over the
+// stage's data-parallel group and over the stages sharing a tied parameter, global-norm clipping
+// across all ranks, and the optimizer step.
+//
+// Numerics are independent of the plan: sample g of a step draws the same dropout masks wherever it
+// runs, and the step loss is Σ over loss pieces of (samples in the piece / global batch) × the
+// piece's mean loss, so a single-device run with the same pieces as microbatches computes the same
+// losses and gradients up to floating-point summation order.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/backend.h"
+#include "io/batch_source.h"
+#include "io/chrome_trace.h"
+#include "io/config.h"
+#include "partition/plan.h"
+#include "runtime/interpreter.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/optimizer.h"
+#include "runtime/schedule.h"
+#include "runtime/stage_program.h"
+
+namespace partrain::runtime {
+
+/// What one optimizer step did, identical on every rank (reduced over the world).
+struct StepResult {
+  std::int64_t step = 0;
+  double loss = 0;            // Σ (piece samples / global batch) × piece mean loss
+  double grad_norm = 0;       // global L2 norm before clipping
+  double lr = 0;
+  double seconds = 0;         // wall time of the step (max over ranks)
+  double peak_memory_bytes = 0;  // max over ranks of the allocator's high-water mark
+};
+
+class PipelineExecutor {
+ public:
+  /// Sets up rank `world.rank()` of `plan`: its stage program, its share of `initial_values` (every
+  /// Param and Buffer of the graph by value id; only this stage's are kept, copied), the optimizer
+  /// and the communicators of its groups (collective over `world`: every rank constructs its
+  /// executor at the same time). Throws partrain::Error when the world size differs from the plan's.
+  PipelineExecutor(const Graph& graph, const Plan& plan, comm::Communicator& world, Backend& backend,
+                   const io::BatchSource& data, const std::unordered_map<int, Tensor>& initial_values,
+                   const TrainConfig& train);
+  ~PipelineExecutor();
+
+  /// Runs optimizer step `step` (0-based) on samples [step · B, (step + 1) · B) of the data stream.
+  StepResult train_step(std::int64_t step);
+
+  /// This rank's parameters and buffers by value id (current values; shared storage).
+  const std::unordered_map<int, Tensor>& state() const { return state_; }
+  const StageProgram& program() const { return program_; }
+  Placement placement() const { return placement_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  const std::vector<io::TraceEvent>& trace() const { return trace_; }
+
+ private:
+  struct MicrobatchState;
+  const Graph& graph_;
+  const Plan& plan_;
+  comm::Communicator& world_;
+  Backend& backend_;
+  const io::BatchSource& data_;
+  TrainConfig train_;
+  Placement placement_;
+  StageProgram program_;
+  std::vector<Action> actions_;
+  std::unordered_map<int, Tensor> state_;       // params and buffers
+  std::unordered_map<int, Tensor> gradients_;   // param value id -> accumulated gradient
+  std::vector<int> parameter_order_;            // optimizer order (param value ids)
+  std::vector<double> holders_;                 // per parameter_order_: ranks holding the parameter
+  std::vector<int> tied_;                       // parameters shared with other stages
+  std::vector<int> untied_;
+  std::unique_ptr<comm::Communicator> stage_group_;
+  std::unique_ptr<comm::Communicator> tied_group_;
+  std::unique_ptr<Optimizer> optimizer_;
+  LearningRateSchedule lr_schedule_;
+  std::vector<io::TraceEvent> trace_;
+  double clock_origin_ = 0;
+
+  void run_action(const Action& action, std::int64_t step, std::vector<MicrobatchState>& microbatches,
+                  std::vector<comm::Request>& pending, double& loss_sum);
+};
+
+}  // namespace partrain::runtime

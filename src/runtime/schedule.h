@@ -1,0 +1,156 @@
+#pragma once
+// Pipeline schedules as data (DESIGN.md "Runtime"). A generator turns a Plan (its stages, replicas,
+// pipeline copies, microbatch count, schedule kind and recompute policies) into one list of actions
+// per rank; the executor runs a rank's list, the checker runs all lists together to prove them
+// deadlock-free and complete, and the timeline simulator runs them with per-stage costs to predict
+// the step time and the bubble fraction.
+//
+// Communication semantics the lists are written for: sends are non-blocking (buffered: posting one
+// never waits for the receiver), receives block until the matching send was posted, and AllReduce is
+// a collective that completes once every member of its group has reached it. Messages match by
+// (sender, receiver, kind, microbatch); the sample range must agree.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "partition/plan.h"
+
+namespace partrain {
+
+/// What one action of a rank's list does.
+enum class ActionKind {
+  Forward,            // forward pass of the rank's samples of a microbatch
+  Backward,           // backward pass of a microbatch (accumulates parameter gradients)
+  Recompute,          // re-run the forward of a microbatch from its kept boundary inputs
+  SendActivation,     // send stage outputs (samples [begin, end)) to a rank of the next stage
+  ReceiveActivation,  // receive stage inputs (samples [begin, end)) from a rank of the previous stage
+  SendGradient,       // send input gradients (samples [begin, end)) to a rank of the previous stage
+  ReceiveGradient,    // receive output gradients (samples [begin, end)) from a rank of the next stage
+  AllReduce,          // sum the stage's parameter gradients over its data-parallel group
+  Step,               // optimizer step (the executor also does the global-norm clipping here)
+};
+
+/// "Forward", "Backward", "Recompute", "SendActivation", ... (the enumerator's name).
+const char* action_kind_name(ActionKind kind);
+
+/// One entry of a rank's schedule. Sample ranges are offsets inside the microbatch of the rank's
+/// pipeline copy, [0, Plan::microbatch_size()).
+struct Action {
+  ActionKind kind = ActionKind::Step;
+  int microbatch = -1;           // -1 for AllReduce and Step
+  int peer = -1;                 // the other rank of a send or receive; -1 otherwise
+  std::int64_t sample_begin = 0; // send/receive: the samples that move; compute: the rank's samples
+  std::int64_t sample_end = 0;
+  /// Forward only: true when the forward keeps just its boundary inputs (the stage's inputs) and a
+  /// Recompute of the same microbatch rebuilds the activations before its Backward.
+  bool recomputed = false;
+  /// AllReduce only: the ranks of the group, ascending (the stage's replicas in every pipeline copy,
+  /// this rank included).
+  std::vector<int> group;
+
+  /// Compute actions on the rank's samples [begin, end) of a microbatch.
+  static Action forward(int microbatch, std::int64_t begin, std::int64_t end, bool recomputed);
+  static Action backward(int microbatch, std::int64_t begin, std::int64_t end);
+  static Action recompute(int microbatch, std::int64_t begin, std::int64_t end);
+  /// A send or receive kind with its peer rank and sample range; throws partrain::Error for another kind.
+  static Action transfer(ActionKind kind, int microbatch, int peer, std::int64_t begin, std::int64_t end);
+  /// The gradient all-reduce over `group` (ranks, ascending) and the optimizer step.
+  static Action all_reduce(std::vector<int> group);
+  static Action step();
+
+  bool is_compute() const;  // Forward, Backward or Recompute
+  bool is_send() const;     // SendActivation or SendGradient
+  bool is_receive() const;  // ReceiveActivation or ReceiveGradient
+
+  /// Readable form, e.g. "ReceiveActivation(mb 3, from 2, samples [0,4))", "Forward(mb 3, recomputed)",
+  /// "AllReduce(ranks 1,5)", "Step".
+  std::string to_string() const;
+  bool operator==(const Action& other) const = default;
+};
+
+/// One list of actions per rank, indexed by rank.
+using Schedule = std::vector<std::vector<Action>>;
+
+/// Builds every rank's list for plan.schedule:
+///  * gpipe: all forwards (microbatch 0..M-1), then all backwards in reverse order (RaNNC);
+///  * 1f1b: PipeDream-flush — stage s runs min(S-s-1, M) warm-up forwards, then alternates one
+///    forward and one backward, then the remaining backwards;
+///  * scp: Merak's shifted critical path on top of 1F1B order — the last stage never recomputes (its
+///    backward follows its forward directly), and the other recomputing stages run Recompute(mb)
+///    before ReceiveGradient(mb), so the recomputation overlaps the wait for the gradient instead of
+///    lying on the critical path (Merak's RecomputeRecvGrad / pre-checkpoint forward).
+/// Every stage whose policy is StageBoundaries or StageAware gets Recompute(mb) right before
+/// Backward(mb) (scp: before its gradient receives) and Forward(mb).recomputed set; which layers a
+/// StageAware stage really recomputes is the executor's business. Receives are placed right before
+/// the compute that needs them, sends right after the compute that produces them. With unequal
+/// replica counts each replica handles plan.replica_samples(stage, replica) of every microbatch and
+/// exchanges exactly the intersecting sample ranges with the replicas of the neighbouring stages of
+/// its own pipeline copy. Each list ends with AllReduce (when the stage's data-parallel group has
+/// more than one rank) and Step.
+/// Throws partrain::Error when the plan has no stages, a non-positive replica or microbatch count,
+/// world_size ≠ copies × devices, or a microbatch smaller than a stage's replica count.
+Schedule generate_schedule(const Plan& plan);
+
+/// Runs all ranks' lists together (sends buffered, receives blocking, AllReduce collective) and
+/// throws partrain::Error naming the first problem:
+///  * deadlock — the stuck ranks, where they sit in the plan and the actions they wait at;
+///  * a receive whose matching send carries a different sample range, or a send never received;
+///  * a rank whose list does not hold exactly one Forward and one Backward of every microbatch
+///    (Backward after Forward), a Recompute without a recomputed Forward (or missing, or misplaced),
+///    a receive after the compute needing it or a send before the compute producing it, transfers
+///    between ranks that are not neighbouring stages of the same pipeline copy, sample ranges that
+///    do not cover the rank's own samples, an AllReduce group that is not the stage's group;
+///  * a list whose last action is not Step, or with more than one Step.
+/// The number of lists must be plan.world_size.
+void check_schedule(const Plan& plan, const Schedule& schedule);
+
+/// Largest number of microbatches whose Forward has run and whose Backward has not, along the list
+/// (activation memory held at once; 1F1B: min(S-s, M) on stage s).
+int peak_in_flight(const std::vector<Action>& actions);
+
+/// Costs the timeline simulator charges (seconds).
+struct TimelineCosts {
+  /// Per stage: one microbatch's forward / backward (without recomputation) / recomputation on one
+  /// replica.
+  std::vector<double> forward_seconds;
+  std::vector<double> backward_seconds;
+  std::vector<double> recompute_seconds;
+  /// Seconds from posting a send of `samples` samples to its arrival at `to_rank`; empty: 0.
+  std::function<double(ActionKind kind, int from_rank, int to_rank, std::int64_t samples)> transfer_seconds;
+  /// Seconds of a stage's gradient all-reduce once all members arrived; empty: 0.
+  std::function<double(int stage)> all_reduce_seconds;
+  /// Seconds of the optimizer step.
+  double step_seconds = 0;
+
+  /// From the plan's predictions: forward = PlanStage::forward_seconds; for a recomputing stage
+  /// recompute = forward_seconds and backward = backward_seconds − forward_seconds (the plan's backward
+  /// includes the recomputation), otherwise recompute = 0 and backward = backward_seconds. No
+  /// transfer or all-reduce costs.
+  static TimelineCosts from_plan(const Plan& plan);
+};
+
+/// Start and end (seconds from the step's start) of one action on one rank.
+struct ActionTiming {
+  double start = 0;
+  double end = 0;
+};
+
+/// What simulate_schedule predicts for one optimizer step.
+struct TimelinePrediction {
+  double step_seconds = 0;      // until the last rank finished Step
+  double pipeline_seconds = 0;  // until the last Forward/Backward/Recompute ended on any rank
+  /// 1 − (Σ over ranks of compute seconds) / (ranks × pipeline_seconds): the idle share of the
+  /// pipeline phase (GPipe, equal stage times, free transfers: (S−1)/(M+S−1)).
+  double bubble_fraction = 0;
+  std::vector<double> rank_compute_seconds;       // per rank: Σ of its compute actions
+  std::vector<std::vector<ActionTiming>> timing;  // per rank and action (for trace timelines)
+};
+
+/// Runs the lists with the costs: a compute action occupies its rank, a send costs its rank nothing
+/// and arrives transfer_seconds later, a receive waits for the arrival, an AllReduce starts when the
+/// last member arrives. Throws partrain::Error as check_schedule does on a deadlock, and when the cost
+/// vectors are not one entry per stage or a cost is negative.
+TimelinePrediction simulate_schedule(const Plan& plan, const Schedule& schedule, const TimelineCosts& costs);
+
+}  // namespace partrain

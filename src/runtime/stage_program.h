@@ -1,0 +1,33 @@
+#pragma once
+// What one pipeline stage runs (DESIGN.md "Runtime"): its forward subgraph, the autodiff backward of
+// that subgraph, its parameters and buffers, the data inputs it reads, and the activations that
+// cross the stage boundaries. An activation produced in stage p and read in stage q > p + 1 is
+// relayed by the stages between them, so stages only talk to their neighbours (the schedules'
+// assumption); its gradient travels back the same way.
+#include <vector>
+
+#include "graph/autodiff.h"
+#include "graph/subgraph.h"
+#include "partition/plan.h"
+
+namespace partrain::runtime {
+
+struct StageProgram {
+  int stage = 0;
+  Subgraph subgraph;                 // the stage's tasks (constant tasks cloned in) with its boundary values
+  BackwardProgram backward;          // reverse-mode program of the subgraph
+  std::vector<int> parameters;       // Param values the stage reads, ascending id
+  std::vector<int> buffers;          // Buffer values (BatchNorm running statistics), ascending id
+  std::vector<int> data_inputs;      // Input and Label values the stage reads (fed from the dataset)
+  std::vector<int> received;         // activations received from stage − 1, ascending id (sent by it in this order)
+  std::vector<int> sent;             // activations sent to stage + 1, ascending id
+  std::vector<int> gradients_received;  // values of `sent` whose gradient comes back from stage + 1
+  std::vector<int> gradients_sent;      // values of `received` whose gradient goes to stage − 1
+  int loss = -1;                     // the graph output (loss) when this is the stage computing it
+};
+
+/// The programs of every stage of a plan, in stage order. Throws partrain::Error when a stage is not
+/// convex, or when a graph output other than the last stage's loss would have to cross stages.
+std::vector<StageProgram> build_stage_programs(const Graph& graph, const Plan& plan);
+
+}  // namespace partrain::runtime
