@@ -123,7 +123,9 @@ TEST(DistributedProfiler, EachRequestMeasuredByOneRankAndEveryRankGetsTheDb) {
 
   if (world().rank() == 0) {
     EXPECT_FALSE(fractions.empty());
-    if (!fractions.empty()) EXPECT_DOUBLE_EQ(fractions.back(), 1.0);
+    if (!fractions.empty()) {
+      EXPECT_DOUBLE_EQ(fractions.back(), 1.0);
+    }
     for (std::size_t i = 1; i < fractions.size(); ++i) EXPECT_GE(fractions[i], fractions[i - 1]);
   } else {
     EXPECT_TRUE(fractions.empty());

@@ -23,6 +23,8 @@ struct PlanArguments {
   long world_size = 0;                 // 0: config's
   long accelerators = -1;              // workload mode: accelerator count; -1: the workload's
   long cpus = -1;                      // workload mode: CPU count; -1: the workload's
+  long max_ideals = 0;                 // ideals planner: cap on enumerated ideals; 0: default / config
+  std::string save;                    // write the plan JSON here; empty: do not save
 };
 
 struct InspectArguments {

@@ -1,6 +1,6 @@
 // partrain: the command-line program.
 //   partrain train CONFIG.toml [--set section.key=value ...] [--plan FILE] [--resume latest|PATH]
-//   partrain plan CONFIG.toml [--world-size N] [--device-memory 80GiB] [--planner P] [--profile-db FILE]
+//   partrain plan CONFIG.toml [--world-size N] [--device-memory 80GiB] [--planner P] [--profile-db FILE] [--save PLAN.json]
 //   partrain plan --workload GRAPH.json --planner ideals|dpl [--accelerators K] [--cpus L] [--device-memory SIZE]
 //   partrain inspect CONFIG.toml | CHECKPOINT.h5
 // User mistakes end with one "partrain: error: ..." line and exit code 1, never a backtrace.
@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
   plan->add_option("--profile-db", plan_arguments.profile_db, "saved ProfileDB to plan with (default: analytic costs)");
   plan->add_option("--accelerators", plan_arguments.accelerators, "workload mode: number of accelerators");
   plan->add_option("--cpus", plan_arguments.cpus, "workload mode: number of CPUs");
+  plan->add_option("--max-ideals", plan_arguments.max_ideals,
+                   "ideals planner: stop with an error (suggesting dpl) beyond this many ideals");
+  plan->add_option("--save", plan_arguments.save, "write the plan as JSON (for train --plan)");
 
   InspectArguments inspect_arguments;
   CLI::App* inspect = app.add_subcommand("inspect", "summarise a model (TOML) or a checkpoint (HDF5)");

@@ -1,12 +1,20 @@
-// partrain plan. Workload mode (--workload FILE.json) splits an external dnn-partitioning graph with
-// the ideal DP or DPL of Tarnawski et al. (NeurIPS 2020); planning a model config is not done yet.
+// partrain plan. Config mode plans a model from its experiment file for any world size and device
+// memory without training (on the analytic cost model or a saved ProfileDB) and prints the plan
+// table; workload mode (--workload FILE.json) splits an external dnn-partitioning graph with the
+// ideal DP or DPL of Tarnawski et al. (NeurIPS 2020).
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "app/commands.h"
+#include "app/planning.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "io/config.h"
+#include "io/progress_bar.h"
+#include "models/model.h"
+#include "partition/planner.h"
 #include "partition/dpl.h"
 #include "partition/ideals_dp.h"
 #include "partition/workload.h"
@@ -25,6 +33,7 @@ int run_workload_plan(const PlanArguments& arguments) {
   options.cpus = static_cast<int>(arguments.cpus);
   if (!arguments.device_memory.empty())
     options.accelerator_memory_bytes = static_cast<double>(parse_memory_size(arguments.device_memory));
+  if (arguments.max_ideals > 0) options.max_ideals = static_cast<std::size_t>(arguments.max_ideals);
   const auto start = std::chrono::steady_clock::now();
   const partition::PartitionResult result = planner == "ideals" ? partition::partition_ideals(workload, options)
                                                                 : partition::partition_linearised(workload, options);
@@ -55,12 +64,50 @@ int run_workload_plan(const PlanArguments& arguments) {
   return 0;
 }
 
+int run_config_plan(const PlanArguments& arguments) {
+  const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
+  const long world_size = arguments.world_size > 0 ? arguments.world_size
+                          : config.parallel.world_size > 0 ? config.parallel.world_size : 1;
+  const double device_memory =
+      arguments.device_memory.empty() ? 0.0 : static_cast<double>(parse_memory_size(arguments.device_memory));
+  app::PlanningSetup setup = planning_setup(config, static_cast<int>(world_size), device_memory, arguments.planner);
+  if (arguments.max_ideals > 0) setup.options.max_ideals = static_cast<std::size_t>(arguments.max_ideals);
+
+  const Graph graph = build_model(config.model);
+  std::unique_ptr<profile::ProfileDB> database;
+  std::unique_ptr<partition::CostModel> cost;
+  if (arguments.profile_db.empty()) {
+    cost = partition::make_analytic_cost_model(graph, setup.device);
+  } else {
+    database = std::make_unique<profile::ProfileDB>(profile::ProfileDB::load(arguments.profile_db));
+    cost = partition::make_profiled_cost_model(graph, *database, setup.device);
+  }
+  std::printf("model: %s (%zu tasks, %lld parameters), global batch %lld, %ld devices of %.2f GiB\n",
+              config.path.c_str(), graph.tasks().size(), static_cast<long long>(graph.parameter_count()),
+              static_cast<long long>(config.train.global_batch), world_size, setup.device.memory_bytes / (1ull << 30));
+  std::fflush(stdout);
+
+  ProgressBar progress("planning (" + setup.options.planner + ")");
+  setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
+  const auto start = std::chrono::steady_clock::now();
+  const Plan plan = partition::make_plan(graph, *cost, setup.options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  progress.finish();
+
+  std::fputs(format_plan_table(plan).c_str(), stdout);
+  if (!arguments.save.empty()) {
+    plan.save(arguments.save);
+    std::printf("plan saved: %s\n", arguments.save.c_str());
+  }
+  std::printf("planning_seconds: %.6f\n", seconds);
+  return 0;
+}
+
 }  // namespace
 
 int run_plan(const PlanArguments& arguments) {
   if (!arguments.workload.empty()) return run_workload_plan(arguments);
-  std::fprintf(stderr, "partrain plan: planning a model config is not implemented yet\n");
-  return 2;
+  return run_config_plan(arguments);
 }
 
 }  // namespace partrain::app

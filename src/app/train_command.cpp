@@ -1,13 +1,212 @@
-// partrain train: not implemented yet.
+// partrain train: the main job. Every rank reads the experiment file and builds the graph; rank 0
+// plans (or loads --plan) and broadcasts the plan; every rank instantiates its stage and runs the
+// schedule for [train] steps; rank 0 logs a line per step, writes metrics.jsonl, the plan JSON and
+// (with [log] trace) a Chrome trace of every rank's actions.
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
 
 #include "app/commands.h"
+#include "app/planning.h"
+#include "comm/mpi_communicator.h"
+#include "core/allocator.h"
+#include "core/error.h"
+#include "io/batch_source.h"
+#include "io/chrome_trace.h"
+#include "io/hdf5_file.h"
+#include "io/config.h"
+#include "io/progress_bar.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "models/model.h"
+#include "partition/planner.h"
+#include "runtime/executor.h"
 
 namespace partrain::app {
+namespace {
 
-int run_train(const TrainArguments&) {
-  std::fprintf(stderr, "partrain train: not implemented yet\n");
-  return 2;
+constexpr const char* kErrorPrefix = "ERROR:";
+
+// Rank 0 makes (or loads) the plan and broadcasts it as JSON; a planning error on rank 0 becomes the
+// same error on every rank, so all ranks stop cleanly.
+Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const TrainArguments& arguments,
+                   comm::Communicator& world) {
+  std::string text;
+  if (world.rank() == 0) {
+    try {
+      Plan plan;
+      if (!arguments.plan_file.empty()) {
+        plan = Plan::load(arguments.plan_file);
+      } else {
+        PlanningSetup setup = planning_setup(config, world.size());
+        const std::unique_ptr<partition::CostModel> cost = partition::make_analytic_cost_model(graph, setup.device);
+        ProgressBar progress("planning (" + setup.options.planner + ")");
+        setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
+        plan = partition::make_plan(graph, *cost, setup.options);
+        progress.finish();
+      }
+      PARTRAIN_CHECK(plan.world_size == world.size(), (arguments.plan_file.empty() ? "the plan" : arguments.plan_file)
+                                                          << " is for " << plan.world_size << " ranks, but "
+                                                          << world.size() << " are running");
+      PARTRAIN_CHECK(plan.global_batch == config.train.global_batch,
+                     arguments.plan_file << ": the plan's global batch " << plan.global_batch
+                                         << " differs from [train] global_batch " << config.train.global_batch);
+      plan.validate(graph);
+      text = plan.to_json().dump();
+    } catch (const Error& error) {
+      text = std::string(kErrorPrefix) + error.message();
+    }
+  }
+  world.broadcast_bytes(text, 0);
+  if (text.rfind(kErrorPrefix, 0) == 0) PARTRAIN_FAIL(text.substr(std::string(kErrorPrefix).size()));
+  return Plan::from_json(nlohmann::json::parse(text), "broadcast plan");
+}
+
+std::string output_directory(const ExperimentConfig& config) {
+  if (!config.log.dir.empty()) return config.log.dir;
+  return "runs/" + std::filesystem::path(config.path).stem().string();
+}
+
+// Training FLOPs of one sample: forward FLOPs of the batch-dependent tasks × 3 (backward ≈ 2 × forward).
+double training_flops_per_sample(const Graph& graph) {
+  double flops = 0;
+  for (const Task& task : graph.tasks())
+    if (!task.constant) flops += task.cost.forward_flops;
+  return 3 * flops;
+}
+
+// Rank 0 writes every parameter and buffer (from the first replica of each stage in pipeline copy 0)
+// to `path` as /model/<name> (f32, the tensor's shape).
+void save_parameters(const std::string& path, const Graph& graph, const runtime::PipelineExecutor& executor,
+                     comm::Communicator& world) {
+  std::string bytes;
+  const Placement placement = executor.placement();
+  if (placement.copy == 0 && placement.replica == 0) {
+    for (const auto& [value, tensor] : executor.state()) {
+      const std::vector<float> values = tensor.to_float_vector();
+      const std::int64_t id = value, count = static_cast<std::int64_t>(values.size());
+      bytes.append(reinterpret_cast<const char*>(&id), sizeof id);
+      bytes.append(reinterpret_cast<const char*>(&count), sizeof count);
+      bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+    }
+  }
+  const std::vector<std::string> parts = world.gather_bytes(bytes, 0);
+  if (world.rank() != 0) return;
+  io::Hdf5File file = io::Hdf5File::create(path);
+  std::vector<bool> written(graph.values().size(), false);
+  for (const std::string& part : parts) {
+    for (std::size_t offset = 0; offset < part.size();) {
+      std::int64_t id = 0, count = 0;
+      std::memcpy(&id, part.data() + offset, sizeof id);
+      std::memcpy(&count, part.data() + offset + sizeof id, sizeof count);
+      offset += sizeof id + sizeof count;
+      std::vector<float> values(static_cast<std::size_t>(count));
+      std::memcpy(values.data(), part.data() + offset, values.size() * sizeof(float));
+      offset += values.size() * sizeof(float);
+      if (written[id]) continue;  // tied parameters: every holder has the same values
+      written[id] = true;
+      const Value& value = graph.value(static_cast<int>(id));
+      file.write("model/" + value.name, value.type.shape, values);
+    }
+  }
+}
+
+int train(const TrainArguments& arguments, comm::Communicator& world) {
+  const bool leader = world.rank() == 0;
+  const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
+  PARTRAIN_CHECK(arguments.resume.empty(), "--resume: checkpoints are not implemented yet");
+  const Graph graph = build_model(config.model);
+  const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
+  const Plan plan = agree_on_plan(config, graph, arguments, world);
+
+  const std::string directory = output_directory(config);
+  if (leader) {
+    std::filesystem::create_directories(directory);
+    std::printf("model: %s (%s, %lld parameters), data: %s (%lld samples per epoch)\n", config.path.c_str(),
+                config.model.type.c_str(), static_cast<long long>(graph.parameter_count()), data->path().c_str(),
+                static_cast<long long>(data->samples_per_epoch()));
+    std::fputs(format_plan_table(plan).c_str(), stdout);
+    plan.save(directory + "/plan.json");
+    std::printf("outputs: %s/ (plan.json, metrics.jsonl%s)\n", directory.c_str(),
+                config.log.trace.empty() ? "" : (", " + config.log.trace).c_str());
+    if (config.has_checkpoint_section)
+      std::printf("note: [checkpoint] is set, but checkpoints are not implemented yet: none will be written\n");
+    std::fflush(stdout);
+  }
+
+  const std::unordered_map<int, Tensor> initial = initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed),
+                                                                        config.model.initializer_range);
+  runtime::PipelineExecutor executor(graph, plan, world, cpu_backend(), *data, initial, config.train);
+
+  std::ofstream metrics;
+  if (leader) {
+    metrics.open(directory + "/metrics.jsonl", std::ios::trunc);
+    PARTRAIN_CHECK(metrics, directory << "/metrics.jsonl: cannot write");
+  }
+  const double flops_per_sample = training_flops_per_sample(graph);
+  double first_loss = NAN, last_loss = NAN;
+  for (std::int64_t step = 0; step < config.train.steps; ++step) {
+    const runtime::StepResult result = executor.train_step(step);
+    PARTRAIN_CHECK(std::isfinite(result.loss), "step " << step << ": the loss is not finite (" << result.loss << ")");
+    if (step == 0) first_loss = result.loss;
+    last_loss = result.loss;
+    if (!leader) continue;
+    const double samples_per_second = config.train.global_batch / result.seconds;
+    const double tokens_per_second = samples_per_second * data->tokens_per_sample();
+    const double tflops = samples_per_second * flops_per_sample / 1e12;
+    metrics << nlohmann::json{{"step", step + 1},
+                              {"loss", result.loss},
+                              {"lr", result.lr},
+                              {"grad_norm", result.grad_norm},
+                              {"seconds", result.seconds},
+                              {"samples_per_second", samples_per_second},
+                              {"tokens_per_second", tokens_per_second},
+                              {"tflops", tflops},
+                              {"peak_memory_bytes", result.peak_memory_bytes}}
+                   .dump()
+            << '\n';
+    metrics.flush();
+    if ((step + 1) % config.log.every == 0 || step + 1 == config.train.steps) {
+      std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.1f samples/s | %.0f tokens/s | "
+                  "%.4f TFLOP/s | peak %.1f MiB\n",
+                  static_cast<long long>(step + 1), static_cast<long long>(config.train.steps), result.loss, result.lr,
+                  result.grad_norm, samples_per_second, tokens_per_second, tflops,
+                  result.peak_memory_bytes / (1 << 20));
+      std::fflush(stdout);
+    }
+  }
+
+  if (!config.log.trace.empty()) {
+    const std::vector<std::string> parts = world.gather_bytes(io::trace_events_to_json(executor.trace()).dump(), 0);
+    if (leader) {
+      std::vector<std::vector<io::TraceEvent>> events;
+      for (const std::string& part : parts) events.push_back(io::trace_events_from_json(nlohmann::json::parse(part)));
+      io::write_chrome_trace(directory + "/" + config.log.trace, events);
+    }
+  }
+  if (config.log.save_parameters) save_parameters(directory + "/parameters.h5", graph, executor, world);
+  if (leader && config.train.steps > 0)
+    std::printf("first loss %.6f, last loss %.6f after %lld steps\n", first_loss, last_loss,
+                static_cast<long long>(config.train.steps));
+  return 0;
+}
+
+}  // namespace
+
+int run_train(const TrainArguments& arguments) {
+  comm::MpiSession session;
+  std::unique_ptr<comm::Communicator> world = comm::MpiCommunicator::world();
+  try {
+    return train(arguments, *world);
+  } catch (const Error& error) {
+    // Errors every rank meets alike (config, data, plan) are printed once; errors of one rank abort all.
+    if (world->rank() == 0) std::fprintf(stderr, "partrain: error: %s\n", error.message().c_str());
+    return 1;
+  }
 }
 
 }  // namespace partrain::app

@@ -178,6 +178,7 @@ struct LogConfig {
   std::string dir;                       // output directory; "": runs/<config file stem>
   std::int64_t every = 1;                // a log line every N steps (metrics.jsonl gets every step)
   std::string trace;                     // Chrome-trace JSON file name in dir ("trace.json"); "": none
+  bool save_parameters = false;          // write the final parameters and buffers to dir/parameters.h5
 };
 
 /// Reads [train] and [parallel]; throws partrain::Error naming file, line and key on bad values.

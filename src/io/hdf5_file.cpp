@@ -1,5 +1,7 @@
 #include "io/hdf5_file.h"
 
+#include <algorithm>
+
 #include <cstring>
 
 namespace partrain::io {
@@ -64,6 +66,27 @@ Hdf5File Hdf5File::create(const std::string& path) {
   const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   PARTRAIN_CHECK(file >= 0, "cannot create HDF5 file '" << path << "'");
   return Hdf5File(path, Hdf5Handle(file));
+}
+
+std::vector<std::string> Hdf5File::dataset_names(const std::string& group) const {
+  PARTRAIN_CHECK(H5Lexists(handle_.get(), group.c_str(), H5P_DEFAULT) > 0,
+                 "HDF5 file '" << path_ << "' has no group '" << group << "'");
+  Hdf5Handle handle(H5Gopen2(handle_.get(), group.c_str(), H5P_DEFAULT));
+  PARTRAIN_CHECK(handle.valid(), "cannot open group '" << group << "' in '" << path_ << "'");
+  H5G_info_t info;
+  PARTRAIN_CHECK(H5Gget_info(handle.get(), &info) >= 0, "cannot list group '" << group << "' in '" << path_ << "'");
+  std::vector<std::string> names;
+  for (hsize_t index = 0; index < info.nlinks; ++index) {
+    const ssize_t length = H5Lget_name_by_idx(handle.get(), ".", H5_INDEX_NAME, H5_ITER_INC, index, nullptr, 0, H5P_DEFAULT);
+    PARTRAIN_CHECK(length >= 0, "cannot list group '" << group << "' in '" << path_ << "'");
+    std::string name(static_cast<std::size_t>(length), '\0');
+    H5Lget_name_by_idx(handle.get(), ".", H5_INDEX_NAME, H5_ITER_INC, index, name.data(), name.size() + 1, H5P_DEFAULT);
+    H5O_info_t object;
+    if (H5Oget_info_by_name(handle.get(), name.c_str(), &object, H5P_DEFAULT) >= 0 && object.type == H5O_TYPE_DATASET)
+      names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 bool Hdf5File::has_dataset(const std::string& name) const {

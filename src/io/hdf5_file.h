@@ -41,6 +41,9 @@ class Hdf5File {
 
   const std::string& path() const { return path_; }
   bool has_dataset(const std::string& name) const;
+  /// Names (relative to `group`) of the datasets directly inside `group`, sorted. Throws
+  /// partrain::Error naming the file when the group does not exist.
+  std::vector<std::string> dataset_names(const std::string& group) const;
   /// Dimensions of dataset `name`; throws if it does not exist.
   std::vector<std::int64_t> dataset_shape(const std::string& name) const;
 

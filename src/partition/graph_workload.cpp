@@ -49,32 +49,6 @@ Workload workload_from_groups(const Graph& graph, const std::vector<std::vector<
   return workload;
 }
 
-std::vector<std::vector<int>> attach_constant_tasks(const Graph& graph, std::vector<std::vector<int>> stages) {
-  const std::vector<Task>& tasks = graph.tasks();
-  std::vector<int> stage_of(tasks.size(), -1);
-  for (std::size_t s = 0; s < stages.size(); ++s)
-    for (int task : stages[s]) stage_of[task] = static_cast<int>(s);
-  std::vector<std::vector<int>> needed_by(tasks.size());
-  for (auto task = tasks.rbegin(); task != tasks.rend(); ++task) {
-    if (!task->constant) continue;
-    std::vector<int>& into = needed_by[task->id];
-    for (int output : task->outputs)
-      for (int consumer : graph.value(output).consumers) {
-        if (stage_of[consumer] >= 0 && !tasks[consumer].constant) into.push_back(stage_of[consumer]);
-        into.insert(into.end(), needed_by[consumer].begin(), needed_by[consumer].end());
-      }
-    std::sort(into.begin(), into.end());
-    into.erase(std::unique(into.begin(), into.end()), into.end());
-    if (into.empty() && !stages.empty()) into.push_back(static_cast<int>(stages.size()) - 1);
-    for (int s : into) stages[s].push_back(task->id);
-  }
-  for (std::vector<int>& stage : stages) {
-    std::sort(stage.begin(), stage.end());
-    stage.erase(std::unique(stage.begin(), stage.end()), stage.end());
-  }
-  return stages;
-}
-
 Plan plan_tarnawski(const Graph& graph, const CostModel& cost, const PlannerOptions& options, bool linearised) {
   const char* name = linearised ? "dpl" : "ideals";
   std::vector<std::vector<int>> groups;

@@ -20,10 +20,6 @@ namespace partrain::partition {
 Workload workload_from_groups(const Graph& graph, const std::vector<std::vector<int>>& groups, const CostModel& cost,
                               std::int64_t batch, int accelerators, const PlannerOptions& options);
 
-/// Adds to each stage (non-constant task lists in pipeline order) the constant tasks it needs,
-/// cloned into every stage that consumes them (RaNNC §III-A), and sorts each stage.
-std::vector<std::vector<int>> attach_constant_tasks(const Graph& graph, std::vector<std::vector<int>> stages);
-
 /// The ideals (exact DP over ideals, Tarnawski §5.1.1/§5.3) or dpl (§5.1.2) planner on a model: for
 /// each divisor K of the world size, split into at most K stages (one accelerator each), give the
 /// stages world_size / S replicas when S divides the world size, predict, and keep the fastest plan.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <functional>
 #include <map>
+#include <queue>
 #include <sstream>
 
 #include "core/error.h"
@@ -11,78 +13,139 @@
 
 namespace partrain::partition {
 
-std::vector<LayerGroup> layer_groups(const Graph& graph) {
+std::vector<std::vector<int>> attach_constant_tasks(const Graph& graph, std::vector<std::vector<int>> stages) {
   const std::vector<Task>& tasks = graph.tasks();
-  std::vector<LayerGroup> groups;
-  std::map<std::string, std::size_t> group_index;
-  std::vector<int> group_of(tasks.size(), -1);
-  for (const Task& task : tasks) {
-    if (task.constant) continue;
-    const std::string layer = layer_of(task.name);
-    auto [found, inserted] = group_index.try_emplace(layer, groups.size());
-    if (inserted) groups.push_back({layer, {}});
-    group_of[task.id] = static_cast<int>(found->second);
-    groups[found->second].tasks.push_back(task.id);
-  }
-  // Order the groups topologically in the group DAG (ties: first task id), since a layer can start
-  // before another that feeds it (BERT's MLM head starts before the pooler that feeds its NSP head).
-  {
-    const std::size_t count = groups.size();
-    std::vector<std::vector<int>> successors(count);
-    std::vector<int> indegree(count, 0);
-    for (const Task& task : tasks) {
-      if (group_of[task.id] < 0) continue;
-      for (int output : task.outputs)
-        for (int consumer : graph.value(output).consumers) {
-          const int from = group_of[task.id], to = group_of[consumer];
-          if (to < 0 || to == from) continue;
-          successors[from].push_back(to);
-          ++indegree[to];
-        }
-    }
-    std::vector<int> order;
-    std::vector<bool> ready(count, false);
-    for (std::size_t g = 0; g < count; ++g) ready[g] = indegree[g] == 0;
-    for (std::size_t step = 0; step < count; ++step) {
-      int next = -1;  // the ready group with the smallest index (= first task id)
-      for (std::size_t g = 0; g < count && next < 0; ++g)
-        if (ready[g]) next = static_cast<int>(g);
-      PARTRAIN_CHECK(next >= 0, "layer_groups: the layers of the graph form a cycle");
-      ready[next] = false;
-      indegree[next] = -1;
-      order.push_back(next);
-      for (int to : successors[next])
-        if (--indegree[to] == 0) ready[to] = true;
-    }
-    std::vector<LayerGroup> sorted;
-    std::vector<int> new_index(count);
-    for (std::size_t position = 0; position < count; ++position) {
-      new_index[order[position]] = static_cast<int>(position);
-      sorted.push_back(std::move(groups[order[position]]));
-    }
-    groups = std::move(sorted);
-    for (int& group : group_of)
-      if (group >= 0) group = new_index[group];
-  }
-  // A constant task is cloned into every group that consumes it, directly or through other
-  // constant tasks (RaNNC §III-A): consumers come later in id order, so walk backwards.
-  std::vector<std::vector<int>> constant_groups(tasks.size());
+  std::vector<int> stage_of(tasks.size(), -1);
+  for (std::size_t s = 0; s < stages.size(); ++s)
+    for (int task : stages[s]) stage_of[task] = static_cast<int>(s);
+  std::vector<std::vector<int>> needed_by(tasks.size());
   for (auto task = tasks.rbegin(); task != tasks.rend(); ++task) {
     if (!task->constant) continue;
-    std::vector<int>& into = constant_groups[task->id];
-    for (int output : task->outputs) {
+    std::vector<int>& into = needed_by[task->id];
+    for (int output : task->outputs)
       for (int consumer : graph.value(output).consumers) {
-        if (group_of[consumer] >= 0) into.push_back(group_of[consumer]);
-        into.insert(into.end(), constant_groups[consumer].begin(), constant_groups[consumer].end());
+        if (stage_of[consumer] >= 0 && !tasks[consumer].constant) into.push_back(stage_of[consumer]);
+        into.insert(into.end(), needed_by[consumer].begin(), needed_by[consumer].end());
       }
-    }
     std::sort(into.begin(), into.end());
     into.erase(std::unique(into.begin(), into.end()), into.end());
-    if (into.empty() && !groups.empty()) into.push_back(static_cast<int>(groups.size()) - 1);  // feeds only outputs
-    for (int group : into) groups[group].tasks.push_back(task->id);
+    if (into.empty() && !stages.empty()) into.push_back(static_cast<int>(stages.size()) - 1);
+    for (int s : into) stages[s].push_back(task->id);
   }
-  for (LayerGroup& group : groups) std::sort(group.tasks.begin(), group.tasks.end());
+  for (std::vector<int>& stage : stages) {
+    std::sort(stage.begin(), stage.end());
+    stage.erase(std::unique(stage.begin(), stage.end()), stage.end());
+  }
+  return stages;
+}
+
+namespace {
+
+// Tasks grouped by layer name in order of first task, constant tasks cloned into their consumers'
+// groups; not yet in pipeline order.
+std::vector<LayerGroup> named_layer_groups(const Graph& graph) {
+  std::vector<LayerGroup> groups;
+  std::vector<std::vector<int>> tasks;
+  std::map<std::string, std::size_t> group_index;
+  for (const Task& task : graph.tasks()) {
+    if (task.constant) continue;
+    auto [found, inserted] = group_index.try_emplace(layer_of(task.name), groups.size());
+    if (inserted) {
+      groups.push_back({found->first, {}});
+      tasks.emplace_back();
+    }
+    tasks[found->second].push_back(task.id);
+  }
+  tasks = attach_constant_tasks(graph, std::move(tasks));
+  for (std::size_t g = 0; g < groups.size(); ++g) groups[g].tasks = std::move(tasks[g]);
   return groups;
+}
+
+}  // namespace
+
+std::vector<LayerGroup> layer_groups(const Graph& graph) {
+  // Pipeline order: groups sorted topologically by the edges between their (non-constant) tasks,
+  // ties by first task, since a layer can start before another that feeds it (BERT with NSP: the
+  // pooler feeds the NSP part of "head", whose first task comes earlier). Groups on a dependency
+  // cycle, if any, are merged into one named "a+b".
+  const std::vector<LayerGroup> groups = named_layer_groups(graph);
+  const int n = static_cast<int>(groups.size());
+  std::vector<int> group_of(graph.tasks().size(), -1);
+  for (int g = 0; g < n; ++g)
+    for (int task : groups[g].tasks)
+      if (!graph.task(task).constant) group_of[task] = g;
+  std::vector<std::vector<int>> successors(n);
+  for (const Task& task : graph.tasks()) {
+    if (task.constant || group_of[task.id] < 0) continue;
+    for (int input : task.inputs) {
+      const int producer = graph.value(input).producer;
+      if (producer < 0 || graph.task(producer).constant || group_of[producer] < 0) continue;
+      if (group_of[producer] != group_of[task.id]) successors[group_of[producer]].push_back(group_of[task.id]);
+    }
+  }
+  // Strongly connected components (Tarjan); groups on a cycle become one.
+  std::vector<int> component(n, -1), order_index(n, -1), low(n, 0), stack;
+  std::vector<bool> on_stack(n, false);
+  int counter = 0, components = 0;
+  std::function<void(int)> visit = [&](int v) {
+    order_index[v] = low[v] = counter++;
+    stack.push_back(v);
+    on_stack[v] = true;
+    for (int w : successors[v]) {
+      if (order_index[w] < 0) {
+        visit(w);
+        low[v] = std::min(low[v], low[w]);
+      } else if (on_stack[w]) {
+        low[v] = std::min(low[v], order_index[w]);
+      }
+    }
+    if (low[v] == order_index[v]) {
+      int w;
+      do {
+        w = stack.back();
+        stack.pop_back();
+        on_stack[w] = false;
+        component[w] = components;
+      } while (w != v);
+      ++components;
+    }
+  };
+  for (int v = 0; v < n; ++v)
+    if (order_index[v] < 0) visit(v);
+  // Members of each component (ascending group index) and the condensed edges.
+  std::vector<std::vector<int>> members(components);
+  for (int v = 0; v < n; ++v) members[component[v]].push_back(v);
+  std::vector<std::vector<int>> condensed(components);
+  std::vector<int> indegree(components, 0);
+  for (int v = 0; v < n; ++v)
+    for (int w : successors[v])
+      if (component[v] != component[w]) condensed[component[v]].push_back(component[w]);
+  for (auto& edges : condensed) {
+    std::sort(edges.begin(), edges.end());
+    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+    for (int w : edges) ++indegree[w];
+  }
+  // Kahn's algorithm, the component with the earliest group first among the ready ones.
+  using Entry = std::pair<int, int>;  // (first member group, component)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> ready;
+  for (int c = 0; c < components; ++c)
+    if (indegree[c] == 0) ready.push({members[c].front(), c});
+  std::vector<LayerGroup> ordered;
+  while (!ready.empty()) {
+    const int c = ready.top().second;
+    ready.pop();
+    LayerGroup merged;
+    for (int g : members[c]) {
+      merged.name += (merged.name.empty() ? "" : "+") + groups[g].name;
+      merged.tasks.insert(merged.tasks.end(), groups[g].tasks.begin(), groups[g].tasks.end());
+    }
+    std::sort(merged.tasks.begin(), merged.tasks.end());
+    merged.tasks.erase(std::unique(merged.tasks.begin(), merged.tasks.end()), merged.tasks.end());
+    ordered.push_back(std::move(merged));
+    for (int w : condensed[c])
+      if (--indegree[w] == 0) ready.push({members[w].front(), w});
+  }
+  return ordered;
 }
 
 std::vector<int> join_groups(const std::vector<LayerGroup>& groups, std::size_t first, std::size_t last) {

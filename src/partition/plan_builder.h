@@ -14,14 +14,19 @@
 
 namespace partrain::partition {
 
-/// Tasks grouped by layer (models' layer_of of the task name), groups in pipeline order: a layer's
-/// group is placed at its first task; constant tasks are kept with the group of their first consumer.
-/// Every group is convex for the models we build (embeddings, encoder.layer.i, ..., head, loss).
+/// Tasks grouped by layer (models' layer_of of the task name), groups in pipeline order (sorted
+/// topologically by the edges between them, ties by first task; groups on a dependency cycle are
+/// merged into one named "a+b"); constant tasks are cloned into every group that consumes them.
+/// Each group's tasks are ascending; contiguous groups joined into stages never send backwards.
 struct LayerGroup {
   std::string name;
   std::vector<int> tasks;   // ascending
 };
 std::vector<LayerGroup> layer_groups(const Graph& graph);
+
+/// Adds to each stage (non-constant task lists in pipeline order) the constant tasks it needs,
+/// cloned into every stage that consumes them (RaNNC §III-A), and sorts each stage.
+std::vector<std::vector<int>> attach_constant_tasks(const Graph& graph, std::vector<std::vector<int>> stages);
 
 /// Concatenates the tasks of groups [first, last) into one ascending task list.
 std::vector<int> join_groups(const std::vector<LayerGroup>& groups, std::size_t first, std::size_t last);

@@ -1,16 +1,73 @@
 #include "partition/planner.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "partition/atomic.h"
+#include "partition/blocks.h"
+#include "partition/capslog.h"
 #include "partition/graph_workload.h"
+#include "partition/manual.h"
+#include "partition/merak_shard.h"
+#include "partition/plan_builder.h"
+#include "partition/stage_dp.h"
+#include "partition/uniform.h"
 
 namespace partrain::partition {
+namespace {
 
-// Interim dispatch while the other planners land (replaced by the full dispatch).
+// RaNNC (Tanaka et al., IPDPS 2021): atomic components (§III-A) -> k blocks (§III-B) -> stage DP
+// (§III-C, Algorithms 1 and 2).
+Plan plan_rannc(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
+  const std::vector<AtomicComponent> components = atomic_components(graph);
+  const std::int64_t batch = std::max<std::int64_t>(1, options.global_batch / options.world_size);
+  const profile::MemoryPolicy policy = stage_memory_policy(options, 0, 1, 1);
+  BlockOptions block_options;
+  block_options.blocks = options.blocks;
+  block_options.batch = batch;
+  block_options.task_seconds.assign(graph.tasks().size(), 0.0);
+  block_options.task_memory_bytes.assign(graph.tasks().size(), 0.0);
+  for (const Task& task : graph.tasks()) {
+    const int id = task.id;
+    const profile::Measurement m = cost.measure(std::span<const int>(&id, 1), batch);
+    block_options.task_seconds[id] = m.forward_seconds + m.backward_seconds;
+    block_options.task_memory_bytes[id] = m.parameter_bytes * profile::model_state_factor(policy) + m.activation_bytes;
+  }
+  block_options.memory_limit_bytes = options.usable_memory_bytes(cost.device());
+  block_options.bandwidth_bytes_per_second = cost.device().link_bandwidth;
+  if (options.progress) options.progress(0.05);
+  const std::vector<Block> blocks = partition_blocks(graph, components, block_options);
+  std::vector<std::vector<int>> block_tasks;
+  block_tasks.reserve(blocks.size());
+  for (const Block& block : blocks) block_tasks.push_back(block.tasks);
+  if (options.progress) options.progress(0.2);
+  return plan_stages_rannc(graph, block_tasks, cost, options);
+}
+
+}  // namespace
+
 Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
+  PARTRAIN_CHECK(options.world_size > 0, "planning needs a positive world size, not " << options.world_size);
+  PARTRAIN_CHECK(options.global_batch > 0, "planning needs a positive global batch, not " << options.global_batch);
   const std::string& name = options.planner;
-  PARTRAIN_CHECK(name == "ideals" || name == "dpl", "planner '" << name << "' is not available yet");
-  Plan plan = plan_tarnawski(graph, cost, options, name == "dpl");
+  Plan plan;
+  if (name == "rannc") {
+    plan = plan_rannc(graph, cost, options);
+  } else if (name == "ideals" || name == "dpl") {
+    plan = plan_tarnawski(graph, cost, options, name == "dpl");
+  } else if (name == "capslog") {
+    plan = plan_capslog(graph, cost, options);
+  } else if (name == "merak") {
+    plan = plan_merak(graph, cost, options);
+  } else if (name == "uniform") {
+    plan = plan_uniform(graph, cost, options);
+  } else if (name == "manual") {
+    plan = plan_manual(graph, cost, options);
+  } else {
+    PARTRAIN_FAIL("unknown planner '" << name << "' (expected rannc, ideals, dpl, capslog, merak, uniform or manual)");
+  }
   plan.validate(graph);
+  if (options.progress) options.progress(1.0);
   return plan;
 }
 

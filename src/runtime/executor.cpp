@@ -184,7 +184,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       std::vector<std::pair<Tensor, Tensor>> saved;
       for (int value : program_.buffers) saved.emplace_back(state_.at(value), state_.at(value).clone());
       forward(state, action.microbatch);
-      for (auto& [live, copy] : saved) backend_.copy(copy, live);
+      for (auto& [live, copy] : saved) backend_.copy(live, copy);
       return;
     }
     case ActionKind::Backward: {
@@ -207,7 +207,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
         if (auto own = grads.find(value); own != grads.end() && own->second.defined()) gradient = own->second;
         if (auto relayed = state.received_gradients.find(value); relayed != state.received_gradients.end()) {
           if (gradient.defined()) {
-            backend_.accumulate(relayed->second, gradient);
+            backend_.accumulate(gradient, relayed->second);
           } else {
             gradient = relayed->second;
           }

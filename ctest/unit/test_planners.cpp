@@ -1,0 +1,780 @@
+// Unit tests of the layer-level planners: CAPSlog (profiling partitionings, M_i/M_a extraction,
+// fill-first placement, the binary-search recommender, the planner), Merak's graph sharding and
+// planner, and the uniform and manual planners. References are independent: brute force over all
+// contiguous splits, hand-worked examples, and task sets derived from layer names.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "graph/graph.h"
+#include "graph/subgraph.h"
+#include "models/model.h"
+#include "partition/capslog.h"
+#include "partition/cost_model.h"
+#include "partition/manual.h"
+#include "partition/merak_shard.h"
+#include "partition/plan_builder.h"
+#include "partition/uniform.h"
+
+namespace {
+
+using namespace partrain;
+using namespace partrain::partition;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+// Every composition of `layers` into `devices` positive parts.
+void for_each_split(int layers, int devices, const std::function<void(const std::vector<int>&)>& visit) {
+  std::vector<int> counts;
+  std::function<void(int, int)> recurse = [&](int left, int devices_left) {
+    if (devices_left == 1) {
+      counts.push_back(left);
+      visit(counts);
+      counts.pop_back();
+      return;
+    }
+    for (int take = 1; take <= left - (devices_left - 1); ++take) {
+      counts.push_back(take);
+      recurse(left - take, devices_left - 1);
+      counts.pop_back();
+    }
+  };
+  recurse(layers, devices);
+}
+
+// Plain-sum device memories of a split (independent of the library's prefix sums).
+std::vector<double> plain_memory(const CapslogLayerMemory& memory, const std::vector<int>& counts,
+                                 const std::vector<int>& in_flight) {
+  std::vector<double> bytes;
+  int layer = 0;
+  for (std::size_t g = 0; g < counts.size(); ++g) {
+    double sum = 0;
+    for (int k = 0; k < counts[g]; ++k, ++layer) sum += memory.isolated[layer] + in_flight[g] * memory.activation[layer];
+    bytes.push_back(sum);
+  }
+  return bytes;
+}
+
+double brute_force_min_max(const CapslogLayerMemory& memory, const std::vector<int>& in_flight) {
+  double best = std::numeric_limits<double>::infinity();
+  for_each_split(static_cast<int>(memory.size()), static_cast<int>(in_flight.size()), [&](const std::vector<int>& c) {
+    const std::vector<double> bytes = plain_memory(memory, c, in_flight);
+    best = std::min(best, *std::max_element(bytes.begin(), bytes.end()));
+  });
+  return best;
+}
+
+CapslogLayerMemory random_memory(std::mt19937_64& random, int layers, bool integers) {
+  std::uniform_int_distribution<int> coin(0, 5);
+  std::uniform_real_distribution<double> size(0.0, 1e9);
+  CapslogLayerMemory memory;
+  for (int l = 0; l < layers; ++l) {
+    double isolated = coin(random) == 0 ? 0.0 : size(random);
+    double activation = coin(random) == 0 ? 0.0 : size(random) / 4;
+    if (integers) {
+      isolated = std::floor(isolated);
+      activation = std::floor(activation);
+    }
+    memory.isolated.push_back(isolated);
+    memory.activation.push_back(activation);
+  }
+  return memory;
+}
+
+// The set of pipeline positions layer l can take in a contiguous split of L layers over G devices,
+// found by enumeration.
+std::set<int> feasible_positions(int layers, int devices, int layer) {
+  std::set<int> positions;
+  for_each_split(layers, devices, [&](const std::vector<int>& c) {
+    int end = 0;
+    for (int g = 0; g < devices; ++g) {
+      end += c[g];
+      if (layer < end) {
+        positions.insert(g);
+        return;
+      }
+    }
+  });
+  return positions;
+}
+
+// Peaks of every profiling run from known per-layer values (unmeasured devices: NaN).
+std::vector<std::vector<double>> synthetic_peaks(const std::vector<CapslogProfilingRun>& runs,
+                                                 const CapslogLayerMemory& truth, const std::vector<int>& in_flight) {
+  std::vector<std::vector<double>> peaks;
+  for (const CapslogProfilingRun& run : runs) {
+    const std::vector<double> all = plain_memory(truth, run.layers_per_device, in_flight);
+    std::vector<double> measured(all.size(), std::numeric_limits<double>::quiet_NaN());
+    for (int g : run.measured_devices) measured[g] = all[g];
+    peaks.push_back(measured);
+  }
+  return peaks;
+}
+
+ModelConfig tiny_config(const std::string& type, int layers = 2) {
+  ModelConfig config;
+  config.type = type;
+  config.layers = layers;
+  config.hidden = 128;
+  config.heads = 2;
+  config.intermediate = type == "bert" ? 512 : 0;
+  config.vocab = 8000;
+  config.max_position = 64;
+  config.seq_len = 64;
+  return config;
+}
+
+// Tasks (non-constant and constant) whose layer_of name is in `layers`.
+std::vector<int> tasks_of_layers(const Graph& graph, const std::set<std::string>& layers) {
+  std::vector<int> tasks;
+  for (const Task& task : graph.tasks())
+    if (layers.count(layer_of(task.name))) tasks.push_back(task.id);
+  return tasks;
+}
+
+PlannerOptions planner_options(int world, std::int64_t batch = 8) {
+  PlannerOptions options;
+  options.world_size = world;
+  options.global_batch = batch;
+  return options;
+}
+
+template <typename Function>
+std::string error_message(Function&& function) {
+  try {
+    function();
+  } catch (const Error& error) {
+    return error.message();
+  }
+  return "(no error)";
+}
+
+// ---------------------------------------------------------------------------------------------
+// CAPSlog: profiling partitionings
+// ---------------------------------------------------------------------------------------------
+
+std::vector<std::pair<std::vector<int>, std::vector<int>>> as_pairs(const std::vector<CapslogProfilingRun>& runs) {
+  std::vector<std::pair<std::vector<int>, std::vector<int>>> pairs;
+  for (const CapslogProfilingRun& run : runs) pairs.emplace_back(run.layers_per_device, run.measured_devices);
+  return pairs;
+}
+
+TEST(CapslogProfiling, SequencesForEightLayersOnFourDevices) {
+  // [Z,1,1,R] for Z = 1..5; Z = 1 measures the singles 0..2, Z = 5 the singles 1..3, the others
+  // devices 1 and G−2 = 2; the two-layer sequences [2,1,1,4] (device 0) and [4,1,1,2] (device 3)
+  // coincide with Z = 2 and Z = 4 and add their device to them.
+  using Pairs = std::vector<std::pair<std::vector<int>, std::vector<int>>>;
+  const Pairs expected{{{1, 1, 1, 5}, {0, 1, 2}}, {{2, 1, 1, 4}, {0, 1, 2}}, {{3, 1, 1, 3}, {1, 2}},
+                       {{4, 1, 1, 2}, {1, 2, 3}}, {{5, 1, 1, 1}, {1, 2, 3}}};
+  EXPECT_EQ(as_pairs(capslog_profiling_runs(8, 4)), expected);
+}
+
+TEST(CapslogProfiling, SequencesForSmallCases) {
+  using Pairs = std::vector<std::pair<std::vector<int>, std::vector<int>>>;
+  // L = G + 2 on 4 devices: both two-layer sequences are [2,1,1,2].
+  EXPECT_EQ(as_pairs(capslog_profiling_runs(6, 4)),
+            (Pairs{{{1, 1, 1, 3}, {0, 1, 2}}, {{2, 1, 1, 2}, {0, 1, 2, 3}}, {{3, 1, 1, 1}, {1, 2, 3}}}));
+  // G = 2: [Z, L−Z] with both devices measured (prefix at m = 2, suffix at m = 1).
+  EXPECT_EQ(as_pairs(capslog_profiling_runs(4, 2)), (Pairs{{{1, 3}, {0, 1}}, {{2, 2}, {0, 1}}, {{3, 1}, {0, 1}}}));
+  // G = 3: [Z, 1, R], all devices measured.
+  EXPECT_EQ(as_pairs(capslog_profiling_runs(5, 3)),
+            (Pairs{{{1, 1, 3}, {0, 1, 2}}, {{2, 1, 2}, {0, 1, 2}}, {{3, 1, 1}, {0, 1, 2}}}));
+  // L = G: the only split. One device: nothing to split, an error.
+  EXPECT_THROW(capslog_profiling_runs(5, 1), Error);
+  EXPECT_EQ(as_pairs(capslog_profiling_runs(3, 3)), (Pairs{{{1, 1, 1}, {0, 1, 2}}}));
+  EXPECT_THROW(capslog_profiling_runs(3, 4), Error);
+  EXPECT_THROW(capslog_profiling_runs(3, 0), Error);
+}
+
+TEST(CapslogProfiling, RunsAreValidAndTrimmed) {
+  for (int devices = 2; devices <= 7; ++devices) {
+    for (int layers = devices; layers <= 24; ++layers) {
+      const std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(layers, devices);
+      std::set<std::vector<int>> seen;
+      for (const CapslogProfilingRun& run : runs) {
+        ASSERT_EQ(static_cast<int>(run.layers_per_device.size()), devices);
+        int sum = 0;
+        for (int c : run.layers_per_device) {
+          EXPECT_GE(c, 1);
+          sum += c;
+        }
+        EXPECT_EQ(sum, layers);
+        EXPECT_TRUE(seen.insert(run.layers_per_device).second) << "duplicate run";
+        EXPECT_FALSE(run.measured_devices.empty());
+        // Trimmed: for G ≥ 4 each run measures only devices holding one or two layers.
+        if (devices >= 4) {
+          for (int g : run.measured_devices) EXPECT_LE(run.layers_per_device[g], 2) << layers << "/" << devices;
+        }
+      }
+      // The first sequence is [1, …, 1, L−G+1]; there is one run per Z = 1..L−G+1.
+      std::vector<int> first(devices, 1);
+      first.back() = layers - devices + 1;
+      EXPECT_EQ(runs.front().layers_per_device, first);
+      EXPECT_EQ(static_cast<int>(runs.size()), layers - devices + 1);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CAPSlog: solving M_i and M_a
+// ---------------------------------------------------------------------------------------------
+
+TEST(CapslogSolve, RecoversKnownPerLayerValues) {
+  std::mt19937_64 random(7);
+  for (int devices = 2; devices <= 6; ++devices) {
+    for (int layers = devices; layers <= 12; ++layers) {
+      const std::vector<int> in_flight = capslog_in_flight_1f1b(devices);
+      const CapslogLayerMemory truth = random_memory(random, layers, true);
+      const std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(layers, devices);
+      const CapslogLayerMemory solved =
+          capslog_solve_memory(layers, runs, synthetic_peaks(runs, truth, in_flight), in_flight);
+      ASSERT_EQ(static_cast<int>(solved.size()), layers);
+      for (int l = 0; l < layers; ++l) {
+        const std::set<int> positions = feasible_positions(layers, devices, l);
+        const double tolerance = 1e-6 * (truth.isolated[l] + devices * truth.activation[l]) + 1e-3;
+        if (positions.size() >= 2) {
+          // Two pipeline positions, hence two in-flight counts: both figures are determined.
+          EXPECT_NEAR(solved.isolated[l], truth.isolated[l], tolerance) << layers << "/" << devices << " layer " << l;
+          EXPECT_NEAR(solved.activation[l], truth.activation[l], tolerance) << layers << "/" << devices << " layer " << l;
+        } else {
+          // One position (m*): the whole memory at m* is M_i, M_a = 0.
+          const int m = in_flight[*positions.begin()];
+          EXPECT_NEAR(solved.isolated[l], truth.isolated[l] + m * truth.activation[l], tolerance);
+          EXPECT_EQ(solved.activation[l], 0.0);
+        }
+      }
+      // Whatever the convention, every split's predicted device memory is exact.
+      for_each_split(layers, devices, [&](const std::vector<int>& c) {
+        const std::vector<double> expected = plain_memory(truth, c, in_flight);
+        const std::vector<double> predicted = capslog_device_memory(solved, c, in_flight);
+        for (int g = 0; g < devices; ++g) EXPECT_NEAR(predicted[g], expected[g], 1e-6 * expected[g] + 1e-2);
+      });
+    }
+  }
+}
+
+TEST(CapslogSolve, LeastSquaresAveragesRepeatedMeasurements) {
+  const int layers = 7, devices = 4;
+  const std::vector<int> in_flight = capslog_in_flight_1f1b(devices);
+  std::mt19937_64 random(11);
+  const CapslogLayerMemory truth = random_memory(random, layers, true);
+  std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(layers, devices);
+  std::vector<std::vector<double>> peaks = synthetic_peaks(runs, truth, in_flight);
+  // Every run measured twice, once 1000 bytes high and once 1000 bytes low: the mean is exact.
+  const std::size_t count = runs.size();
+  for (std::size_t r = 0; r < count; ++r) {
+    runs.push_back(runs[r]);
+    std::vector<double> low = peaks[r];
+    for (double& v : low) v -= 1000;
+    for (double& v : peaks[r]) v += 1000;
+    peaks.push_back(low);
+  }
+  const CapslogLayerMemory solved = capslog_solve_memory(layers, runs, peaks, in_flight);
+  const CapslogLayerMemory exact = capslog_solve_memory(layers, capslog_profiling_runs(layers, devices),
+                                                        synthetic_peaks(capslog_profiling_runs(layers, devices), truth, in_flight),
+                                                        in_flight);
+  for (int l = 0; l < layers; ++l) {
+    EXPECT_NEAR(solved.isolated[l], exact.isolated[l], 1e-3);
+    EXPECT_NEAR(solved.activation[l], exact.activation[l], 1e-3);
+  }
+}
+
+TEST(CapslogSolve, GPipeHasOneInFlightCount) {
+  // GPipe keeps all M microbatches on every device: M_i and M_a never separate, M_p at M is exact.
+  const int layers = 6, devices = 3;
+  const std::vector<int> in_flight(devices, 4);
+  std::mt19937_64 random(3);
+  const CapslogLayerMemory truth = random_memory(random, layers, true);
+  const std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(layers, devices);
+  const CapslogLayerMemory solved = capslog_solve_memory(layers, runs, synthetic_peaks(runs, truth, in_flight), in_flight);
+  for (int l = 0; l < layers; ++l) {
+    EXPECT_NEAR(solved.isolated[l], truth.isolated[l] + 4 * truth.activation[l], 1e-3);
+    EXPECT_EQ(solved.activation[l], 0.0);
+  }
+}
+
+TEST(CapslogSolve, Errors) {
+  const std::vector<int> in_flight = capslog_in_flight_1f1b(4);
+  std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(8, 4);
+  std::mt19937_64 random(5);
+  const CapslogLayerMemory truth = random_memory(random, 8, true);
+  std::vector<std::vector<double>> peaks = synthetic_peaks(runs, truth, in_flight);
+  // Without the runs that put layer 3 at m = 3 (device 1) it is known only at m = 2: undetermined.
+  std::vector<CapslogProfilingRun> fewer;
+  std::vector<std::vector<double>> fewer_peaks;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    if (runs[r].layers_per_device[0] == 3) continue;   // [3,1,1,3]: layer 3 alone on device 1
+    fewer.push_back(runs[r]);
+    fewer_peaks.push_back(peaks[r]);
+  }
+  EXPECT_NE(error_message([&] { capslog_solve_memory(8, fewer, fewer_peaks, in_flight); }).find("layer 3"),
+            std::string::npos);
+  std::vector<CapslogProfilingRun> bad = runs;
+  bad[0].layers_per_device = {1, 1, 1, 4};
+  EXPECT_NE(error_message([&] { capslog_solve_memory(8, bad, peaks, in_flight); }).find("places 7 layers"),
+            std::string::npos);
+  bad = runs;
+  bad[0].measured_devices.push_back(4);
+  EXPECT_THROW(capslog_solve_memory(8, bad, peaks, in_flight), Error);
+  std::vector<std::vector<double>> nan_peaks = peaks;
+  nan_peaks[0][0] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(capslog_solve_memory(8, runs, nan_peaks, in_flight), Error);
+  EXPECT_THROW(capslog_solve_memory(8, runs, {}, in_flight), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CAPSlog: predictor, fill-first placement, recommender
+// ---------------------------------------------------------------------------------------------
+
+TEST(CapslogPredict, SumsIsolatedAndInFlightActivations) {
+  const CapslogLayerMemory memory{{10, 20, 30}, {1, 2, 3}};
+  EXPECT_DOUBLE_EQ(capslog_predict_memory(memory, 0, 3, 4), 60 + 4 * 6);
+  EXPECT_DOUBLE_EQ(capslog_predict_memory(memory, 1, 2, 2), 20 + 2 * 2);
+  EXPECT_THROW(capslog_predict_memory(memory, 2, 2, 1), Error);
+  EXPECT_THROW(capslog_predict_memory(memory, 0, 4, 1), Error);
+  EXPECT_EQ(capslog_in_flight_1f1b(4), (std::vector<int>{4, 3, 2, 1}));
+}
+
+TEST(CapslogFillFirst, FillsFromTheLastStage) {
+  // Layer 2 only fits where one microbatch is in flight (0 + m·6 ≤ 6 needs m = 1). Filling from the
+  // first device ([0,1] on device 0) would push it onto device 1 (m = 2, 12 bytes) and fail;
+  // filling from the last device places it there.
+  const CapslogLayerMemory memory{{1, 1, 0, 0}, {0, 0, 6, 0}};
+  const std::vector<int> in_flight{3, 2, 1};
+  EXPECT_EQ(capslog_fill_first(memory, in_flight, 6.0), (std::vector<int>{1, 1, 2}));
+  EXPECT_TRUE(capslog_fill_first(memory, in_flight, 5.99).empty());
+  // A generous budget: the last device takes all it may (one layer left for each other device).
+  EXPECT_EQ(capslog_fill_first(memory, in_flight, 1e9), (std::vector<int>{1, 1, 2}));
+  const CapslogLayerMemory flat{{5, 5, 5, 5, 5}, {0, 0, 0, 0, 0}};
+  EXPECT_EQ(capslog_fill_first(flat, {2, 1}, 1e9), (std::vector<int>{1, 4}));
+  EXPECT_EQ(capslog_fill_first(flat, {2, 1}, 15.0), (std::vector<int>{2, 3}));
+  EXPECT_TRUE(capslog_fill_first(flat, {2, 1}, 12.0).empty());
+  // Errors: increasing in-flight counts, negative figures, too few layers.
+  EXPECT_THROW(capslog_fill_first(flat, {1, 2}, 1e9), Error);
+  EXPECT_THROW(capslog_fill_first(CapslogLayerMemory{{-1, 1}, {0, 0}}, {2, 1}, 1e9), Error);
+  EXPECT_THROW(capslog_fill_first(flat, {6, 5, 4, 3, 2, 1}, 1e9), Error);
+}
+
+TEST(CapslogRecommend, MatchesBruteForceOnRandomModels) {
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937_64 random(seed);
+    for (int devices = 1; devices <= 4; ++devices) {
+      for (int layers = devices; layers <= 10; ++layers) {
+        const CapslogLayerMemory memory = random_memory(random, layers, seed % 2 == 0);
+        for (const std::vector<int>& in_flight : {capslog_in_flight_1f1b(devices), std::vector<int>(devices, 3)}) {
+          const CapslogPartition partition = capslog_recommend(memory, in_flight);
+          const double best = brute_force_min_max(memory, in_flight);
+          EXPECT_NEAR(partition.max_memory_bytes, best, 1e-9 * best + 1e-6)
+              << "seed " << seed << " L " << layers << " G " << devices;
+          ASSERT_EQ(static_cast<int>(partition.layers_per_device.size()), devices);
+          const std::vector<double> bytes = plain_memory(memory, partition.layers_per_device, in_flight);
+          EXPECT_NEAR(*std::max_element(bytes.begin(), bytes.end()), best, 1e-9 * best + 1e-6);
+          for (int g = 0; g < devices; ++g) EXPECT_NEAR(partition.device_memory_bytes[g], bytes[g], 1e-9 * bytes[g] + 1e-6);
+          EXPECT_LE(partition.budget_steps, 66);
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Merak sharding
+// ---------------------------------------------------------------------------------------------
+
+// Checks Merak's invariants and returns the shard of every non-constant task.
+std::vector<int> check_shards(const Graph& graph, const std::vector<MerakShard>& shards, std::int64_t threshold,
+                              int common_uses = 5) {
+  std::vector<int> shard_of(graph.tasks().size(), -1);
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    EXPECT_FALSE(shards[s].tasks.empty());
+    EXPECT_TRUE(is_convex(graph, shards[s].tasks)) << "shard " << s;
+    EXPECT_TRUE(std::is_sorted(shards[s].tasks.begin(), shards[s].tasks.end()));
+    for (int t : shards[s].tasks) {
+      if (graph.task(t).constant) continue;
+      EXPECT_EQ(shard_of[t], -1) << "task in two shards";
+      shard_of[t] = static_cast<int>(s);
+    }
+    if (s + 1 < shards.size()) {
+      EXPECT_GT(shards[s].counted_parameters, threshold) << "shard " << s;
+      EXPECT_GE(shards[s].output_task, 0);
+    } else {
+      EXPECT_EQ(shards[s].output_task, -1);
+    }
+  }
+  std::set<int> common;
+  for (int t : merak_common_nodes(graph, common_uses)) common.insert(t);
+  for (const Task& task : graph.tasks()) {
+    if (task.constant) continue;
+    EXPECT_GE(shard_of[task.id], 0) << task.name << " in no shard";
+    for (int input : task.inputs) {
+      const int producer = graph.value(input).producer;
+      if (producer < 0 || graph.task(producer).constant) continue;
+      const int from = shard_of[producer], to = shard_of[task.id];
+      EXPECT_LE(from, to) << "edge into an earlier shard";
+      if (from == to || common.count(producer)) continue;
+      // Only the previous shard's output crosses shards.
+      EXPECT_EQ(from, to - 1) << graph.task(producer).name << " -> " << task.name;
+      EXPECT_EQ(shards[from].output_task, producer) << graph.task(producer).name << " -> " << task.name;
+    }
+  }
+  return shard_of;
+}
+
+TEST(MerakShard, HandBuiltGraphs) {
+  // A = x·wA | B = A·wB | C = B + A | D = relu(C), threshold 3 (each weight has 4 elements):
+  // shard 0 closes after A; B closes shard 1; C reads A, the output of shard 0 ≠ the previous shard,
+  // so shards 1..2 collapse and C joins B; D starts shard 2.
+  {
+    Graph graph;
+    const int x = graph.add_input("x", {kBatch, 4});
+    const int a = graph.add(OpType::Mul, "a", {x, graph.add_parameter("wa", {4})});
+    const int b = graph.add(OpType::Mul, "b", {a, graph.add_parameter("wb", {4})});
+    const int c = graph.add(OpType::Add, "c", {b, a});
+    graph.mark_output(graph.add(OpType::Relu, "d", {c}));
+    MerakShardOptions options;
+    options.parameter_threshold = 3;
+    const std::vector<MerakShard> shards = merak_shards(graph, options);
+    ASSERT_EQ(shards.size(), 3u);
+    EXPECT_EQ(shards[0].tasks, (std::vector<int>{0}));
+    EXPECT_EQ(shards[1].tasks, (std::vector<int>{1, 2}));
+    EXPECT_EQ(shards[2].tasks, (std::vector<int>{3}));
+    EXPECT_EQ(shards[0].output_task, 0);
+    EXPECT_EQ(shards[1].output_task, 2);
+    EXPECT_EQ(shards[1].parameter_count, 4);
+    check_shards(graph, shards, 3);
+  }
+  // An input produced inside an earlier shard (not its output) pulls the consumer into that shard:
+  // A = x·wA | B = 2A, Bi = B·wB (closes) | G = Bi + B reads B inside shard 1 → G joins shard 1.
+  {
+    Graph graph;
+    const int x = graph.add_input("x", {kBatch, 4});
+    const int a = graph.add(OpType::Mul, "a", {x, graph.add_parameter("wa", {4})});
+    const int b = graph.add(OpType::Scale, "b", {a}, {{"value", 2.0}});
+    const int bi = graph.add(OpType::Mul, "bi", {b, graph.add_parameter("wb", {4})});
+    const int g = graph.add(OpType::Add, "g", {bi, b});
+    graph.mark_output(graph.add(OpType::Relu, "h", {g}));
+    MerakShardOptions options;
+    options.parameter_threshold = 3;
+    const std::vector<MerakShard> shards = merak_shards(graph, options);
+    ASSERT_EQ(shards.size(), 3u);
+    EXPECT_EQ(shards[1].tasks, (std::vector<int>{1, 2, 3}));
+    EXPECT_EQ(shards[2].tasks, (std::vector<int>{4}));
+    check_shards(graph, shards, 3);
+  }
+  // A common node (k = relu(x), 6 uses) feeds every shard without collapsing them; with a common
+  // threshold of 6 uses it is an ordinary node and everything collapses into one shard.
+  {
+    Graph graph;
+    const int x = graph.add_input("x", {kBatch, 4});
+    const int k = graph.add(OpType::Relu, "k", {x});
+    int previous = x;
+    for (int i = 1; i <= 6; ++i) {
+      const int a = graph.add(OpType::Mul, "a" + std::to_string(i), {previous, graph.add_parameter("w" + std::to_string(i), {4})});
+      previous = graph.add(OpType::Add, "s" + std::to_string(i), {a, k});
+    }
+    graph.mark_output(previous);
+    MerakShardOptions options;
+    options.parameter_threshold = 3;
+    const std::vector<MerakShard> shards = merak_shards(graph, options);
+    ASSERT_EQ(shards.size(), 7u);   // {k, a1}, {s1, a2}, …, {s5, a6}, {s6}
+    EXPECT_EQ(shards[0].tasks, (std::vector<int>{0, 1}));
+    EXPECT_EQ(shards[1].tasks, (std::vector<int>{2, 3}));
+    EXPECT_EQ(shards[6].tasks, (std::vector<int>{12}));
+    check_shards(graph, shards, 3);
+    options.common_node_uses = 6;
+    EXPECT_EQ(merak_shards(graph, options).size(), 1u);
+  }
+}
+
+TEST(MerakShard, TinyTransformersCoverTheGraphConvexAndWithinThreshold) {
+  for (const std::string type : {"bert", "gpt"}) {
+    const Graph graph = build_model(tiny_config(type));
+    for (int shard_count : {0, 2, 4, 8}) {
+      MerakShardOptions options;
+      options.shard_count = shard_count;
+      const int count = shard_count > 0 ? shard_count : static_cast<int>(layer_groups(graph).size());
+      const std::int64_t threshold = merak_parameter_threshold(graph, count);
+      // The threshold: parameters without the embedding tables (read by Gather tasks) / shard count.
+      std::int64_t body = 0;
+      for (int p : graph.parameters())
+      {
+        const std::string& name = graph.value(p).name;
+        const bool table = name.ends_with("_embeddings.weight") || name == "transformer.wte.weight" ||
+                           name == "transformer.wpe.weight";
+        if (!table) body += numel(graph.value(p).type.shape);
+      }
+      EXPECT_EQ(threshold, body / count) << type;
+      const std::vector<MerakShard> shards = merak_shards(graph, options);
+      EXPECT_GE(shards.size(), 2u) << type << " " << shard_count;
+      check_shards(graph, shards, threshold);
+      // Shards hold whole constant tasks' consumers and cover every task.
+      std::set<int> covered;
+      for (const MerakShard& shard : shards) covered.insert(shard.tasks.begin(), shard.tasks.end());
+      EXPECT_EQ(covered.size(), graph.tasks().size());
+    }
+  }
+}
+
+TEST(MerakShard, BalancedRangesMatchBruteForce) {
+  std::mt19937_64 random(21);
+  std::uniform_real_distribution<double> cost(0.0, 10.0);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n = 1 + trial % 9, stages = 1 + trial % std::min(n, 4);
+    std::vector<double> costs(n);
+    for (double& c : costs) c = cost(random);
+    double best = std::numeric_limits<double>::infinity();
+    for_each_split(n, stages, [&](const std::vector<int>& counts) {
+      double largest = 0;
+      int at = 0;
+      for (int c : counts) {
+        double sum = 0;
+        for (int k = 0; k < c; ++k) sum += costs[at++];
+        largest = std::max(largest, sum);
+      }
+      best = std::min(best, largest);
+    });
+    const auto ranges = balanced_contiguous_ranges(costs, stages);
+    ASSERT_EQ(static_cast<int>(ranges.size()), stages);
+    double largest = 0;
+    EXPECT_EQ(ranges.front().first, 0u);
+    EXPECT_EQ(ranges.back().second, static_cast<std::size_t>(n));
+    for (std::size_t s = 0; s < ranges.size(); ++s) {
+      EXPECT_LT(ranges[s].first, ranges[s].second);
+      if (s > 0) {
+        EXPECT_EQ(ranges[s].first, ranges[s - 1].second);
+      }
+      double sum = 0;
+      for (std::size_t k = ranges[s].first; k < ranges[s].second; ++k) sum += costs[k];
+      largest = std::max(largest, sum);
+    }
+    EXPECT_NEAR(largest, best, 1e-9);
+  }
+  EXPECT_THROW(balanced_contiguous_ranges({1.0, 2.0}, 3), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layer groups, uniform and manual planners
+// ---------------------------------------------------------------------------------------------
+
+std::vector<std::string> names(const std::vector<LayerGroup>& groups) {
+  std::vector<std::string> result;
+  for (const LayerGroup& group : groups) result.push_back(group.name);
+  return result;
+}
+
+TEST(PipelineLayerGroups, TinyModelsInPipelineOrder) {
+  // BERT with NSP: the pooler feeds the NSP half of "head", so it comes before head.
+  EXPECT_EQ(names(layer_groups(build_model(tiny_config("bert")))),
+            (std::vector<std::string>{"embeddings", "encoder.layer.0", "encoder.layer.1", "pooler", "head", "loss"}));
+  EXPECT_EQ(names(layer_groups(build_model(tiny_config("gpt")))),
+            (std::vector<std::string>{"embeddings", "h.0", "h.1", "ln_f", "head", "loss"}));
+  EXPECT_TRUE(is_repeated_layer("encoder.layer.11"));
+  EXPECT_TRUE(is_repeated_layer("h.0"));
+  EXPECT_TRUE(is_repeated_layer("layer3.5"));
+  EXPECT_FALSE(is_repeated_layer("embeddings"));
+  EXPECT_FALSE(is_repeated_layer("layer3"));
+  EXPECT_FALSE(is_repeated_layer("h."));
+}
+
+TEST(Uniform, RangesDealRepeatedLayersEquallyRemainderFirst) {
+  std::vector<LayerGroup> groups;
+  for (const char* name : {"embeddings", "h.0", "h.1", "h.2", "h.3", "h.4", "ln_f", "head"}) groups.push_back({name, {}});
+  using Ranges = std::vector<std::pair<std::size_t, std::size_t>>;
+  EXPECT_EQ(uniform_stage_ranges(groups, 2), (Ranges{{0, 4}, {4, 8}}));            // 3 + 2 layers
+  EXPECT_EQ(uniform_stage_ranges(groups, 3), (Ranges{{0, 3}, {3, 5}, {5, 8}}));    // 2 + 2 + 1
+  EXPECT_EQ(uniform_stage_ranges(groups, 5), (Ranges{{0, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 8}}));
+  EXPECT_EQ(uniform_stage_ranges(groups, 1), (Ranges{{0, 8}}));
+  EXPECT_THROW(uniform_stage_ranges(groups, 6), Error);
+}
+
+TEST(Uniform, TinyModelsOnFourDevices) {
+  for (const std::string type : {"bert", "gpt"}) {
+    const Graph graph = build_model(tiny_config(type));
+    const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+    const std::string first_layer = type == "bert" ? "encoder.layer.0" : "h.0";
+    const std::vector<int> stage0 = tasks_of_layers(graph, {"embeddings", first_layer});
+    std::vector<int> stage1;
+    for (const Task& task : graph.tasks())
+      if (!std::binary_search(stage0.begin(), stage0.end(), task.id)) stage1.push_back(task.id);
+    // stages = 0: the world size (4) capped at the 2 repeated layers → 2 stages of 2 replicas.
+    for (int stages : {0, 2}) {
+      PlannerOptions options = planner_options(4);
+      options.stages = stages;
+      const Plan plan = plan_uniform(graph, *cost, options);
+      ASSERT_EQ(plan.stages.size(), 2u) << type;
+      EXPECT_EQ(plan.stages[0].tasks, stage0) << type;
+      EXPECT_EQ(plan.stages[1].tasks, stage1) << type;
+      EXPECT_EQ(plan.stages[0].replicas, 2);
+      EXPECT_EQ(plan.stages[1].replicas, 2);
+      EXPECT_EQ(plan.planner, "uniform");
+      EXPECT_EQ(plan.pipeline_copies, 1);
+    }
+    PlannerOptions options = planner_options(4);
+    options.stages = 4;
+    EXPECT_NE(error_message([&] { plan_uniform(graph, *cost, options); }).find("only 2 repeated layers"),
+              std::string::npos);
+  }
+  // A 4-layer BERT on 4 devices: one layer per stage, one replica each.
+  const Graph graph = build_model(tiny_config("bert", 4));
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+  const Plan plan = plan_uniform(graph, *cost, planner_options(4));
+  ASSERT_EQ(plan.stages.size(), 4u);
+  EXPECT_EQ(plan.stages[0].tasks, tasks_of_layers(graph, {"embeddings", "encoder.layer.0"}));
+  EXPECT_EQ(plan.stages[1].tasks, tasks_of_layers(graph, {"encoder.layer.1"}));
+  EXPECT_EQ(plan.stages[2].tasks, tasks_of_layers(graph, {"encoder.layer.2"}));
+  EXPECT_EQ(plan.stages[3].tasks, tasks_of_layers(graph, {"encoder.layer.3", "pooler", "head", "loss"}));
+  for (const PlanStage& stage : plan.stages) EXPECT_EQ(stage.replicas, 1);
+}
+
+TEST(Manual, BoundariesAndReplicas) {
+  for (const std::string type : {"bert", "gpt"}) {
+    const Graph graph = build_model(tiny_config(type));
+    const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+    const std::string second = type == "bert" ? "encoder.layer.1" : "h.1";
+    PlannerOptions options = planner_options(4);
+    options.boundaries = {second};
+    options.replicas = {1, 3};
+    const Plan plan = plan_manual(graph, *cost, options);
+    ASSERT_EQ(plan.stages.size(), 2u);
+    const std::vector<int> stage0 = tasks_of_layers(graph, {"embeddings", type == "bert" ? "encoder.layer.0" : "h.0"});
+    EXPECT_EQ(plan.stages[0].tasks, stage0);
+    EXPECT_EQ(plan.stages[0].replicas, 1);
+    EXPECT_EQ(plan.stages[1].replicas, 3);
+    EXPECT_EQ(plan.pipeline_copies, 1);
+    EXPECT_EQ(plan.planner, "manual");
+    // Default replicas (1 each): 2 devices per copy → 2 pipeline copies on 4 devices.
+    options.replicas.clear();
+    const Plan copies = plan_manual(graph, *cost, options);
+    EXPECT_EQ(copies.pipeline_copies, 2);
+    EXPECT_EQ(copies.stages[1].replicas, 1);
+  }
+  // Three stages: embeddings | layer 0 | layer 1 + pooler + head + loss, on 3 devices.
+  const Graph graph = build_model(tiny_config("bert"));
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+  PlannerOptions options = planner_options(3, 6);
+  options.boundaries = {"encoder.layer.0", "encoder.layer.1"};
+  const Plan plan = plan_manual(graph, *cost, options);
+  ASSERT_EQ(plan.stages.size(), 3u);
+  EXPECT_EQ(plan.stages[0].tasks, tasks_of_layers(graph, {"embeddings"}));
+  EXPECT_EQ(plan.stages[1].tasks, tasks_of_layers(graph, {"encoder.layer.0"}));
+  EXPECT_EQ(plan.stages[2].tasks, tasks_of_layers(graph, {"encoder.layer.1", "pooler", "head", "loss"}));
+}
+
+TEST(Manual, ErrorsNameTheBoundary) {
+  const Graph graph = build_model(tiny_config("bert"));
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+  PlannerOptions options = planner_options(4);
+  options.boundaries = {"encoder.layer.9"};
+  EXPECT_NE(error_message([&] { plan_manual(graph, *cost, options); })
+                .find("[parallel] boundaries: 'encoder.layer.9' is not a layer of this model; layers are: embeddings, "
+                      "encoder.layer.0, encoder.layer.1, pooler, head, loss"),
+            std::string::npos);
+  options.boundaries = {"encoder.layer.1", "encoder.layer.0"};
+  const std::string order = error_message([&] { plan_manual(graph, *cost, options); });
+  EXPECT_NE(order.find("'encoder.layer.0' (boundary 2) does not come after 'encoder.layer.1'"), std::string::npos) << order;
+  options.boundaries = {"encoder.layer.1", "encoder.layer.1"};
+  EXPECT_NE(error_message([&] { plan_manual(graph, *cost, options); }).find("does not come after"), std::string::npos);
+  options.boundaries = {"embeddings"};
+  EXPECT_NE(error_message([&] { plan_manual(graph, *cost, options); }).find("stage 1 would be empty"),
+            std::string::npos);
+  options.boundaries = {"encoder.layer.1"};
+  options.replicas = {1, 1, 2};
+  EXPECT_NE(error_message([&] { plan_manual(graph, *cost, options); }).find("[parallel] replicas: 3 values for 2 stages"),
+            std::string::npos);
+  options.replicas = {1, 2};
+  EXPECT_NE(error_message([&] { plan_manual(graph, *cost, options); }).find("do not divide the world size 4"),
+            std::string::npos);
+  options.replicas = {};
+  options.stages = 3;
+  EXPECT_NE(error_message([&] { plan_manual(graph, *cost, options); }).find("[parallel] stages = 3"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CAPSlog and Merak planners
+// ---------------------------------------------------------------------------------------------
+
+TEST(CapslogPlanner, BalancesLayerMemoryOnTinyBert) {
+  const Graph graph = build_model(tiny_config("bert", 4));
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+  for (int stages : {2, 3}) {
+    PlannerOptions options = planner_options(stages, 8);
+    options.stages = stages;
+    options.microbatches = 4;
+    const Plan plan = plan_capslog(graph, *cost, options);
+    ASSERT_EQ(static_cast<int>(plan.stages.size()), stages);
+    EXPECT_EQ(plan.planner, "capslog");
+    // Reference: brute force over the contiguous splits of the layers with the same figures.
+    const std::vector<LayerGroup> groups = layer_groups(graph);
+    CapslogLayerMemory memory;
+    for (const LayerGroup& group : groups) {
+      const profile::Measurement m = cost->measure(group.tasks, 2);   // 8 samples / 4 microbatches
+      memory.isolated.push_back(m.parameter_bytes * 4.0);            // AdamW: weights, grads, 2 moments
+      memory.activation.push_back(m.activation_bytes);
+    }
+    const std::vector<int> in_flight = capslog_in_flight_1f1b(stages);
+    const double best = brute_force_min_max(memory, in_flight);
+    // The plan's stages are a split of the groups whose CAPSlog memory is the minimum.
+    std::vector<int> counts;
+    std::size_t group = 0;
+    for (const PlanStage& stage : plan.stages) {
+      std::size_t first = group;
+      while (group < groups.size() && join_groups(groups, first, group + 1) != stage.tasks) ++group;
+      ASSERT_LT(group, groups.size()) << "stage is not a run of layers";
+      ++group;
+      counts.push_back(static_cast<int>(group - first));
+    }
+    const std::vector<double> bytes = plain_memory(memory, counts, in_flight);
+    EXPECT_NEAR(*std::max_element(bytes.begin(), bytes.end()), best, 1e-9 * best);
+  }
+  // Stage count unset: the smallest that fits (1 stage of 4 replicas for this tiny model).
+  PlannerOptions options = planner_options(4, 8);
+  const Plan plan = plan_capslog(graph, *cost, options);
+  EXPECT_EQ(plan.stages.size(), 1u);
+  EXPECT_EQ(plan.stages[0].replicas, 4);
+  // Nothing fits a 1 MiB device.
+  DeviceSpec tiny;
+  tiny.memory_bytes = 1 << 20;
+  const std::unique_ptr<CostModel> small = make_analytic_cost_model(graph, tiny);
+  EXPECT_NE(error_message([&] { plan_capslog(graph, *small, options); }).find("capslog: no stage count"),
+            std::string::npos);
+}
+
+TEST(MerakPlanner, TinyModels) {
+  for (const std::string type : {"bert", "gpt"}) {
+    const Graph graph = build_model(tiny_config(type, 4));
+    const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+    PlannerOptions options = planner_options(4, 8);
+    options.schedule = ScheduleKind::ShiftedCriticalPath;
+    const Plan plan = plan_merak(graph, *cost, options);   // validated by plan_from_stages
+    EXPECT_EQ(plan.planner, "merak");
+    EXPECT_EQ(plan.stages.size(), 4u) << type;              // the world size: enough shards
+    EXPECT_EQ(plan.schedule, ScheduleKind::ShiftedCriticalPath);
+    // Each shard lies in one stage.
+    std::vector<int> stage_of(graph.tasks().size(), -1);
+    for (std::size_t s = 0; s < plan.stages.size(); ++s)
+      for (int t : plan.stages[s].tasks)
+        if (!graph.task(t).constant) stage_of[t] = static_cast<int>(s);
+    for (const MerakShard& shard : merak_shards(graph)) {
+      std::set<int> stages_of_shard;
+      for (int t : shard.tasks)
+        if (!graph.task(t).constant) stages_of_shard.insert(stage_of[t]);
+      EXPECT_EQ(stages_of_shard.size(), 1u);
+    }
+    options.stages = 2;
+    EXPECT_EQ(plan_merak(graph, *cost, options).stages.size(), 2u);
+    options.stages = 1000;
+    EXPECT_THROW(plan_merak(graph, *cost, options), Error);
+  }
+}
+
+}  // namespace

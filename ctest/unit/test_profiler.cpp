@@ -1,0 +1,255 @@
+// The profiler (profile/profiler.h), the request assignment of distributed profiling and planning
+// with measured costs (partition/profiled_planning.h) on a tiny BERT. Timings are only checked for
+// positivity (machine noise); sizes are checked exactly against hand-computed values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "graph/subgraph.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "models/model.h"
+#include "partition/cost_model.h"
+#include "partition/profiled_planning.h"
+#include "profile/distributed_profiler.h"
+#include "profile/profiler.h"
+
+namespace partrain {
+namespace {
+
+constexpr std::int64_t kHidden = 128, kSeq = 64, kVocab = 8000;
+
+ModelConfig tiny_bert() {
+  ModelConfig config;
+  config.type = "bert";
+  config.layers = 2;
+  config.hidden = kHidden;
+  config.heads = 2;
+  config.intermediate = 512;
+  config.vocab = kVocab;
+  config.max_position = 64;
+  config.seq_len = kSeq;
+  return config;
+}
+
+const Graph& bert() {
+  static const Graph graph = build_model(tiny_bert());
+  return graph;
+}
+
+std::vector<int> tasks_with_prefix(const Graph& graph, const std::string& prefix) {
+  std::vector<int> ids;
+  for (const Task& task : graph.tasks())
+    if (task.name.starts_with(prefix)) ids.push_back(task.id);
+  return ids;
+}
+
+std::vector<int> layer_tasks(int layer) {
+  return tasks_with_prefix(bert(), "bert.encoder.layer." + std::to_string(layer) + ".");
+}
+
+std::vector<int> all_tasks(const Graph& graph) {
+  std::vector<int> ids;
+  for (const Task& task : graph.tasks()) ids.push_back(task.id);
+  return ids;
+}
+
+profile::ProfilerOptions quick() {
+  profile::ProfilerOptions options;
+  options.warmup = 0;
+  options.repeats = 1;
+  return options;
+}
+
+TEST(Profiler, EncoderLayerFigures) {
+  const std::vector<int> tasks = layer_tasks(0);
+  ASSERT_FALSE(tasks.empty());
+  const profile::Measurement m = profile::measure_task_set(bert(), tasks, 2, cpu_backend(), {});
+  EXPECT_GT(m.forward_seconds, 0.0);
+  EXPECT_GT(m.backward_seconds, 0.0);
+
+  // Parameters: every Param the tasks read, counted once, 4 bytes per element.
+  std::set<int> params;
+  for (int t : tasks)
+    for (int input : bert().task(t).inputs)
+      if (bert().value(input).kind == ValueKind::Param) params.insert(input);
+  std::int64_t elements = 0;
+  for (int p : params) elements += numel(bert().value(p).type.shape);
+  // 4 linears of H×H, two of H×4H, two LayerNorms (hand count).
+  EXPECT_EQ(elements, 4 * (kHidden * kHidden + kHidden) + 2 * (kHidden * 512) + 512 + kHidden + 4 * kHidden);
+  EXPECT_DOUBLE_EQ(m.parameter_bytes, 4.0 * static_cast<double>(elements));
+
+  // One [B, S, H] f32 activation enters (the embeddings' output) and one leaves.
+  EXPECT_DOUBLE_EQ(m.boundary_input_bytes, 4.0 * kHidden * kSeq * 2);
+  EXPECT_DOUBLE_EQ(m.boundary_output_bytes, 4.0 * kHidden * kSeq * 2);
+
+  // Activations scale exactly with the batch (no constant tasks in an encoder layer); the peak
+  // holds at least the stored activations.
+  const profile::Measurement m4 = profile::measure_task_set(bert(), tasks, 4, cpu_backend(), quick());
+  EXPECT_GT(m.activation_bytes, 10 * 4.0 * kHidden * kSeq * 2);
+  EXPECT_DOUBLE_EQ(m4.activation_bytes, 2 * m.activation_bytes);
+  EXPECT_GE(m.peak_bytes, m.activation_bytes);
+  EXPECT_DOUBLE_EQ(m4.parameter_bytes, m.parameter_bytes);
+  EXPECT_DOUBLE_EQ(m4.boundary_input_bytes, 2 * m.boundary_input_bytes);
+}
+
+TEST(Profiler, PeakGrowsWithBatch) {
+  const std::vector<int> tasks = layer_tasks(1);
+  const profile::Measurement one = profile::measure_task_set(bert(), tasks, 1, cpu_backend(), quick());
+  const profile::Measurement four = profile::measure_task_set(bert(), tasks, 4, cpu_backend(), quick());
+  // Activation-dominated: roughly 4x (the fresh parameter gradients are the batch-independent part).
+  EXPECT_GT(four.peak_bytes, 2.5 * one.peak_bytes) << one.peak_bytes << " -> " << four.peak_bytes;
+  EXPECT_LT(four.peak_bytes, 4.5 * one.peak_bytes) << one.peak_bytes << " -> " << four.peak_bytes;
+  // The per-sample part grows linearly within the allocator's rounding.
+  EXPECT_GE(four.peak_bytes - one.peak_bytes, 3 * one.activation_bytes);
+}
+
+TEST(Profiler, LeavesAllocatorAccountingAsItWas) {
+  CachingAllocator& allocator = cpu_backend().allocator();
+  const std::vector<int> tasks = layer_tasks(0);  // builds the graph (and its constants) first
+  const Tensor held = Tensor::zeros({1000});      // something live before
+  const std::size_t before = allocator.current_bytes();
+  profile::measure_task_set(bert(), tasks, 2, cpu_backend(), quick());
+  EXPECT_EQ(allocator.current_bytes(), before);
+  EXPECT_EQ(held.numel(), 1000);
+}
+
+TEST(Profiler, EmbeddingsHeadAndWholeModelGetValidInputs) {
+  // Token ids, token types and labels must be in range, or the Gather / cross-entropy kernels throw.
+  const profile::Measurement embeddings =
+      profile::measure_task_set(bert(), tasks_with_prefix(bert(), "bert.embeddings."), 2, cpu_backend(), quick());
+  EXPECT_DOUBLE_EQ(embeddings.boundary_input_bytes, 0.0);
+  EXPECT_DOUBLE_EQ(embeddings.boundary_output_bytes, 4.0 * kHidden * kSeq * 2);
+  EXPECT_GE(embeddings.parameter_bytes, 4.0 * kVocab * kHidden);
+
+  const profile::Measurement whole = profile::measure_task_set(bert(), all_tasks(bert()), 1, cpu_backend(), quick());
+  EXPECT_GT(whole.forward_seconds, 0.0);
+  EXPECT_GT(whole.backward_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(whole.boundary_input_bytes, 0.0);
+  EXPECT_DOUBLE_EQ(whole.boundary_output_bytes, 0.0);
+  EXPECT_DOUBLE_EQ(whole.parameter_bytes, 4.0 * static_cast<double>(bert().parameter_count()));
+}
+
+TEST(Profiler, RejectsBadArguments) {
+  const std::vector<int> tasks = layer_tasks(0);
+  EXPECT_THROW(profile::measure_task_set(bert(), tasks, 0, cpu_backend(), quick()), Error);
+  profile::ProfilerOptions no_repeats = quick();
+  no_repeats.repeats = 0;
+  EXPECT_THROW(profile::measure_task_set(bert(), tasks, 1, cpu_backend(), no_repeats), Error);
+  // Layer 0 and layer 1 without what lies between them (layer 0's output LayerNorm) is not convex.
+  std::vector<int> gap = layer_tasks(0);
+  const std::vector<int> one = layer_tasks(1);
+  gap.pop_back();
+  gap.insert(gap.end(), one.begin(), one.end());
+  EXPECT_THROW(profile::measure_task_set(bert(), gap, 1, cpu_backend(), quick()), Error);
+  EXPECT_THROW(profile::measure_task_set(bert(), std::vector<int>{}, 1, cpu_backend(), quick()), Error);
+}
+
+TEST(DistributedProfiler, AssignmentBalancesEstimatedCost) {
+  std::vector<profile::ProfileRequest> requests;
+  for (int layer = 0; layer < 2; ++layer)
+    for (std::int64_t batch : {1, 2}) requests.push_back({layer_tasks(layer), batch});
+  requests.push_back({tasks_with_prefix(bert(), "bert.embeddings."), 1});
+  const std::vector<int> owner = profile::assign_requests(bert(), requests, 2);
+  ASSERT_EQ(owner.size(), requests.size());
+  EXPECT_EQ(owner, profile::assign_requests(bert(), requests, 2));  // deterministic
+  double load[2] = {0, 0};
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(owner[i] == 0 || owner[i] == 1);
+    load[owner[i]] += profile::estimated_request_cost(bert(), requests[i]);
+  }
+  // The two layers are equal: each rank gets one layer at batch 2 and one at batch 1.
+  EXPECT_NEAR(load[0] / load[1], 1.0, 0.2);
+  EXPECT_GT(profile::estimated_request_cost(bert(), requests[1]), profile::estimated_request_cost(bert(), requests[0]));
+  EXPECT_THROW(profile::assign_requests(bert(), requests, 0), Error);
+}
+
+TEST(ProfiledPlanning, RecordingModelAnswersFromDbElseAnalytically) {
+  const partition::DeviceSpec device;
+  profile::ProfileDB db(bert().hash(), "cpu", "fp32");
+  profile::Measurement stored;
+  stored.forward_seconds = 0.5;
+  db.insert(layer_tasks(0), 2, stored);
+  const partition::RecordingCostModel model(bert(), db, device);
+  EXPECT_DOUBLE_EQ(model.measure(layer_tasks(0), 2).forward_seconds, 0.5);
+  const auto analytic = partition::make_analytic_cost_model(bert(), device);
+  EXPECT_DOUBLE_EQ(model.measure(layer_tasks(1), 2).forward_seconds, analytic->measure(layer_tasks(1), 2).forward_seconds);
+  model.measure(layer_tasks(1), 2);  // asked twice, recorded once
+  model.measure(layer_tasks(1), 4);
+  const std::vector<profile::ProfileRequest> misses = model.misses();
+  ASSERT_EQ(misses.size(), 2u);
+  EXPECT_EQ(misses[0].tasks, layer_tasks(1));
+  EXPECT_EQ(misses[0].batch, 2);
+  EXPECT_EQ(misses[1].batch, 4);
+  EXPECT_EQ(model.hits(), 1u);
+
+  const profile::ProfileDB other(bert().hash() + 1, "cpu", "fp32");
+  EXPECT_THROW(partition::RecordingCostModel(bert(), other, device), Error);
+}
+
+// The planner's choices (stage boundaries, microbatch size) depend on the costs, so the first
+// measured round may ask for a few new stage sets; once those are measured the choices are stable.
+// A smaller BERT than above keeps the ~80 measurements fast.
+TEST(ProfiledPlanning, LoopConvergesAndDbHoldsEverySetAsked) {
+  ModelConfig config = tiny_bert();
+  config.hidden = 32;
+  config.intermediate = 64;
+  config.vocab = 256;
+  config.seq_len = 16;
+  const Graph graph = build_model(config);
+  partition::PlannerOptions options;
+  options.planner = "dpl";
+  options.world_size = 2;
+  options.global_batch = 4;
+  partition::DeviceSpec device;
+  device.memory_bytes = 4.0 * (1ull << 30);
+
+  profile::ProfileDB db(graph.hash(), "cpu", "fp32");
+  std::vector<profile::ProfileRequest> asked;
+  const auto measure = [&](const std::vector<profile::ProfileRequest>& requests) {
+    for (const profile::ProfileRequest& request : requests) {
+      asked.push_back(request);
+      db.insert(request.tasks, request.batch,
+                profile::measure_task_set(graph, request.tasks, request.batch, cpu_backend(), quick()));
+    }
+  };
+  partition::ProfiledPlanningReport report;
+  const Plan plan = partition::plan_with_profiling(graph, options, device, db, measure, 3, &report);
+  ASSERT_GE(report.rounds, 2);
+  ASSERT_EQ(report.misses_per_round.size(), static_cast<std::size_t>(report.rounds));
+  EXPECT_GT(report.misses_per_round[0], 0u);
+  EXPECT_EQ(report.misses_per_round.back(), 0u);
+  EXPECT_TRUE(report.remaining_misses.empty());
+  std::size_t measured = 0;
+  for (int round = 0; round + 1 < report.rounds; ++round) measured += report.misses_per_round[static_cast<std::size_t>(round)];
+  EXPECT_EQ(asked.size(), measured);
+  for (const profile::ProfileRequest& request : asked) EXPECT_NE(db.find(request.tasks, request.batch), nullptr);
+  EXPECT_EQ(db.size(), asked.size());  // each set measured once
+  EXPECT_FALSE(plan.stages.empty());
+  EXPECT_NO_THROW(plan.validate(graph));
+  EXPECT_NE(plan.cost_model.find("profiled"), std::string::npos) << plan.cost_model;
+
+  // Planning again on the filled DB asks for nothing new and gives the same plan.
+  partition::ProfiledPlanningReport again;
+  const Plan replanned = partition::plan_with_profiling(graph, options, device, db, measure, 3, &again);
+  EXPECT_EQ(again.rounds, 1);
+  EXPECT_EQ(again.misses_per_round, std::vector<std::size_t>{0});
+  EXPECT_EQ(replanned.to_json(), plan.to_json());
+
+  // With max_rounds 1 the misses stay analytic and are reported; nothing is measured.
+  profile::ProfileDB empty(graph.hash(), "cpu", "fp32");
+  const std::size_t asked_before = asked.size();
+  partition::ProfiledPlanningReport single;
+  partition::plan_with_profiling(graph, options, device, empty, measure, 1, &single);
+  EXPECT_EQ(single.rounds, 1);
+  EXPECT_EQ(single.remaining_misses.size(), single.misses_per_round[0]);
+  EXPECT_GT(single.remaining_misses.size(), 0u);
+  EXPECT_EQ(asked.size(), asked_before);
+  EXPECT_THROW(partition::plan_with_profiling(graph, options, device, db, measure, 0), Error);
+}
+
+}  // namespace
+}  // namespace partrain

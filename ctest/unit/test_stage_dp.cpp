@@ -1,0 +1,482 @@
+// Unit tests of the cost models (src/partition/cost_model) and RaNNC's stage DP (src/partition/stage_dp,
+// Tanaka et al. IPDPS 2021 §III-C): analytic figures against hand-computed ones, profiled lookups and
+// the missing-entry error, Algorithm 1 and Algorithm 2 against a brute force over every stage split
+// and replica assignment (scored by plan_builder's predict_plan), memory pressure, the infeasible
+// error, and the choice of microbatches.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "graph/graph.h"
+#include "partition/cost_model.h"
+#include "partition/pipedream_profile.h"
+#include "partition/plan_builder.h"
+#include "partition/stage_dp.h"
+#include "profile/profile_db.h"
+
+namespace {
+
+using partrain::Graph;
+using partrain::OpType;
+using partrain::Plan;
+using partrain::PlanStage;
+using partrain::ScheduleKind;
+using partrain::partition::CostModel;
+using partrain::partition::DeviceSpec;
+using partrain::partition::PipeDreamNode;
+using partrain::partition::PipeDreamProfile;
+using partrain::partition::PlannerOptions;
+using partrain::partition::StageDpConfig;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---------------------------------------------------------------------------------------------
+// Cost models
+// ---------------------------------------------------------------------------------------------
+
+// x [B,4] input; w [4,3] param; t0 = Scale(w) (constant); t1 = MatMul(x, t0); t2 = Relu(t1);
+// t3 = Add(t2, t1).
+Graph tiny_graph() {
+  Graph graph;
+  const int x = graph.add_input("x", {partrain::kBatch, 4});
+  const int w = graph.add_parameter("w", {4, 3});
+  const int t0 = graph.add(OpType::Scale, "scale", {w}, partrain::Attributes{{"value", 2.0}});
+  const int t1 = graph.add(OpType::MatMul, "mm", {x, t0});
+  const int t2 = graph.add(OpType::Relu, "relu", {t1});
+  const int t3 = graph.add(OpType::Add, "add", {t2, t1});
+  graph.mark_output(t3);
+  return graph;
+}
+
+TEST(CostModel, TinyGraphCostsAreAsExpected) {
+  const Graph graph = tiny_graph();
+  ASSERT_EQ(graph.tasks().size(), 4u);
+  EXPECT_TRUE(graph.task(0).constant);
+  EXPECT_FALSE(graph.task(1).constant);
+  EXPECT_DOUBLE_EQ(graph.task(0).cost.forward_flops, 12);
+  EXPECT_DOUBLE_EQ(graph.task(1).cost.forward_flops, 24);  // 2 · 3 outputs · 4
+  EXPECT_DOUBLE_EQ(graph.task(2).cost.forward_flops, 3);
+  EXPECT_DOUBLE_EQ(graph.task(3).cost.forward_flops, 3);
+  EXPECT_DOUBLE_EQ(graph.task(0).cost.activation_bytes, 48);
+  EXPECT_DOUBLE_EQ(graph.task(1).cost.activation_bytes, 12);
+}
+
+TEST(CostModel, AnalyticFiguresMatchHandComputed) {
+  const Graph graph = tiny_graph();
+  DeviceSpec device;
+  device.flops_per_second = 1e3;
+  device.link_bandwidth = 100;
+  device.network_bandwidth = 10;
+  const auto model = partrain::partition::make_analytic_cost_model(graph, device);
+
+  // Middle tasks {mm, relu} at batch 4: the constant Scale output enters from outside, both outputs
+  // leave (mm's and relu's are read by add).
+  const std::vector<int> middle = {2, 1};
+  const partrain::profile::Measurement m = model->measure(middle, 4);
+  EXPECT_DOUBLE_EQ(m.forward_seconds, (24 + 3) * 4 / 1e3);
+  EXPECT_DOUBLE_EQ(m.backward_seconds, 2 * (24 + 3) * 4 / 1e3);
+  EXPECT_DOUBLE_EQ(m.parameter_bytes, 0);
+  EXPECT_DOUBLE_EQ(m.activation_bytes, (12 + 12) * 4);
+  EXPECT_DOUBLE_EQ(m.boundary_input_bytes, 48);
+  EXPECT_DOUBLE_EQ(m.boundary_output_bytes, 2 * 12 * 4);
+  EXPECT_DOUBLE_EQ(m.peak_bytes, 96 + 48);
+
+  // Everything at batch 2: the constant task's FLOPs do not scale; the parameter counts once.
+  const std::vector<int> all = {0, 1, 2, 3, 3};
+  const partrain::profile::Measurement w = model->measure(all, 2);
+  EXPECT_DOUBLE_EQ(w.forward_seconds, (12 + (24 + 3 + 3) * 2) / 1e3);
+  EXPECT_DOUBLE_EQ(w.backward_seconds, 2 * w.forward_seconds);
+  EXPECT_DOUBLE_EQ(w.parameter_bytes, 48);
+  EXPECT_DOUBLE_EQ(w.activation_bytes, 36 * 2);
+  EXPECT_DOUBLE_EQ(w.boundary_input_bytes, 0);
+  EXPECT_DOUBLE_EQ(w.boundary_output_bytes, 0);
+  EXPECT_DOUBLE_EQ(w.peak_bytes, 72 + 48);  // the largest single output is the constant 48 bytes
+  // Cached figures scale again for another batch.
+  EXPECT_DOUBLE_EQ(model->measure(all, 3).activation_bytes, 36 * 3);
+
+  EXPECT_DOUBLE_EQ(model->transfer_seconds(500, false), 5.0);
+  EXPECT_DOUBLE_EQ(model->transfer_seconds(500, true), 50.0);
+  EXPECT_DOUBLE_EQ(model->allreduce_seconds(400, 4, false), 2.0 * 3 / 4 * 400 / 100);
+  EXPECT_DOUBLE_EQ(model->allreduce_seconds(400, 1, true), 0.0);
+  EXPECT_NE(model->description().find("analytic"), std::string::npos);
+  EXPECT_THROW(model->measure(std::vector<int>{7}, 1), partrain::Error);
+}
+
+TEST(CostModel, ProfiledLookupAndMissingEntry) {
+  const Graph graph = tiny_graph();
+  partrain::profile::ProfileDB database(graph.hash(), "cpu", "fp32");
+  partrain::profile::Measurement stored;
+  stored.forward_seconds = 0.5;
+  stored.backward_seconds = 1.25;
+  stored.parameter_bytes = 48;
+  const std::vector<int> tasks = {0, 1, 2};
+  database.insert(tasks, 4, stored);
+  DeviceSpec device;
+  const auto model = partrain::partition::make_profiled_cost_model(graph, database, device);
+  const std::vector<int> shuffled = {2, 0, 1};
+  const partrain::profile::Measurement found = model->measure(shuffled, 4);
+  EXPECT_DOUBLE_EQ(found.forward_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(found.backward_seconds, 1.25);
+  EXPECT_DOUBLE_EQ(found.parameter_bytes, 48);
+  try {
+    model->measure(tasks, 8);
+    FAIL() << "expected an error for a batch that was not profiled";
+  } catch (const partrain::Error& error) {
+    const std::string message = error.message();
+    EXPECT_NE(message.find("not profiled: tasks 0-2 at batch 8"), std::string::npos) << message;
+    EXPECT_NE(message.find("partrain train"), std::string::npos) << message;
+  }
+  partrain::profile::ProfileDB other(graph.hash() + 1, "cpu", "fp32");
+  EXPECT_THROW(partrain::partition::make_profiled_cost_model(graph, other, device), partrain::Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block costs from a synthetic layer profile: one task per block, a chain.
+// ---------------------------------------------------------------------------------------------
+
+struct Chain {
+  PipeDreamProfile profile;
+  Graph graph;
+  std::unique_ptr<CostModel> cost;
+  std::vector<std::vector<int>> blocks;
+};
+
+// `profiled_batch` is the batch the figures are for; times in ms.
+Chain make_chain(const std::vector<double>& forward_ms, const std::vector<double>& backward_ms,
+                 const std::vector<double>& activation, const std::vector<double>& parameters, const DeviceSpec& device,
+                 std::int64_t profiled_batch) {
+  Chain chain;
+  chain.profile.source = "synthetic";
+  for (std::size_t i = 0; i < forward_ms.size(); ++i) {
+    PipeDreamNode node;
+    node.id = "node" + std::to_string(i);
+    node.description = "Layer";
+    node.forward_ms = forward_ms[i];
+    node.backward_ms = backward_ms[i];
+    node.activation_bytes = activation[i];
+    node.parameter_bytes = parameters[i];
+    chain.profile.nodes.push_back(node);
+    if (i > 0) chain.profile.edges.emplace_back(static_cast<int>(i) - 1, static_cast<int>(i));
+  }
+  chain.graph = partrain::partition::layer_chain_graph(chain.profile);
+  chain.cost = partrain::partition::make_layer_profile_cost_model(chain.profile, device, profiled_batch);
+  for (std::size_t i = 0; i < forward_ms.size(); ++i) chain.blocks.push_back({static_cast<int>(i)});
+  return chain;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Brute force: every (pipeline size, microbatches, stages, split, replicas), scored by predict_plan.
+// ---------------------------------------------------------------------------------------------
+
+struct BruteResult {
+  double best_step = kInf;         // least predicted step time over every configuration
+  double best_stage_seconds = kInf;  // for a fixed configuration: least max stage time
+};
+
+// Calls `visit` with every composition of `total` into `parts` positive parts.
+void compositions(int total, int parts, std::vector<int>& current, const std::function<void()>& visit) {
+  if (parts == 1) {
+    current.push_back(total);
+    visit();
+    current.pop_back();
+    return;
+  }
+  for (int first = 1; first <= total - (parts - 1); ++first) {
+    current.push_back(first);
+    compositions(total - first, parts - 1, current, visit);
+    current.pop_back();
+  }
+}
+
+// Scores every split of the blocks into `stages` stages and of `devices` devices over them.
+void brute_force_config(const Chain& chain, const PlannerOptions& options, const StageDpConfig& config,
+                        BruteResult& result) {
+  const int k = static_cast<int>(chain.blocks.size());
+  const std::int64_t parts = static_cast<std::int64_t>(config.copies) * config.microbatches;
+  if (options.global_batch % parts != 0) return;
+  const std::int64_t microbatch = options.global_batch / parts;
+  std::vector<int> sizes, replicas;
+  compositions(k, config.stages, sizes, [&] {
+    compositions(config.devices, config.stages, replicas, [&] {
+      if (*std::max_element(replicas.begin(), replicas.end()) > microbatch) return;
+      Plan plan;
+      plan.planner = "brute";
+      plan.world_size = config.devices * config.copies;
+      plan.pipeline_copies = config.copies;
+      plan.global_batch = options.global_batch;
+      plan.microbatches = config.microbatches;
+      plan.schedule = options.schedule;
+      int first = 0;
+      for (int s = 0; s < config.stages; ++s) {
+        PlanStage stage;
+        for (int b = first; b < first + sizes[s]; ++b)
+          stage.tasks.insert(stage.tasks.end(), chain.blocks[b].begin(), chain.blocks[b].end());
+        std::sort(stage.tasks.begin(), stage.tasks.end());
+        stage.replicas = replicas[s];
+        stage.summary = "s";
+        plan.stages.push_back(stage);
+        first += sizes[s];
+      }
+      partrain::partition::predict_plan(plan, chain.graph, *chain.cost, options);
+      if (partrain::partition::memory_excess_bytes(plan, *chain.cost, options) > 0) return;
+      double slowest = 0;
+      for (const PlanStage& stage : plan.stages) slowest = std::max(slowest, stage.forward_seconds + stage.backward_seconds);
+      result.best_stage_seconds = std::min(result.best_stage_seconds, slowest);
+      result.best_step = std::min(result.best_step, plan.predicted_step_seconds);
+    });
+  });
+}
+
+std::vector<int> pipeline_sizes(int world, int per_node) {
+  std::vector<int> sizes;
+  for (int n = 1; per_node * n <= world; ++n)
+    if (world % (per_node * n) == 0) sizes.push_back(per_node * n);
+  if (sizes.empty() || sizes.back() != world) sizes.push_back(world);
+  return sizes;
+}
+
+double brute_force_plan(const Chain& chain, const PlannerOptions& options) {
+  BruteResult result;
+  const int k = static_cast<int>(chain.blocks.size());
+  for (int devices : pipeline_sizes(options.world_size, chain.cost->device().devices_per_node)) {
+    for (int m = 1; m <= options.max_microbatches; m *= 2) {
+      if (options.microbatches > 0 && m != options.microbatches) continue;
+      for (int stages = 1; stages <= std::min(k, devices); ++stages)
+        brute_force_config(chain, options, StageDpConfig{stages, devices, options.world_size / devices, m}, result);
+    }
+  }
+  return result.best_step;
+}
+
+void expect_close(double value, double expected, const std::string& what) {
+  if (std::isinf(expected)) {
+    EXPECT_TRUE(std::isinf(value)) << what << ": got " << value << ", brute force found nothing";
+    return;
+  }
+  EXPECT_NEAR(value, expected, 1e-9 * std::max(1.0, std::fabs(expected))) << what;
+}
+
+struct RandomCase {
+  Chain chain;
+  PlannerOptions options;
+};
+
+RandomCase random_case(unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> time(1.0, 20.0), bytes(1e6, 4e8), params(0, 3e8);
+  std::uniform_int_distribution<int> blocks(2, 6), world(1, 8), per_node_pick(0, 2), batch_pick(0, 2), bit(0, 1);
+  const int k = blocks(rng);
+  std::vector<double> f(k), b(k), a(k), p(k);
+  double total_params = 0, total_activation = 0;
+  for (int i = 0; i < k; ++i) {
+    f[i] = time(rng);
+    b[i] = f[i] * (1.0 + time(rng) / 10.0);
+    a[i] = bytes(rng);
+    p[i] = params(rng);
+    total_params += p[i];
+    total_activation += a[i];
+  }
+  DeviceSpec device;
+  device.devices_per_node = std::array<int, 3>{2, 4, 8}[per_node_pick(rng)];
+  device.link_bandwidth = 5e10;
+  device.network_bandwidth = 5e9;
+  // Somewhere between "only a fraction of the model fits" and "everything fits".
+  std::uniform_real_distribution<double> memory_fraction(0.3, 1.2);
+  device.memory_bytes = (4 * total_params + 2 * total_activation) * memory_fraction(rng);
+  RandomCase c{make_chain(f, b, a, p, device, 32), PlannerOptions{}};
+  c.options.world_size = world(rng);
+  c.options.global_batch = std::array<int, 3>{8, 16, 32}[batch_pick(rng)];
+  c.options.max_microbatches = 16;
+  c.options.schedule = bit(rng) ? ScheduleKind::GPipe : ScheduleKind::OneForwardOneBackward;
+  c.options.memory_margin = 0.0;
+  return c;
+}
+
+TEST(StageDp, AlgorithmOneMatchesBruteForce) {
+  int compared = 0, feasible = 0;
+  for (unsigned seed = 1; seed <= 30; ++seed) {
+    RandomCase c = random_case(seed);
+    const int k = static_cast<int>(c.chain.blocks.size());
+    for (int devices = 1; devices <= c.options.world_size; ++devices) {
+      if (c.options.world_size % devices) continue;
+      for (int m : {1, 2, 4}) {
+        for (int stages = 1; stages <= std::min(k, devices); ++stages) {
+          const StageDpConfig config{stages, devices, c.options.world_size / devices, m};
+          BruteResult brute;
+          brute_force_config(c.chain, c.options, config, brute);
+          const auto split = partrain::partition::solve_stage_dp(c.chain.blocks, *c.chain.cost, c.options, config);
+          const std::string what = "seed " + std::to_string(seed) + " S=" + std::to_string(stages) +
+                                   " D=" + std::to_string(devices) + " M=" + std::to_string(m);
+          ASSERT_EQ(split.feasible, std::isfinite(brute.best_stage_seconds)) << what;
+          ++compared;
+          if (!split.feasible) continue;
+          ++feasible;
+          expect_close(split.max_stage_seconds, brute.best_stage_seconds, what);
+          ASSERT_EQ(split.first_block.size(), static_cast<std::size_t>(stages));
+          int total = 0;
+          for (int r : split.replicas) total += r;
+          EXPECT_EQ(total, devices) << what;
+          EXPECT_DOUBLE_EQ(split.step_seconds, (m + stages - 1) * split.max_stage_seconds + split.max_allreduce_seconds);
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 100);
+  EXPECT_GT(feasible, 30);
+}
+
+TEST(StageDp, AlgorithmTwoMatchesBruteForce) {
+  int planned = 0;
+  for (unsigned seed = 101; seed <= 140; ++seed) {
+    RandomCase c = random_case(seed);
+    const double brute = brute_force_plan(c.chain, c.options);
+    const std::string what = "seed " + std::to_string(seed);
+    if (std::isinf(brute)) {
+      EXPECT_THROW(partrain::partition::plan_stages_rannc(c.chain.graph, c.chain.blocks, *c.chain.cost, c.options),
+                   partrain::Error)
+          << what;
+      continue;
+    }
+    const Plan plan = partrain::partition::plan_stages_rannc(c.chain.graph, c.chain.blocks, *c.chain.cost, c.options);
+    ++planned;
+    EXPECT_EQ(plan.planner, "rannc");
+    EXPECT_EQ(plan.world_size, c.options.world_size);
+    expect_close(plan.predicted_step_seconds, brute, what);
+    EXPECT_LE(partrain::partition::memory_excess_bytes(plan, *c.chain.cost, c.options), 0.0) << what;
+  }
+  EXPECT_GE(planned, 8);
+}
+
+TEST(StageDp, ReportsProgressAndHonoursMicrobatches) {
+  RandomCase c = random_case(7);
+  c.chain.cost = nullptr;
+  DeviceSpec device;
+  device.devices_per_node = 4;
+  c.chain = make_chain({5, 5, 5, 5}, {10, 10, 10, 10}, {1e6, 1e6, 1e6, 1e6}, {1e6, 1e6, 1e6, 1e6}, device, 16);
+  c.options.world_size = 4;
+  c.options.global_batch = 16;
+  c.options.microbatches = 2;
+  std::vector<double> reports;
+  c.options.progress = [&](double fraction) { reports.push_back(fraction); };
+  const Plan plan = partrain::partition::plan_stages_rannc(c.chain.graph, c.chain.blocks, *c.chain.cost, c.options);
+  EXPECT_EQ(plan.microbatches, 2);
+  ASSERT_FALSE(reports.empty());
+  EXPECT_DOUBLE_EQ(reports.back(), 1.0);
+  EXPECT_TRUE(std::is_sorted(reports.begin(), reports.end()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory pressure, infeasibility, microbatches
+// ---------------------------------------------------------------------------------------------
+
+// Four equal blocks of 1 GB parameters each (4 GB of model state per block with AdamW).
+Chain heavy_chain(double memory_bytes, double link_bandwidth = 1e11) {
+  DeviceSpec device;
+  device.memory_bytes = memory_bytes;
+  device.devices_per_node = 4;
+  device.link_bandwidth = link_bandwidth;
+  device.network_bandwidth = 1e10;
+  return make_chain({10, 10, 10, 10}, {20, 20, 20, 20}, {1e6, 1e6, 1e6, 1e6}, {1e9, 1e9, 1e9, 1e9}, device, 64);
+}
+
+TEST(StageDp, MemoryPressureForcesMoreStages) {
+  PlannerOptions options;
+  options.world_size = 4;
+  options.global_batch = 64;
+  options.memory_margin = 0;
+  // Plenty of memory and a fast all-reduce: the whole model fits on every device and data
+  // parallelism wins (1 stage; a pipeline would add a bubble and recomputation).
+  Chain roomy = heavy_chain(64e9, 1e13);
+  const Plan wide = partrain::partition::plan_stages_rannc(roomy.graph, roomy.blocks, *roomy.cost, options);
+  EXPECT_EQ(wide.stages.size(), 1u);
+  EXPECT_EQ(wide.stages[0].replicas, 4);
+  // 9 GB: at most two blocks (8 GB of model state) per device.
+  Chain tight = heavy_chain(9e9);
+  const Plan deep = partrain::partition::plan_stages_rannc(tight.graph, tight.blocks, *tight.cost, options);
+  EXPECT_GE(deep.stages.size(), 2u);
+  for (const PlanStage& stage : deep.stages) {
+    EXPECT_LE(stage.tasks.size(), 2u);
+    EXPECT_LE(stage.memory_bytes, 9e9);
+  }
+  // 5 GB: one block per device, four stages.
+  Chain tighter = heavy_chain(5e9);
+  const Plan deepest = partrain::partition::plan_stages_rannc(tighter.graph, tighter.blocks, *tighter.cost, options);
+  EXPECT_EQ(deepest.stages.size(), 4u);
+}
+
+TEST(StageDp, InfeasibleErrorNamesMemoryAndDevices) {
+  PlannerOptions options;
+  options.world_size = 2;
+  options.global_batch = 64;
+  options.memory_margin = 0;
+  Chain tight = heavy_chain(5e9);  // needs four stages: one block per device
+  try {
+    partrain::partition::plan_stages_rannc(tight.graph, tight.blocks, *tight.cost, options);
+    FAIL() << "expected no plan to fit";
+  } catch (const partrain::Error& error) {
+    const std::string message = error.message();
+    EXPECT_NE(message.find("no plan fits"), std::string::npos) << message;
+    EXPECT_NE(message.find("smallest device memory that would fit is"), std::string::npos) << message;
+    EXPECT_NE(message.find("GiB"), std::string::npos) << message;
+    EXPECT_NE(message.find("use 4 devices"), std::string::npos) << message;
+  }
+  // With a slow all-reduce (1 GB/s) the same memory prefers a pipeline over data parallelism.
+  PlannerOptions pipelined = options;
+  pipelined.world_size = 4;
+  Chain slow = heavy_chain(64e9, 1e9);
+  EXPECT_EQ(partrain::partition::plan_stages_rannc(slow.graph, slow.blocks, *slow.cost, pipelined).stages.size(), 4u);
+  // Nothing helps when one block alone is too big (2 devices: two blocks per device, 7.45 GiB).
+  Chain hopeless = heavy_chain(1e9);
+  try {
+    partrain::partition::plan_stages_rannc(hopeless.graph, hopeless.blocks, *hopeless.cost, options);
+    FAIL() << "expected no plan to fit";
+  } catch (const partrain::Error& error) {
+    const std::string message = error.message();
+    EXPECT_NE(message.find("smallest device memory that would fit is 7.4"), std::string::npos) << message;
+    EXPECT_NE(message.find("more devices would not help"), std::string::npos) << message;
+  }
+}
+
+TEST(StageDp, MoreMicrobatchesWhenTheBubbleDominates) {
+  PlannerOptions options;
+  options.world_size = 4;
+  options.global_batch = 64;
+  options.memory_margin = 0;
+  options.max_microbatches = 64;
+  Chain tighter = heavy_chain(5e9);  // four stages are forced
+  const Plan plan = partrain::partition::plan_stages_rannc(tighter.graph, tighter.blocks, *tighter.cost, options);
+  ASSERT_EQ(plan.stages.size(), 4u);
+  // Times scale with the microbatch: (M + 3) · T / M shrinks with M, so the most microbatches win.
+  EXPECT_EQ(plan.microbatches, 64);
+  options.microbatches = 1;
+  const Plan single = partrain::partition::plan_stages_rannc(tighter.graph, tighter.blocks, *tighter.cost, options);
+  EXPECT_EQ(single.microbatches, 1);
+  EXPECT_GT(single.predicted_step_seconds, 3.0 * plan.predicted_step_seconds);
+}
+
+TEST(StageDp, RejectsBadArguments) {
+  Chain chain = heavy_chain(64e9);
+  PlannerOptions options;
+  options.world_size = 4;
+  options.global_batch = 6;  // 6 samples do not split into 4 copies, but one copy of 4 devices works
+  const Plan plan = partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, options);
+  EXPECT_EQ(plan.pipeline_copies, 1);
+  options.global_batch = 3;
+  options.microbatches = 2;  // 3 samples do not split into 2 microbatches
+  EXPECT_THROW(partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, options), partrain::Error);
+  options.microbatches = 0;
+  std::vector<std::vector<int>> with_empty = chain.blocks;
+  with_empty.push_back({});
+  EXPECT_THROW(partrain::partition::plan_stages_rannc(chain.graph, with_empty, *chain.cost, options), partrain::Error);
+  options.stages = 5;
+  EXPECT_THROW(partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, options), partrain::Error);
+}
+
+}  // namespace

@@ -1,0 +1,87 @@
+// The uniform (Megatron-LM / DeepSpeed) planner and the layer-group helpers of the layer-level
+// planners. See uniform.h.
+#include "partition/uniform.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/error.h"
+
+namespace partrain::partition {
+
+bool is_repeated_layer(const std::string& layer_name) {
+  const std::size_t dot = layer_name.rfind('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == layer_name.size()) return false;
+  return std::all_of(layer_name.begin() + static_cast<std::ptrdiff_t>(dot) + 1, layer_name.end(),
+                     [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+int planning_microbatches(const PlannerOptions& options, int stages, const std::vector<int>& replicas) {
+  if (options.microbatches > 0) return options.microbatches;
+  int devices = 0, widest = 1;
+  for (int r : replicas) {
+    devices += r;
+    widest = std::max(widest, r);
+  }
+  const std::int64_t copies = devices > 0 && options.world_size % devices == 0 ? options.world_size / devices : 1;
+  int chosen = 0, largest = 0;
+  for (int m = 1; m <= std::max(1, options.max_microbatches); m *= 2) {
+    const std::int64_t per_step = copies * m;
+    if (options.global_batch % per_step != 0 || options.global_batch / per_step < widest) continue;
+    largest = m;
+    if (chosen == 0 && m >= stages) chosen = m;
+  }
+  if (chosen > 0) return chosen;
+  return largest > 0 ? largest : 1;
+}
+
+std::int64_t replica_microbatch(const PlannerOptions& options, int stage_replicas, const std::vector<int>& replicas,
+                                int microbatches) {
+  int devices = 0;
+  for (int r : replicas) devices += r;
+  const std::int64_t copies = devices > 0 && options.world_size % devices == 0 ? options.world_size / devices : 1;
+  const std::int64_t microbatch = std::max<std::int64_t>(1, options.global_batch / (copies * std::max(1, microbatches)));
+  const std::int64_t share = std::max(1, stage_replicas);
+  return std::max<std::int64_t>(1, (microbatch + share - 1) / share);
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> uniform_stage_ranges(const std::vector<LayerGroup>& groups, int stages) {
+  std::vector<std::size_t> repeated;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    if (is_repeated_layer(groups[g].name)) repeated.push_back(g);
+  if (repeated.empty())
+    for (std::size_t g = 0; g < groups.size(); ++g) repeated.push_back(g);
+  const int count = static_cast<int>(repeated.size());
+  PARTRAIN_CHECK(stages >= 1, "uniform: " << stages << " stages");
+  PARTRAIN_CHECK(stages <= count, "uniform: " << stages << " stages but the model has only " << count
+                                              << " repeated layers to split");
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  std::size_t taken = 0;   // repeated groups dealt so far
+  for (int s = 0; s < stages; ++s) {
+    const std::size_t first = s == 0 ? 0 : repeated[taken];
+    taken += static_cast<std::size_t>(count / stages + (s < count % stages ? 1 : 0));
+    const std::size_t last = s + 1 == stages ? groups.size() : repeated[taken];
+    ranges.emplace_back(first, last);
+  }
+  return ranges;
+}
+
+Plan plan_uniform(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  PARTRAIN_CHECK(options.world_size >= 1, "uniform: world size " << options.world_size);
+  int stages = options.stages;
+  if (stages <= 0) {
+    int repeated = 0;
+    for (const LayerGroup& group : groups) repeated += is_repeated_layer(group.name) ? 1 : 0;
+    if (repeated == 0) repeated = static_cast<int>(groups.size());
+    stages = std::min(options.world_size, repeated);
+    while (stages > 1 && options.world_size % stages != 0) --stages;
+  }
+  const std::vector<std::pair<std::size_t, std::size_t>> ranges = uniform_stage_ranges(groups, stages);
+  const std::vector<int> replicas = equal_replicas(options.world_size, stages);
+  std::vector<std::vector<int>> stage_tasks;
+  for (const auto& [first, last] : ranges) stage_tasks.push_back(join_groups(groups, first, last));
+  return plan_from_stages(graph, std::move(stage_tasks), replicas, cost, options, "uniform");
+}
+
+}  // namespace partrain::partition

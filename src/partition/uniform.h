@@ -1,0 +1,54 @@
+#pragma once
+// The `uniform` planner: the Megatron-LM / DeepSpeed baseline that splits the repeated layers
+// (encoder.layer.i, h.i, ResNet blocks layerK.i) into S stages of equal layer counts, plus helpers
+// shared by the layer-level planners (uniform, manual, capslog, merak): layer groups in pipeline
+// order and the reference microbatch count they balance for.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/graph.h"
+#include "partition/cost_model.h"
+#include "partition/plan.h"
+#include "partition/plan_builder.h"
+#include "partition/planner.h"
+
+namespace partrain::partition {
+
+
+/// True for the name of a repeated block: a dotted name whose last component is a number
+/// ("encoder.layer.3", "h.11", "layer2.1"); false for "embeddings", "stem", "head", "loss", ….
+bool is_repeated_layer(const std::string& layer_name);
+
+/// The microbatch count the layer-level planners balance their split for (the final count is chosen
+/// by plan_from_stages): options.microbatches when set; otherwise the smallest power of two ≥ the
+/// stage count and ≤ options.max_microbatches into which the global batch splits (over
+/// world_size / Σ replicas pipeline copies, with at least max(replicas) samples per microbatch);
+/// otherwise the largest such power of two; 1 when none splits.
+int planning_microbatches(const PlannerOptions& options, int stages, const std::vector<int>& replicas);
+
+/// Samples of one microbatch that replica 0 of a stage with `stage_replicas` replicas handles (the
+/// largest share): ⌈global_batch / (copies · microbatches) / stage_replicas⌉, copies =
+/// world_size / Σ replicas. At least 1.
+std::int64_t replica_microbatch(const PlannerOptions& options, int stage_replicas, const std::vector<int>& replicas,
+                                int microbatches);
+
+/// The uniform split of `groups` (pipeline order) into `stages` stages, as [first, last) group
+/// ranges: the R repeated groups (is_repeated_layer) are dealt out in equal counts, the first R % S
+/// stages one more; groups before the first repeated one (embeddings, stem) go to the first stage,
+/// groups after the last (pooler, ln_f, head, loss) to the last, and a non-repeated group between
+/// repeated ones stays with the repeated group before it. A model without repeated groups has all
+/// its groups dealt out this way. Throws partrain::Error when stages < 1 or stages > R.
+std::vector<std::pair<std::size_t, std::size_t>> uniform_stage_ranges(const std::vector<LayerGroup>& groups, int stages);
+
+/// The `uniform` planner (Megatron-LM / DeepSpeed baseline): stages from uniform_stage_ranges over
+/// layer_groups. S = options.stages; when 0, S = the world size (one device per stage)
+/// capped at the number of repeated layers and lowered to a divisor of the world size, so a
+/// 2-layer model on 4 devices gets 2 stages of 2 replicas. Replicas per stage equal_replicas;
+/// microbatches, predictions and the memory check by plan_from_stages. Throws partrain::Error for
+/// more stages than repeated layers, a stage count that does not divide the world size, or a plan
+/// that does not fit the device memory.
+Plan plan_uniform(const Graph& graph, const CostModel& cost, const PlannerOptions& options);
+
+}  // namespace partrain::partition

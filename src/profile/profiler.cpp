@@ -1,0 +1,218 @@
+#include "profile/profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <random>
+#include <unordered_set>
+#include <vector>
+
+#include "core/error.h"
+#include "graph/autodiff.h"
+#include "graph/subgraph.h"
+#include "models/model.h"
+#include "runtime/interpreter.h"
+
+namespace partrain::profile {
+
+namespace {
+
+constexpr std::int64_t kUnbounded = std::numeric_limits<std::int64_t>::max();
+
+// The number of valid values of an integer value: the smallest range its consumers accept (Gather
+// indices: table rows; SoftmaxCrossEntropy labels: classes), followed through shape ops (which copy
+// elements). kUnbounded when no consumer bounds it.
+std::int64_t index_limit(const Graph& graph, int value, int depth = 0) {
+  std::int64_t limit = kUnbounded;
+  if (depth > 64) return limit;
+  for (int consumer : graph.value(value).consumers) {
+    const Task& task = graph.task(consumer);
+    for (std::size_t k = 0; k < task.inputs.size(); ++k) {
+      if (task.inputs[k] != value) continue;
+      switch (task.op) {
+        case OpType::Gather:
+          if (k == 1) limit = std::min(limit, graph.value(task.inputs[0]).type.shape.at(0));
+          break;
+        case OpType::SoftmaxCrossEntropy:
+          if (k == 1) {
+            const Shape& logits = graph.value(task.inputs[0]).type.shape;
+            if (!logits.empty() && logits.back() > 0) limit = std::min(limit, logits.back());
+          }
+          break;
+        case OpType::Reshape:
+        case OpType::Permute:
+        case OpType::Slice:
+        case OpType::Concat:
+        case OpType::Split:
+          for (int output : task.outputs) limit = std::min(limit, index_limit(graph, output, depth + 1));
+          break;
+        default: break;
+      }
+    }
+  }
+  return limit;
+}
+
+// True when the value is an additive attention mask (Attention input 3, Softmax input 1): zeros.
+bool is_attention_mask(const Graph& graph, int value) {
+  for (int consumer : graph.value(value).consumers) {
+    const Task& task = graph.task(consumer);
+    if (task.op == OpType::Attention && task.inputs.size() > 3 && task.inputs[3] == value) return true;
+    if (task.op == OpType::Softmax && task.inputs.size() > 1 && task.inputs[1] == value) return true;
+  }
+  return false;
+}
+
+// A host tensor of plausible data for an Input or Label value of the standalone graph.
+Tensor synthetic_input(const Graph& graph, const Value& value, std::int64_t batch, std::mt19937_64& generator) {
+  const Shape shape = with_batch(value.type.shape, batch);
+  const std::int64_t count = numel(shape);
+  switch (value.type.dtype) {
+    case DType::I32:
+    case DType::I64: {
+      const std::int64_t limit = index_limit(graph, value.id);
+      std::vector<std::int64_t> data(static_cast<std::size_t>(count), 0);
+      if (limit != kUnbounded && limit > 0) {
+        std::uniform_int_distribution<std::int64_t> distribution(0, limit - 1);
+        for (auto& x : data) x = distribution(generator);
+      }
+      if (value.type.dtype == DType::I64) return Tensor::from_vector<std::int64_t>(shape, data);
+      return Tensor::from_vector<std::int32_t>(shape, std::vector<std::int32_t>(data.begin(), data.end()));
+    }
+    case DType::F32:
+    case DType::BF16: {
+      std::vector<float> data(static_cast<std::size_t>(count), 0.0f);
+      if (!is_attention_mask(graph, value.id)) {
+        std::normal_distribution<float> distribution(0.0f, 1.0f);
+        for (auto& x : data) x = distribution(generator);
+      }
+      if (value.type.dtype == DType::F32) return Tensor::from_vector<float>(shape, data);
+      return Tensor::from_vector<BFloat16>(shape, std::vector<BFloat16>(data.begin(), data.end()));
+    }
+  }
+  PARTRAIN_FAIL("profiler: input '" << value.name << "' has an unsupported dtype " << dtype_name(value.type.dtype));
+}
+
+// `host` on the backend's device (the same handle on the CPU).
+Tensor to_device(const Tensor& host, Backend& backend) {
+  if (backend.device() == host.device()) return host;
+  Tensor tensor = backend.empty(host.shape(), host.dtype());
+  backend.copy(tensor, host);
+  return tensor;
+}
+
+Tensor ones_like(const Tensor& like, Backend& backend) {
+  std::vector<float> data(static_cast<std::size_t>(like.numel()), 1.0f);
+  Tensor host = like.dtype() == DType::BF16
+                    ? Tensor::from_vector<BFloat16>(like.shape(), std::vector<BFloat16>(data.begin(), data.end()))
+                    : Tensor::from_vector<float>(like.shape(), data);
+  return to_device(host, backend);
+}
+
+double median(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  const std::size_t n = samples.size();
+  return n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+}
+
+// Bytes of the Activation values among `values` (original graph) at `batch` samples.
+double activation_bytes_of(const Graph& graph, const std::vector<int>& values, std::int64_t batch) {
+  double bytes = 0;
+  for (int v : values) {
+    const Value& value = graph.value(v);
+    if (value.kind == ValueKind::Activation) bytes += static_cast<double>(value.type.bytes(batch));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std::int64_t batch, Backend& backend,
+                             const ProfilerOptions& options) {
+  PARTRAIN_CHECK(batch > 0, "profiler: batch must be positive, not " << batch);
+  PARTRAIN_CHECK(options.warmup >= 0, "profiler: warmup must be >= 0, not " << options.warmup);
+  PARTRAIN_CHECK(options.repeats >= 1, "profiler: repeats must be >= 1, not " << options.repeats);
+
+  const Subgraph original = extract_subgraph(graph, tasks);
+  Measurement m;
+  // Figures of the original graph: parameters read, activations crossing the set's boundary.
+  for (int p : original.parameters(graph)) m.parameter_bytes += static_cast<double>(graph.value(p).type.bytes(1));
+  m.boundary_input_bytes = activation_bytes_of(graph, original.boundary_activations(graph), batch);
+  {
+    const std::unordered_set<int> members(original.tasks.begin(), original.tasks.end());
+    std::vector<int> sent;
+    for (int v : original.outputs) {
+      const auto& consumers = graph.value(v).consumers;
+      if (std::any_of(consumers.begin(), consumers.end(), [&](int c) { return !members.count(c); })) sent.push_back(v);
+    }
+    m.boundary_output_bytes = activation_bytes_of(graph, sent, batch);
+  }
+
+  CachingAllocator& allocator = backend.allocator();
+  {
+    // The trimmed model and its tensors (all released at the end of this scope).
+    const Graph trimmed = standalone_graph(graph, original);
+    const Subgraph whole = whole_graph(trimmed);
+    const BackwardProgram program = build_backward(trimmed, whole);
+
+    TensorMap inputs;
+    std::mt19937_64 generator(options.seed ^ 0x5DEECE66Dull);
+    for (const Value& value : trimmed.values()) {
+      switch (value.kind) {
+        case ValueKind::Input:
+        case ValueKind::Label: inputs[value.id] = to_device(synthetic_input(trimmed, value, batch, generator), backend); break;
+        case ValueKind::Const: inputs[value.id] = to_device(trimmed.constant_data(value.id), backend); break;
+        default: break;
+      }
+    }
+    for (auto& [id, tensor] : initialize_parameters(trimmed, options.seed)) inputs[id] = to_device(tensor, backend);
+
+    // Gradient accumulators of the parameters exist before the measured pass (model state).
+    TensorMap accumulators;
+    for (int p : program.parameter_grads) {
+      const Value& value = trimmed.value(p);
+      accumulators[p] = backend.zeros(value.type.shape, value.type.dtype);
+    }
+
+    using Clock = std::chrono::steady_clock;
+    std::vector<double> forward_samples, backward_samples;
+    double peak = 0;
+    double produced = 0;
+    for (int pass = 0; pass < options.warmup + options.repeats; ++pass) {
+      const bool timed = pass >= options.warmup;
+      backend.synchronise();
+      const std::size_t before = allocator.current_bytes();
+      allocator.reset_peak();
+      TensorMap values = inputs;
+      const auto forward_start = Clock::now();
+      run_forward(trimmed, whole, values, backend);
+      backend.synchronise();
+      const auto forward_end = Clock::now();
+
+      TensorMap grads = accumulators;
+      for (int v : program.output_grads) grads[v] = ones_like(values.at(v), backend);
+      backend.synchronise();
+      const auto backward_start = Clock::now();
+      run_backward(trimmed, program, values, grads, backend);
+      backend.synchronise();
+      const auto backward_end = Clock::now();
+      peak = std::max(peak, static_cast<double>(allocator.peak_bytes()) - static_cast<double>(before));
+
+      if (timed) {
+        forward_samples.push_back(std::chrono::duration<double>(forward_end - forward_start).count());
+        backward_samples.push_back(std::chrono::duration<double>(backward_end - backward_start).count());
+      }
+      if (pass == 0) {
+        for (int t : whole.tasks)
+          for (int output : trimmed.task(t).outputs) produced += static_cast<double>(values.at(output).nbytes());
+      }
+    }
+    m.forward_seconds = median(forward_samples);
+    m.backward_seconds = median(backward_samples);
+    m.activation_bytes = produced;
+    m.peak_bytes = peak;
+  }
+  return m;
+}
+
+}  // namespace partrain::profile

@@ -1,0 +1,47 @@
+#pragma once
+// Measures one convex task set at one microbatch size on one backend (DESIGN.md "Profiling"): the
+// trimmed model (only the subgraph under test, as a standalone graph) is instantiated with inputs of
+// the right shape, run with warm-up and repeats, and its time and memory recorded as a
+// profile::Measurement. Distributed profiling (profile/distributed_profiler.h) calls this on every
+// rank for its share of the requests.
+#include <cstdint>
+#include <span>
+
+#include "core/backend.h"
+#include "graph/graph.h"
+#include "profile/profile_db.h"
+
+namespace partrain::profile {
+
+struct ProfilerOptions {
+  int warmup = 1;             // untimed forward + backward passes before the timed ones (>= 0)
+  int repeats = 3;            // timed forward + backward passes; the median is reported (>= 1)
+  std::uint64_t seed = 1234;  // parameters (initialize_parameters) and synthetic inputs
+};
+
+/// Measures the convex task set `tasks` (ids of `graph`, any order, no duplicates) for one
+/// microbatch of `batch` samples on `backend`.
+///
+/// Only the subgraph is instantiated (standalone_graph of extract_subgraph). Its inputs are filled
+/// with plausible data: integer inputs (token ids, labels, also when they arrive as boundary
+/// activations) uniformly in [0, n) where n is the smallest valid range of their consumers (Gather:
+/// rows of the table; SoftmaxCrossEntropy: classes; followed through shape ops), 0 when no consumer
+/// bounds them; f32/bf16 inputs normal(0, 1), except additive attention masks (Attention/Softmax mask inputs), which are 0.
+/// Parameters and buffers come from initialize_parameters (names as in the full model).
+///
+/// Fills, at this batch: forward_seconds / backward_seconds (seconds, median of `repeats` passes
+/// after `warmup` passes; backward seeds every output gradient with ones), parameter_bytes (bytes of
+/// the Params the tasks read, each counted once), activation_bytes (bytes of every value the tasks
+/// produce, the loss included), boundary_input_bytes / boundary_output_bytes (bytes of the Activation
+/// values received from / sent to tasks outside the set), peak_bytes (the backend allocator's
+/// high-water mark during one forward + backward minus what was live before it, with parameters,
+/// inputs and gradient accumulators already allocated: working memory incl. the activations and
+/// the freshly computed parameter gradients).
+///
+/// Side effect: resets the backend allocator's peak counter (CachingAllocator::reset_peak); its
+/// current byte count is back where it was on return. Throws partrain::Error for an empty or
+/// non-convex set, a non-positive batch, bad options, or a kernel failure (naming the task).
+Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std::int64_t batch, Backend& backend,
+                             const ProfilerOptions& options = {});
+
+}  // namespace partrain::profile
