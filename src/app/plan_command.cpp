@@ -14,6 +14,7 @@
 #include "io/config.h"
 #include "io/progress_bar.h"
 #include "models/model.h"
+#include "partition/calibrated_cost_model.h"
 #include "partition/planner.h"
 #include "partition/dpl.h"
 #include "partition/ideals_dp.h"
@@ -80,7 +81,7 @@ int run_config_plan(const PlanArguments& arguments) {
     cost = partition::make_analytic_cost_model(graph, setup.device);
   } else {
     database = std::make_unique<profile::ProfileDB>(profile::ProfileDB::load(arguments.profile_db));
-    cost = partition::make_profiled_cost_model(graph, *database, setup.device);
+    cost = partition::make_calibrated_cost_model(graph, *database, setup.device);
   }
   std::printf("model: %s (%zu tasks, %lld parameters), global batch %lld, %ld devices of %.2f GiB\n",
               config.path.c_str(), graph.tasks().size(), static_cast<long long>(graph.parameter_count()),

@@ -24,6 +24,8 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
 #include "partition/planner.h"
+#include "partition/calibrated_cost_model.h"
+#include "profile/distributed_profiler.h"
 #include "runtime/executor.h"
 
 namespace partrain::app {
@@ -31,10 +33,49 @@ namespace {
 
 constexpr const char* kErrorPrefix = "ERROR:";
 
-// Rank 0 makes (or loads) the plan and broadcasts it as JSON; a planning error on rank 0 becomes the
-// same error on every rank, so all ranks stop cleanly.
+// Distributed profiling (DESIGN.md "Profiling"): rank 0 lists every layer at microbatch sizes 1, 2,
+// 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
+// every rank measures its share. Collective over `world`; returns the complete DB on every rank.
+profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& graph, comm::Communicator& world,
+                                  Backend& backend) {
+  profile::ProfileDB database(graph.hash(), "cpu", config.train.precision);
+  const std::string cache = config.profile.cache_dir + "/" +
+                            profile::ProfileDB::cache_file_name(graph.hash(), database.backend(), database.dtype());
+  std::vector<profile::ProfileRequest> requests;
+  if (world.rank() == 0) {
+    if (std::filesystem::exists(cache)) {
+      try {
+        database = profile::ProfileDB::load(cache);
+      } catch (const Error& error) {  // a damaged cache is measured again, not fatal
+        std::printf("profile: ignoring %s: %s\n", cache.c_str(), error.message().c_str());
+        database = profile::ProfileDB(graph.hash(), "cpu", config.train.precision);
+      }
+    }
+    requests = partition::calibration_requests(graph, config.train.global_batch);
+  }
+  profile::ProfilerOptions options;
+  options.warmup = static_cast<int>(config.profile.warmup);
+  options.repeats = static_cast<int>(config.profile.repeats);
+  options.seed = static_cast<std::uint64_t>(config.train.seed);
+  ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
+  const profile::DistributedProfileReport report = profile::profile_distributed(
+      graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });
+  progress.finish();
+  if (world.rank() == 0) {
+    std::filesystem::create_directories(config.profile.cache_dir);
+    database.save(cache);
+    std::printf("profile: measured %zu task sets on %d ranks; %zu measurements in %s\n", report.requests.size(),
+                world.size(), database.size(), cache.c_str());
+  }
+  return database;
+}
+
+// Rank 0 plans (on profiled or analytic costs) or loads --plan, and broadcasts the plan as JSON; a
+// planning error on rank 0 becomes the same error on every rank, so all ranks stop cleanly.
 Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const TrainArguments& arguments,
-                   comm::Communicator& world) {
+                   comm::Communicator& world, Backend& backend) {
+  const bool profiling = config.profile.enabled && arguments.plan_file.empty();
+  const profile::ProfileDB database = profiling ? profile_layers(config, graph, world, backend) : profile::ProfileDB();
   std::string text;
   if (world.rank() == 0) {
     try {
@@ -43,7 +84,9 @@ Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const Tra
         plan = Plan::load(arguments.plan_file);
       } else {
         PlanningSetup setup = planning_setup(config, world.size());
-        const std::unique_ptr<partition::CostModel> cost = partition::make_analytic_cost_model(graph, setup.device);
+        const std::unique_ptr<partition::CostModel> cost =
+            profiling ? partition::make_calibrated_cost_model(graph, database, setup.device)
+                      : partition::make_analytic_cost_model(graph, setup.device);
         ProgressBar progress("planning (" + setup.options.planner + ")");
         setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
         plan = partition::make_plan(graph, *cost, setup.options);
@@ -121,7 +164,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world) {
   PARTRAIN_CHECK(arguments.resume.empty(), "--resume: checkpoints are not implemented yet");
   const Graph graph = build_model(config.model);
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
-  const Plan plan = agree_on_plan(config, graph, arguments, world);
+  const Plan plan = agree_on_plan(config, graph, arguments, world, cpu_backend());
 
   const std::string directory = output_directory(config);
   if (leader) {

@@ -467,6 +467,21 @@ LogConfig read_log_config(const ConfigDocument& document) {
   return config;
 }
 
+// ---------------- [profile] ----------------
+
+ProfileConfig read_profile_config(const ConfigDocument& document) {
+  SectionReader reader(document, "profile");
+  ProfileConfig config;
+  reader.read("enabled", config.enabled);
+  reader.read("cache_dir", config.cache_dir);
+  reader.read("warmup", config.warmup);
+  reader.read("repeats", config.repeats);
+  reader.finish();
+  if (config.warmup < 0) reader.fail("warmup", "must not be negative");
+  if (config.repeats <= 0) reader.fail("repeats", "must be positive");
+  return config;
+}
+
 ExperimentConfig load_experiment(const std::string& path, std::span<const std::string> overrides) {
   const ConfigDocument document = ConfigDocument::load(path, overrides);
   document.check_sections(known_config_sections());
@@ -480,6 +495,7 @@ ExperimentConfig load_experiment(const std::string& path, std::span<const std::s
   config.parallel = read_parallel_config(document);
   config.data = read_data_config(document);
   config.log = read_log_config(document);
+  config.profile = read_profile_config(document);
   config.has_checkpoint_section = SectionReader(document, "checkpoint").present();
   return config;
 }

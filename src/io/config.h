@@ -181,12 +181,21 @@ struct LogConfig {
   bool save_parameters = false;          // write the final parameters and buffers to dir/parameters.h5
 };
 
+/// The [profile] section: measuring stage costs on the real devices before planning.
+struct ProfileConfig {
+  bool enabled = true;                   // false: plan on the analytic cost model
+  std::string cache_dir = "runs/profile-cache";  // ProfileDB files, keyed by graph hash, backend and dtype
+  std::int64_t warmup = 1;               // untimed passes per measurement
+  std::int64_t repeats = 3;              // timed passes per measurement (median)
+};
+
 /// Reads [train] and [parallel]; throws partrain::Error naming file, line and key on bad values.
 TrainConfig read_train_config(const ConfigDocument& document);
 ParallelConfig read_parallel_config(const ConfigDocument& document);
 /// Reads [data]; a relative path is taken relative to the current directory.
 DataConfig read_data_config(const ConfigDocument& document);
 LogConfig read_log_config(const ConfigDocument& document);
+ProfileConfig read_profile_config(const ConfigDocument& document);
 
 /// Names of the top-level sections an experiment file may hold: model, train, parallel, data,
 /// profile, log, checkpoint.
@@ -202,6 +211,7 @@ struct ExperimentConfig {
   ParallelConfig parallel;
   DataConfig data;
   LogConfig log;
+  ProfileConfig profile;
   bool has_checkpoint_section = false;   // [checkpoint] is read by the checkpoint feature (not yet)
 };
 

@@ -1,0 +1,130 @@
+#include "partition/calibrated_cost_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "core/error.h"
+#include "partition/plan_builder.h"
+
+namespace partrain::partition {
+namespace {
+
+std::vector<std::int64_t> calibration_batches(std::int64_t max_batch) {
+  std::vector<std::int64_t> batches;
+  for (std::int64_t batch = 1; batch <= max_batch; batch *= 2) batches.push_back(batch);
+  if (batches.empty() || batches.back() != max_batch) batches.push_back(std::max<std::int64_t>(1, max_batch));
+  return batches;
+}
+
+class CalibratedCostModel final : public CostModel {
+ public:
+  CalibratedCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device)
+      : analytic_(make_analytic_cost_model(graph, device)), device_(device) {
+    PARTRAIN_CHECK(database.graph_hash() == graph.hash(),
+                   "profiled costs: the ProfileDB was measured for another model (graph hash differs)");
+    group_of_.assign(graph.tasks().size(), -1);
+    for (const LayerGroup& group : layer_groups(graph)) {
+      Group entry;
+      entry.name = group.name;
+      for (int task : group.tasks) {
+        if (graph.task(task).constant) continue;
+        group_of_[task] = static_cast<int>(groups_.size());
+        entry.flops += graph.task(task).cost.forward_flops;
+        ++entry.tasks;
+      }
+      for (std::int64_t batch = 1; batch <= (1 << 20); batch = batch < 1024 ? batch + 1 : batch * 2)
+        if (const profile::Measurement* m = database.find(group.tasks, batch)) entry.measured[batch] = *m;
+      PARTRAIN_CHECK(!entry.measured.empty(), "profiled costs: layer " << group.name
+                                                  << " was not profiled; profile it (partrain train) or plan with "
+                                                     "the analytic model");
+      groups_.push_back(std::move(entry));
+    }
+    flops_.resize(graph.tasks().size());
+    for (const Task& task : graph.tasks()) flops_[task.id] = task.cost.forward_flops;
+    char text[256];
+    std::snprintf(text, sizeof text, "profiled (%s, %s; %zu layers, shares by FLOPs; %s)", database.backend().c_str(),
+                  database.dtype().c_str(), groups_.size(), device_text().c_str());
+    description_ = text;
+  }
+
+  profile::Measurement measure(std::span<const int> tasks, std::int64_t batch) const override {
+    profile::Measurement m = analytic_->measure(tasks, batch);  // exact byte counts
+    std::vector<double> share_flops(groups_.size(), 0.0);
+    std::vector<int> share_tasks(groups_.size(), 0);
+    for (int task : tasks) {
+      const int group = group_of_[task];
+      if (group < 0) continue;
+      share_flops[group] += flops_[task];
+      ++share_tasks[group];
+    }
+    m.forward_seconds = m.backward_seconds = 0;
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      if (share_tasks[g] == 0) continue;
+      const double share = groups_[g].flops > 0 ? share_flops[g] / groups_[g].flops
+                                                : static_cast<double>(share_tasks[g]) / groups_[g].tasks;
+      const auto [forward, backward] = groups_[g].seconds(batch);
+      m.forward_seconds += share * forward;
+      m.backward_seconds += share * backward;
+    }
+    return m;
+  }
+  double transfer_seconds(double bytes, bool across_nodes) const override {
+    return analytic_->transfer_seconds(bytes, across_nodes);
+  }
+  double allreduce_seconds(double bytes, int replicas, bool across_nodes) const override {
+    return analytic_->allreduce_seconds(bytes, replicas, across_nodes);
+  }
+  std::string description() const override { return description_; }
+  const DeviceSpec& device() const override { return device_; }
+
+ private:
+  struct Group {
+    std::string name;
+    double flops = 0;
+    int tasks = 0;
+    std::map<std::int64_t, profile::Measurement> measured;  // by batch size
+    // Forward and backward seconds at `batch`: linear between measured sizes, proportional outside.
+    std::pair<double, double> seconds(std::int64_t batch) const {
+      auto above = measured.lower_bound(batch);
+      if (above != measured.end() && above->first == batch) return {above->second.forward_seconds, above->second.backward_seconds};
+      if (above == measured.begin() || above == measured.end()) {
+        const auto& [size, m] = above == measured.end() ? *measured.rbegin() : *above;
+        const double scale = static_cast<double>(batch) / size;
+        return {m.forward_seconds * scale, m.backward_seconds * scale};
+      }
+      const auto below = std::prev(above);
+      const double t = static_cast<double>(batch - below->first) / (above->first - below->first);
+      return {below->second.forward_seconds + t * (above->second.forward_seconds - below->second.forward_seconds),
+              below->second.backward_seconds + t * (above->second.backward_seconds - below->second.backward_seconds)};
+    }
+  };
+  std::string device_text() const {
+    char text[128];
+    std::snprintf(text, sizeof text, "%.3g GiB per device", device_.memory_bytes / (1ull << 30));
+    return text;
+  }
+
+  std::unique_ptr<CostModel> analytic_;
+  DeviceSpec device_;
+  std::vector<Group> groups_;
+  std::vector<int> group_of_;
+  std::vector<double> flops_;
+  std::string description_;
+};
+
+}  // namespace
+
+std::vector<profile::ProfileRequest> calibration_requests(const Graph& graph, std::int64_t max_batch) {
+  std::vector<profile::ProfileRequest> requests;
+  for (const LayerGroup& group : layer_groups(graph))
+    for (std::int64_t batch : calibration_batches(max_batch)) requests.push_back({group.tasks, batch});
+  return requests;
+}
+
+std::unique_ptr<CostModel> make_calibrated_cost_model(const Graph& graph, const profile::ProfileDB& database,
+                                                      const DeviceSpec& device) {
+  return std::make_unique<CalibratedCostModel>(graph, database, device);
+}
+
+}  // namespace partrain::partition
