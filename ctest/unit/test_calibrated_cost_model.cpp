@@ -1,0 +1,93 @@
+// The calibrated cost model: layer measurements at a few batch sizes, shared out by FLOPs.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "models/model.h"
+#include "partition/calibrated_cost_model.h"
+#include "partition/plan_builder.h"
+
+namespace partrain::partition {
+namespace {
+
+Graph tiny_bert() {
+  ModelConfig config;
+  config.type = "bert";
+  config.layers = 2;
+  config.hidden = 128;
+  config.heads = 2;
+  config.intermediate = 512;
+  config.vocab = 8000;
+  config.max_position = 64;
+  config.seq_len = 64;
+  return build_model(config);
+}
+
+// Synthetic measurements: layer g at batch b takes (g + 1) · b ms forward and twice that backward,
+// except batch 4, which is 10% slower than linear (so interpolation is visible).
+profile::ProfileDB synthetic_db(const Graph& graph, const std::vector<LayerGroup>& groups) {
+  profile::ProfileDB db(graph.hash(), "cpu", "fp32");
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    for (std::int64_t batch : {1, 2, 4}) {
+      profile::Measurement m;
+      m.forward_seconds = (g + 1) * batch * 1e-3 * (batch == 4 ? 1.1 : 1.0);
+      m.backward_seconds = 2 * m.forward_seconds;
+      db.insert(groups[g].tasks, batch, m);
+    }
+  return db;
+}
+
+TEST(CalibratedCostModel, LayersAtMeasuredInterpolatedAndExtrapolatedBatches) {
+  const Graph graph = tiny_bert();
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  const profile::ProfileDB db = synthetic_db(graph, groups);
+  const DeviceSpec device;
+  const std::unique_ptr<CostModel> model = make_calibrated_cost_model(graph, db, device);
+  const std::unique_ptr<CostModel> analytic = make_analytic_cost_model(graph, device);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const double unit = (g + 1) * 1e-3;
+    EXPECT_NEAR(model->measure(groups[g].tasks, 2).forward_seconds, 2 * unit, 1e-12) << groups[g].name;
+    EXPECT_NEAR(model->measure(groups[g].tasks, 2).backward_seconds, 4 * unit, 1e-12);
+    // batch 3: halfway between 2 · unit and 4.4 · unit
+    EXPECT_NEAR(model->measure(groups[g].tasks, 3).forward_seconds, 3.2 * unit, 1e-12);
+    // batch 8: proportional from batch 4
+    EXPECT_NEAR(model->measure(groups[g].tasks, 8).forward_seconds, 8.8 * unit, 1e-12);
+    // byte counts are the analytic model's (exact)
+    EXPECT_DOUBLE_EQ(model->measure(groups[g].tasks, 2).activation_bytes, analytic->measure(groups[g].tasks, 2).activation_bytes);
+    EXPECT_DOUBLE_EQ(model->measure(groups[g].tasks, 2).parameter_bytes, analytic->measure(groups[g].tasks, 2).parameter_bytes);
+  }
+  // Two whole layers add up; part of a layer gets its share of the layer's FLOPs.
+  const std::vector<int> two = join_groups(groups, 1, 3);
+  EXPECT_NEAR(model->measure(two, 1).forward_seconds, 2e-3 + 3e-3, 1e-12);
+  const LayerGroup& layer = groups[1];
+  std::vector<int> part(layer.tasks.begin(), layer.tasks.begin() + layer.tasks.size() / 2);
+  double part_flops = 0, layer_flops = 0;
+  for (int task : layer.tasks)
+    if (!graph.task(task).constant) layer_flops += graph.task(task).cost.forward_flops;
+  for (int task : part)
+    if (!graph.task(task).constant) part_flops += graph.task(task).cost.forward_flops;
+  ASSERT_GT(part_flops, 0);
+  ASSERT_LT(part_flops, layer_flops);
+  EXPECT_NEAR(model->measure(part, 1).forward_seconds, 2e-3 * part_flops / layer_flops, 1e-12);
+}
+
+TEST(CalibratedCostModel, RequestsCoverEveryLayerAndMissingLayersAreErrors) {
+  const Graph graph = tiny_bert();
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  const std::vector<profile::ProfileRequest> requests = calibration_requests(graph, 6);
+  ASSERT_EQ(requests.size(), groups.size() * 4);  // batches 1, 2, 4, 6
+  EXPECT_EQ(requests[3].batch, 6);
+  EXPECT_EQ(requests[4].tasks, groups[1].tasks);
+  profile::ProfileDB partial(graph.hash(), "cpu", "fp32");
+  partial.insert(groups[0].tasks, 1, {});
+  try {
+    make_calibrated_cost_model(graph, partial, DeviceSpec{});
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(error.message().find("layer " + groups[1].name + " was not profiled"), std::string::npos) << error.message();
+  }
+  profile::ProfileDB other(graph.hash() + 1, "cpu", "fp32");
+  EXPECT_THROW(make_calibrated_cost_model(graph, other, DeviceSpec{}), Error);
+}
+
+}  // namespace
+}  // namespace partrain::partition
