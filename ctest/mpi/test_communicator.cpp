@@ -5,7 +5,6 @@
 #include <mpi.h>
 
 #include <cstdint>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,13 +12,12 @@
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "support/mpi_test_main.h"
 
 namespace partrain::comm {
 namespace {
 
-MpiCommunicator* g_world = nullptr;
-
-MpiCommunicator& world() { return *g_world; }
+MpiCommunicator& world() { return testing::mpi_world(); }
 
 /// Runs `body`, expecting a partrain::Error whose message contains `fragment`.
 template <typename Body>
@@ -407,49 +405,3 @@ TEST(MpiCommunicator, ReceiveOfTheWrongSizeIsAnErrorAtWait) {
 
 }  // namespace
 }  // namespace partrain::comm
-
-namespace {
-
-/// On ranks other than 0: prints only failures, prefixed with the rank.
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::cout << "[rank " << rank_ << "] " << (result.file_name() ? result.file_name() : "?") << ":"
-              << result.line_number() << ": Failure\n" << result.message() << std::endl;
-  }
-  void OnTestEnd(const ::testing::TestInfo& info) override {
-    if (info.result()->Failed())
-      std::cout << "[rank " << rank_ << "] FAILED " << info.test_suite_name() << "." << info.name() << std::endl;
-  }
-
- private:
-  int rank_;
-};
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  partrain::comm::MpiSession session(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-  if (rank != 0) {
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new RankFailurePrinter(rank));
-  }
-  int result = 0;
-  {
-    std::unique_ptr<partrain::comm::MpiCommunicator> world = partrain::comm::MpiCommunicator::world();
-    partrain::comm::g_world = world.get();
-    result = RUN_ALL_TESTS();
-    partrain::comm::g_world = nullptr;
-  }
-  // Every rank exits with the worst result, so a failure on any rank fails the test.
-  const int own = result;
-  MPI_Allreduce(MPI_IN_PLACE, &result, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && result != own) std::cout << "[rank 0] tests FAILED on another rank (see [rank N] lines)" << std::endl;
-  return result;
-}

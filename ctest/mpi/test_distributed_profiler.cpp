@@ -3,10 +3,7 @@
 // and every rank ends with rank 0's merged ProfileDB. Every rank runs every test and makes the same
 // collective calls (EXPECT_*, no early return between collectives) so a failure cannot hang others.
 #include <gtest/gtest.h>
-#include <mpi.h>
 
-#include <iostream>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,26 +14,19 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
 #include "profile/distributed_profiler.h"
+#include "support/errors.h"
+#include "support/mpi_test_main.h"
+#include "support/tiny_models.h"
 
 namespace partrain::profile {
 namespace {
 
-comm::MpiCommunicator* g_world = nullptr;
-comm::Communicator& world() { return *g_world; }
+using testing::error_message;
+
+comm::Communicator& world() { return testing::mpi_world(); }
 
 const Graph& bert() {
-  static const Graph graph = [] {
-    ModelConfig config;
-    config.type = "bert";
-    config.layers = 2;
-    config.hidden = 128;
-    config.heads = 2;
-    config.intermediate = 512;
-    config.vocab = 8000;
-    config.max_position = 64;
-    config.seq_len = 64;
-    return build_model(config);
-  }();
+  static const Graph graph = build_model(testing::tiny_model_config("bert"));
   return graph;
 }
 
@@ -65,16 +55,6 @@ std::vector<ProfileRequest> layer_requests() {
     for (std::int64_t batch : {1, 2}) requests.push_back({layer_tasks(layer), batch});
   requests.push_back(requests.front());
   return requests;
-}
-
-template <typename Body>
-std::string error_of(Body&& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
 }
 
 TEST(DistributedProfiler, EachRequestMeasuredByOneRankAndEveryRankGetsTheDb) {
@@ -147,7 +127,7 @@ TEST(DistributedProfiler, EachRequestMeasuredByOneRankAndEveryRankGetsTheDb) {
 TEST(DistributedProfiler, FailuresReachEveryRank) {
   // A DB of another graph on rank 0.
   ProfileDB wrong(world().rank() == 0 ? bert().hash() + 1 : bert().hash(), "cpu", "fp32");
-  EXPECT_NE(error_of([&] { profile_distributed(bert(), layer_requests(), world(), cpu_backend(), quick(), wrong); })
+  EXPECT_NE(error_message([&] { profile_distributed(bert(), layer_requests(), world(), cpu_backend(), quick(), wrong); })
                 .find("another model"),
             std::string::npos);
 
@@ -158,51 +138,10 @@ TEST(DistributedProfiler, FailuresReachEveryRank) {
   gap.insert(gap.end(), one.begin(), one.end());
   ProfileDB db(bert().hash(), "cpu", "fp32");
   const std::string message =
-      error_of([&] { profile_distributed(bert(), {{gap, 1}}, world(), cpu_backend(), quick(), db); });
+      error_message([&] { profile_distributed(bert(), {{gap, 1}}, world(), cpu_backend(), quick(), db); });
   EXPECT_NE(message.find("distributed profiling failed: rank "), std::string::npos) << message;
   EXPECT_EQ(db.size(), 0u);
 }
 
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::cout << "[rank " << rank_ << "] " << (result.file_name() ? result.file_name() : "?") << ":"
-              << result.line_number() << ": Failure\n" << result.message() << std::endl;
-  }
-  void OnTestEnd(const ::testing::TestInfo& info) override {
-    if (info.result()->Failed())
-      std::cout << "[rank " << rank_ << "] FAILED " << info.test_suite_name() << "." << info.name() << std::endl;
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace partrain::profile
-
-int main(int argc, char** argv) {
-  partrain::comm::MpiSession session(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-  if (rank != 0) {
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new partrain::profile::RankFailurePrinter(rank));
-  }
-  int result = 0;
-  {
-    std::unique_ptr<partrain::comm::MpiCommunicator> world = partrain::comm::MpiCommunicator::world();
-    partrain::profile::g_world = world.get();
-    result = RUN_ALL_TESTS();
-    partrain::profile::g_world = nullptr;
-  }
-  // Every rank exits with the worst result, so a failure on any rank fails the test.
-  const int own = result;
-  MPI_Allreduce(MPI_IN_PLACE, &result, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && result != own) std::cout << "[rank 0] tests FAILED on another rank (see [rank N] lines)" << std::endl;
-  return result;
-}

@@ -22,6 +22,7 @@
 #include "models/model.h"
 #include "partition/atomic.h"
 #include "partition/blocks.h"
+#include "support/tiny_models.h"
 
 namespace partrain {
 namespace {
@@ -32,19 +33,6 @@ using partition::BlockOptions;
 using partition::BlockPartition;
 
 using Ints = std::vector<std::int64_t>;
-
-ModelConfig bert_tiny() {
-  ModelConfig config;
-  config.type = "bert";
-  config.layers = 2;
-  config.hidden = 128;
-  config.heads = 2;
-  config.intermediate = 512;
-  config.vocab = 8000;
-  config.max_position = 64;
-  config.seq_len = 64;
-  return config;
-}
 
 // Costs from the graph's analytic task costs: forward + backward = 3x forward FLOPs at 100 TFLOP/s
 // plus a small per-task overhead; memory = activations at the batch + weights, gradients and Adam.
@@ -202,7 +190,7 @@ TEST(AtomicComponents, HandBuiltGraphClonesConstantChains) {
 }
 
 TEST(AtomicComponents, BertTinyHasOneComponentPerNonConstantTaskWithItsConstantAncestors) {
-  const Graph graph = build_model(bert_tiny());
+  const Graph graph = build_model(testing::tiny_model_config("bert"));
   const std::vector<AtomicComponent> components = partition::atomic_components(graph);
   std::vector<int> heads;
   int constant_tasks = 0;
@@ -257,7 +245,7 @@ TEST(AtomicComponents, EmptyGraphHasNoneAndAGraphWithoutInputsIsAnError) {
 // ---------------------------------------------------------------- blocks (§III-B)
 
 TEST(Blocks, BertTinyBlocksAreConvexCoveringAndInPipelineOrder) {
-  const Graph graph = build_model(bert_tiny());
+  const Graph graph = build_model(testing::tiny_model_config("bert"));
   const std::vector<AtomicComponent> components = partition::atomic_components(graph);
   for (int k : {1, 2, 3, 4, 8, 16, 32}) {
     SCOPED_TRACE("k = " + std::to_string(k));
@@ -275,7 +263,7 @@ TEST(Blocks, BertTinyBlocksAreConvexCoveringAndInPipelineOrder) {
 }
 
 TEST(Blocks, EveryPhaseSwitchGivesValidBlocks) {
-  const Graph graph = build_model(bert_tiny());
+  const Graph graph = build_model(testing::tiny_model_config("bert"));
   const std::vector<AtomicComponent> components = partition::atomic_components(graph);
   for (int phases = 0; phases < 4; ++phases) {
     BlockOptions options = analytic_options(graph, 6);
@@ -433,7 +421,7 @@ TEST(Blocks, UncoarseningMovesTheBoundaryOffAWideActivation) {
 }
 
 TEST(Blocks, UncoarseningNeverIncreasesCommunicationOnBert) {
-  const Graph graph = build_model(bert_tiny());
+  const Graph graph = build_model(testing::tiny_model_config("bert"));
   const std::vector<AtomicComponent> components = partition::atomic_components(graph);
   int total_moves = 0;
   for (int k : {2, 4, 8, 16}) {
@@ -519,7 +507,7 @@ TEST(Blocks, RandomDagsGiveValidBlocksUnderEveryPhaseAndMemoryLimit) {
 }
 
 TEST(Blocks, MemoryLimitIsRespectedAndAnInfeasibleLimitIsAnError) {
-  const Graph graph = build_model(bert_tiny());
+  const Graph graph = build_model(testing::tiny_model_config("bert"));
   const std::vector<AtomicComponent> components = partition::atomic_components(graph);
   BlockOptions options = analytic_options(graph, 2);
   double total = 0, largest_component = 0;

@@ -5,22 +5,12 @@
 #include "models/model.h"
 #include "partition/calibrated_cost_model.h"
 #include "partition/plan_builder.h"
+#include "support/tiny_models.h"
 
 namespace partrain::partition {
 namespace {
 
-Graph tiny_bert() {
-  ModelConfig config;
-  config.type = "bert";
-  config.layers = 2;
-  config.hidden = 128;
-  config.heads = 2;
-  config.intermediate = 512;
-  config.vocab = 8000;
-  config.max_position = 64;
-  config.seq_len = 64;
-  return build_model(config);
-}
+Graph tiny_bert() { return build_model(testing::tiny_model_config("bert")); }
 
 // Synthetic measurements: layer g at batch b takes (g + 1) · b ms forward and twice that backward,
 // except batch 4, which is 10% slower than linear (so interpolation is visible).

@@ -9,22 +9,14 @@
 #include "core/error.h"
 #include "io/config.h"
 #include "models/model.h"
+#include "support/errors.h"
 
 namespace partrain {
 namespace {
 
 const std::string kConfigs = std::string(PARTRAIN_SOURCE_DIR) + "/configs";
 
-// The message of the partrain::Error thrown by `action` ("" when none is thrown).
-template <typename Action>
-std::string error_message(Action action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.message();
-  }
-  return "";
-}
+using testing::error_message;
 
 ModelConfig read(const std::string& text, const std::vector<std::string>& overrides = {}) {
   const ConfigDocument document = ConfigDocument::parse(text, "configs/x.toml", overrides);

@@ -9,6 +9,7 @@
 
 #include "graph/op_schema.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "support/errors.h"
 #include "support/expectations.h"
 
 namespace partrain {
@@ -141,12 +142,7 @@ Shape output_shape(OpType type, const Attributes& attributes, const std::vector<
 
 // The message of the partrain::Error thrown by shape inference ("" when none is thrown).
 std::string inference_error(OpType type, const Attributes& attributes, const std::vector<Shape>& shapes) {
-  try {
-    output_shape(type, attributes, shapes);
-  } catch (const Error& error) {
-    return error.message();
-  }
-  return "";
+  return testing::error_message([&] { output_shape(type, attributes, shapes); });
 }
 
 // Expects shape inference to throw a partrain::Error whose message contains `expected`.

@@ -11,40 +11,14 @@
 #include "models/model.h"
 #include "partition/plan.h"
 #include "partition/plan_builder.h"
+#include "support/errors.h"
+#include "support/tiny_models.h"
 
 namespace partrain::partition {
 namespace {
 
-template <typename Action>
-std::string error_message(Action action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.message();
-  }
-  return "";
-}
-
-ModelConfig tiny(const std::string& type) {
-  ModelConfig config;
-  config.type = type;
-  if (type == "resnet") {
-    config.depth = 18;
-    config.base_width = 8;
-    config.classes = 10;
-    config.image_size = 28;
-    config.channels = 1;
-    return config;
-  }
-  config.layers = 2;
-  config.hidden = 128;
-  config.heads = 2;
-  config.intermediate = 512;
-  config.vocab = 8000;
-  config.max_position = 64;
-  config.seq_len = 64;
-  return config;
-}
+using testing::error_message;
+using testing::tiny_model_config;
 
 // Costs straight from the graph's per-task figures: 1 GFLOP/s, backward = 2 × forward, no
 // transient memory. Simple enough to predict by hand below.
@@ -95,7 +69,7 @@ Plan two_stage_plan(const Graph& graph) {
 
 TEST(LayerGroups, CoverEveryTaskInConvexGroupsInPipelineOrder) {
   for (const char* type : {"bert", "gpt", "resnet"}) {
-    const Graph graph = build_model(tiny(type));
+    const Graph graph = build_model(tiny_model_config(type));
     const std::vector<LayerGroup> groups = layer_groups(graph);
     ASSERT_GE(groups.size(), 3u) << type;
     std::vector<int> seen(graph.tasks().size(), 0);
@@ -119,17 +93,19 @@ TEST(LayerGroups, CoverEveryTaskInConvexGroupsInPipelineOrder) {
       EXPECT_EQ(seen[task.id], 1) << task.name;
       for (int output : task.outputs)
         for (int consumer : graph.value(output).consumers)
-          if (!graph.task(consumer).constant) EXPECT_GE(group_of[consumer], group_of[task.id]) << task.name;
+          if (!graph.task(consumer).constant) {
+            EXPECT_GE(group_of[consumer], group_of[task.id]) << task.name;
+          }
     }
   }
-  const std::vector<LayerGroup> bert = layer_groups(build_model(tiny("bert")));
+  const std::vector<LayerGroup> bert = layer_groups(build_model(tiny_model_config("bert")));
   EXPECT_EQ(bert[0].name, "embeddings");
   EXPECT_EQ(bert[1].name, "encoder.layer.0");
   EXPECT_EQ(bert[2].name, "encoder.layer.1");
 }
 
 TEST(Plan, RankMapAndReplicaSamples) {
-  const Graph graph = build_model(tiny("bert"));
+  const Graph graph = build_model(tiny_model_config("bert"));
   const Plan plan = two_stage_plan(graph);
   EXPECT_EQ(plan.devices_per_copy(), 3);
   EXPECT_EQ(plan.microbatch_size(), 3);
@@ -150,7 +126,7 @@ TEST(Plan, RankMapAndReplicaSamples) {
 }
 
 TEST(Plan, ValidationNamesTheProblem) {
-  const Graph graph = build_model(tiny("bert"));
+  const Graph graph = build_model(tiny_model_config("bert"));
   const Plan good = two_stage_plan(graph);
   Plan plan = good;
   plan.stages[1].tasks.clear();
@@ -191,7 +167,7 @@ TEST(Plan, ValidationNamesTheProblem) {
 }
 
 TEST(Plan, JsonRoundTripThroughAFile) {
-  const Graph graph = build_model(tiny("gpt"));
+  const Graph graph = build_model(tiny_model_config("gpt"));
   Plan plan = two_stage_plan(graph);
   plan.schedule = ScheduleKind::GPipe;
   plan.stages[0].recompute = RecomputePolicy::StageBoundaries;
@@ -210,11 +186,11 @@ TEST(Plan, JsonRoundTripThroughAFile) {
   EXPECT_NO_THROW(loaded.validate(graph));
   EXPECT_NE(error_message([] { Plan::from_json(nlohmann::json{{"format", "other"}}, "x.json"); }).find("x.json: not a partrain plan"),
             std::string::npos);
-  EXPECT_NE(error_message([&] { loaded.validate(build_model(tiny("bert"))); }).find("another model"), std::string::npos);
+  EXPECT_NE(error_message([&] { loaded.validate(build_model(tiny_model_config("bert"))); }).find("another model"), std::string::npos);
 }
 
 TEST(Plan, SummariesNameLayerRanges) {
-  const Graph graph = build_model(tiny("bert"));
+  const Graph graph = build_model(tiny_model_config("bert"));
   const std::vector<LayerGroup> groups = layer_groups(graph);
   EXPECT_EQ(summarize_tasks(graph, join_groups(groups, 0, 3)), "embeddings, encoder.layer.0-1");
   const std::vector<int> part(groups[1].tasks.begin(), groups[1].tasks.begin() + 3);
@@ -222,7 +198,7 @@ TEST(Plan, SummariesNameLayerRanges) {
 }
 
 TEST(PlanBuilder, PredictionsFollowTheCostModelAndTheBubbleFormula) {
-  const Graph graph = build_model(tiny("bert"));
+  const Graph graph = build_model(tiny_model_config("bert"));
   const TaskSumCostModel cost(graph, 1e12);
   PlannerOptions options;
   options.world_size = 3;
@@ -248,7 +224,7 @@ TEST(PlanBuilder, PredictionsFollowTheCostModelAndTheBubbleFormula) {
 }
 
 TEST(PlanBuilder, ChoosesMicrobatchesAndReportsTheMemoryNeeded) {
-  const Graph graph = build_model(tiny("gpt"));
+  const Graph graph = build_model(tiny_model_config("gpt"));
   PlannerOptions options;
   options.world_size = 2;
   options.global_batch = 16;

@@ -23,6 +23,8 @@
 #include "partition/merak_shard.h"
 #include "partition/plan_builder.h"
 #include "partition/uniform.h"
+#include "support/errors.h"
+#include "support/tiny_models.h"
 
 namespace {
 
@@ -122,15 +124,8 @@ std::vector<std::vector<double>> synthetic_peaks(const std::vector<CapslogProfil
 }
 
 ModelConfig tiny_config(const std::string& type, int layers = 2) {
-  ModelConfig config;
-  config.type = type;
+  ModelConfig config = partrain::testing::tiny_model_config(type);
   config.layers = layers;
-  config.hidden = 128;
-  config.heads = 2;
-  config.intermediate = type == "bert" ? 512 : 0;
-  config.vocab = 8000;
-  config.max_position = 64;
-  config.seq_len = 64;
   return config;
 }
 
@@ -149,15 +144,7 @@ PlannerOptions planner_options(int world, std::int64_t batch = 8) {
   return options;
 }
 
-template <typename Function>
-std::string error_message(Function&& function) {
-  try {
-    function();
-  } catch (const Error& error) {
-    return error.message();
-  }
-  return "(no error)";
-}
+using partrain::testing::error_message;
 
 // ---------------------------------------------------------------------------------------------
 // CAPSlog: profiling partitionings
@@ -717,9 +704,11 @@ TEST(CapslogPlanner, BalancesLayerMemoryOnTinyBert) {
     const std::vector<LayerGroup> groups = layer_groups(graph);
     CapslogLayerMemory memory;
     for (const LayerGroup& group : groups) {
-      const profile::Measurement m = cost->measure(group.tasks, 2);   // 8 samples / 4 microbatches
-      memory.isolated.push_back(m.parameter_bytes * 4.0);            // AdamW: weights, grads, 2 moments
-      memory.activation.push_back(m.activation_bytes);
+      // 8 samples / 4 microbatches; AdamW: weights, grads, 2 moments. Recomputation is on (recompute
+      // "auto" with more than one stage): in-flight microbatches keep only the layer inputs.
+      const profile::Measurement m = cost->measure(group.tasks, 2);
+      memory.isolated.push_back(m.parameter_bytes * 4.0 + m.activation_bytes);
+      memory.activation.push_back(m.boundary_input_bytes);
     }
     const std::vector<int> in_flight = capslog_in_flight_1f1b(stages);
     const double best = brute_force_min_max(memory, in_flight);

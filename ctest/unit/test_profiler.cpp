@@ -16,24 +16,14 @@
 #include "partition/profiled_planning.h"
 #include "profile/distributed_profiler.h"
 #include "profile/profiler.h"
+#include "support/tiny_models.h"
 
 namespace partrain {
 namespace {
 
 constexpr std::int64_t kHidden = 128, kSeq = 64, kVocab = 8000;
 
-ModelConfig tiny_bert() {
-  ModelConfig config;
-  config.type = "bert";
-  config.layers = 2;
-  config.hidden = kHidden;
-  config.heads = 2;
-  config.intermediate = 512;
-  config.vocab = kVocab;
-  config.max_position = 64;
-  config.seq_len = kSeq;
-  return config;
-}
+ModelConfig tiny_bert() { return testing::tiny_model_config("bert"); }
 
 const Graph& bert() {
   static const Graph graph = build_model(tiny_bert());

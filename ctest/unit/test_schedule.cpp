@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "partition/plan.h"
 #include "runtime/schedule.h"
+#include "support/errors.h"
 
 namespace {
 
@@ -55,12 +56,7 @@ std::string describe(const std::vector<int>& replicas, int copies, int M, Schedu
 }
 
 std::string error_of(const Plan& plan, const Schedule& schedule) {
-  try {
-    partrain::check_schedule(plan, schedule);
-  } catch (const partrain::Error& error) {
-    return error.message();
-  }
-  return "";
+  return partrain::testing::error_message([&] { partrain::check_schedule(plan, schedule); });
 }
 
 std::size_t find_action(const std::vector<Action>& list, ActionKind kind, int microbatch) {

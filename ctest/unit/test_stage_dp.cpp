@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -20,6 +19,7 @@
 #include "partition/plan_builder.h"
 #include "partition/stage_dp.h"
 #include "profile/profile_db.h"
+#include "support/brute_force.h"
 
 namespace {
 
@@ -34,6 +34,7 @@ using partrain::partition::PipeDreamNode;
 using partrain::partition::PipeDreamProfile;
 using partrain::partition::PlannerOptions;
 using partrain::partition::StageDpConfig;
+using partrain::testing::compositions;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -179,21 +180,6 @@ struct BruteResult {
   double best_step = kInf;         // least predicted step time over every configuration
   double best_stage_seconds = kInf;  // for a fixed configuration: least max stage time
 };
-
-// Calls `visit` with every composition of `total` into `parts` positive parts.
-void compositions(int total, int parts, std::vector<int>& current, const std::function<void()>& visit) {
-  if (parts == 1) {
-    current.push_back(total);
-    visit();
-    current.pop_back();
-    return;
-  }
-  for (int first = 1; first <= total - (parts - 1); ++first) {
-    current.push_back(first);
-    compositions(total - first, parts - 1, current, visit);
-    current.pop_back();
-  }
-}
 
 // Scores every split of the blocks into `stages` stages and of `devices` devices over them.
 void brute_force_config(const Chain& chain, const PlannerOptions& options, const StageDpConfig& config,

@@ -33,12 +33,6 @@ struct TrainingCase {
   bool recompute = false;
 };
 
-std::string join(const std::vector<std::string>& parts) {
-  std::string text;
-  for (const std::string& part : parts) text += (text.empty() ? "" : ",") + part;
-  return text;
-}
-
 std::string case_name(const TrainingCase& c) {
   return c.model + "_" + c.plan + "_" + c.schedule + (c.recompute ? "_recompute" : "");
 }
@@ -60,10 +54,12 @@ std::vector<std::string> model_settings(const std::string& model) {
 // Runs partrain; returns the output directory. `ranks` 1 runs without mpiexec.
 std::string run_training(const TrainingCase& c, int ranks, const std::string& directory, const std::vector<std::string>& extra) {
   std::ostringstream command;
+  // A bounded run: a rank that dies in MPI_Init can leave mpiexec waiting for the others forever.
+  command << "timeout --kill-after=10 240 ";
   if (ranks > 1) command << MPIEXEC << " -n " << ranks << " " << MPIEXEC_FLAGS << " ";
   command << PARTRAIN_BINARY << " train " << PARTRAIN_SOURCE_DIR << "/configs/" << c.model << "-tiny.toml"
           << " --set train.steps=" << kSteps << " --set train.global_batch=" << global_batch(c.model)
-          << " --set log.dir=" << directory << " --set log.save_parameters=true"
+          << " --set log.dir=" << directory << " --set log.save_parameters=true --set train.eval_every=5"
           << " --set data.path=" << PARTRAIN_DATA_DIR << (c.model == "resnet" ? "/fashion_mnist.h5" : "/text.h5");
   for (const std::string& setting : model_settings(c.model)) command << " --set '" << setting << "'";
   for (const std::string& setting : extra) command << " --set '" << setting << "'";
@@ -77,10 +73,14 @@ std::string run_training(const TrainingCase& c, int ranks, const std::string& di
   return directory;
 }
 
-std::vector<double> losses(const std::string& directory) {
+// The values of `key` in metrics.jsonl, in step order (steps without the key are skipped).
+std::vector<double> metric(const std::string& directory, const std::string& key) {
   std::vector<double> result;
   std::ifstream metrics(directory + "/metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) result.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (record.contains(key)) result.push_back(record.at(key).get<double>());
+  }
   return result;
 }
 
@@ -134,11 +134,20 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
       GTEST_SKIP() << "BatchNorm statistics: the plan groups samples differently in different stages";
   const std::string reference = reference_run(c, copies * microbatches * last_replicas, root);
 
-  const std::vector<double> expected = losses(reference), actual = losses(distributed);
+  const std::vector<double> expected = metric(reference, "loss"), actual = metric(distributed, "loss");
   ASSERT_EQ(expected.size(), static_cast<std::size_t>(kSteps));
   ASSERT_EQ(actual.size(), expected.size());
   for (std::size_t step = 0; step < expected.size(); ++step)
     EXPECT_NEAR(actual[step], expected[step], 1e-5 * std::abs(expected[step])) << "step " << step + 1;
+  // Held-out evaluation every 5 steps (forward only, evaluation mode) through the same pipeline. Not
+  // for ResNet with replicas: evaluation uses BatchNorm running statistics, which each replica
+  // gathered from its own samples (averaged before evaluating), unlike one rank seeing all of them.
+  const std::vector<double> expected_eval = metric(reference, "eval_loss"), actual_eval = metric(distributed, "eval_loss");
+  ASSERT_EQ(expected_eval.size(), 2u);
+  ASSERT_EQ(actual_eval.size(), expected_eval.size());
+  const bool replicated_batch_norm = c.model == "resnet" && copies * last_replicas > 1;
+  for (std::size_t i = 0; i < expected_eval.size() && !replicated_batch_norm; ++i)
+    EXPECT_NEAR(actual_eval[i], expected_eval[i], 1e-5 * std::abs(expected_eval[i])) << "evaluation " << i + 1;
 
   // Parameters (not BatchNorm running statistics: like DDP without SyncBatchNorm, each replica keeps
   // its own, and the file holds replica 0's).
@@ -166,13 +175,15 @@ std::vector<TrainingCase> manual_cases(bool core) {
     std::string name;
     std::vector<int> replicas;
   };
-  // Boundaries per model for 2 stages x 2 replicas, 4 stages, 3 stages with replicas (2, 1, 1).
+  // Boundaries per model for 2 stages x 2 replicas, 4 stages, 3 stages with replicas (2, 1, 1), and
+  // 2 stages of 1 replica in 2 pipeline copies.
   const std::vector<std::pair<std::string, std::vector<std::vector<std::string>>>> models = {
-      {"bert", {{"encoder.layer.1"}, {"encoder.layer.0", "encoder.layer.1", "pooler"}, {"encoder.layer.0", "encoder.layer.1"}}},
-      {"gpt", {{"h.1"}, {"h.0", "h.1", "ln_f"}, {"h.0", "h.1"}}},
-      {"resnet", {{"layer3.0"}, {"layer2.0", "layer3.0", "layer4.0"}, {}}},
+      {"bert", {{"encoder.layer.1"}, {"encoder.layer.0", "encoder.layer.1", "pooler"}, {"encoder.layer.0", "encoder.layer.1"}, {"encoder.layer.1"}}},
+      {"gpt", {{"h.1"}, {"h.0", "h.1", "ln_f"}, {"h.0", "h.1"}, {"h.1"}}},
+      {"resnet", {{"layer3.0"}, {"layer2.0", "layer3.0", "layer4.0"}, {}, {"layer3.0"}}},
   };
-  const std::vector<Layout> layouts = {{"2x2", {2, 2}}, {"4stages", {1, 1, 1, 1}}, {"3stages211", {2, 1, 1}}};
+  const std::vector<Layout> layouts = {
+      {"2x2", {2, 2}}, {"4stages", {1, 1, 1, 1}}, {"3stages211", {2, 1, 1}}, {"2stages2copies", {1, 1}}};
   for (const auto& [model, boundaries] : models) {
     for (std::size_t layout = 0; layout < layouts.size(); ++layout) {
       // BatchNorm needs the same sample grouping in every stage: ResNet only with equal replicas.
@@ -182,7 +193,8 @@ std::vector<TrainingCase> manual_cases(bool core) {
           // The default run: 2x2 with gpipe, 4 stages with 1f1b + recompute, (2,1,1) with 1f1b.
           const bool in_core = (layout == 0 && schedule == "gpipe" && !recompute) ||
                                (layout == 1 && schedule == "1f1b" && recompute) ||
-                               (layout == 2 && schedule == "1f1b" && !recompute);
+                               (layout == 2 && schedule == "1f1b" && !recompute) ||
+                               (layout == 3 && schedule == "1f1b" && recompute);
           if (in_core != core) continue;
           TrainingCase c;
           c.model = model;

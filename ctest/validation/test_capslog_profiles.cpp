@@ -126,9 +126,11 @@ TEST_P(CapslogProfiles, PlannerMakesAValidPlanOnTheLayerGraph) {
   const std::vector<LayerGroup> groups = layer_groups(graph);
   CapslogLayerMemory memory;
   for (const LayerGroup& group : groups) {
+    // Recomputation is on (recompute "auto", 4 stages): in-flight microbatches keep only the layer
+    // inputs, one microbatch at a time holds the layer's activations.
     const profile::Measurement m = cost->measure(group.tasks, 32);
-    memory.isolated.push_back(m.parameter_bytes * 4.0);
-    memory.activation.push_back(m.activation_bytes);
+    memory.isolated.push_back(m.parameter_bytes * 4.0 + m.activation_bytes);
+    memory.activation.push_back(m.boundary_input_bytes);
   }
   const CapslogPartition partition = capslog_recommend(memory, capslog_in_flight_1f1b(4));
   std::size_t first = 0;

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -20,6 +19,7 @@
 #include "partition/pipedream_profile.h"
 #include "partition/plan_builder.h"
 #include "partition/stage_dp.h"
+#include "support/brute_force.h"
 
 namespace {
 
@@ -29,6 +29,7 @@ using partrain::partition::CostModel;
 using partrain::partition::DeviceSpec;
 using partrain::partition::PipeDreamProfile;
 using partrain::partition::PlannerOptions;
+using partrain::testing::compositions;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -170,20 +171,6 @@ TEST(PipeDreamProfiles, LayerCostModelScalesTheMeasurements) {
 // ---------------------------------------------------------------------------------------------
 // RaNNC's DP against a brute force on real layer costs
 // ---------------------------------------------------------------------------------------------
-
-void compositions(int total, int parts, std::vector<int>& current, const std::function<void()>& visit) {
-  if (parts == 1) {
-    current.push_back(total);
-    visit();
-    current.pop_back();
-    return;
-  }
-  for (int first = 1; first <= total - (parts - 1); ++first) {
-    current.push_back(first);
-    compositions(total - first, parts - 1, current, visit);
-    current.pop_back();
-  }
-}
 
 // Least predicted step over every pipeline size D (whole nodes dividing the world, or the world),
 // microbatch count, stage count, split and replica assignment that fits memory.

@@ -184,6 +184,8 @@ int train(const TrainArguments& arguments, comm::Communicator& world) {
   const std::unordered_map<int, Tensor> initial = initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed),
                                                                         config.model.initializer_range);
   runtime::PipelineExecutor executor(graph, plan, world, cpu_backend(), *data, initial, config.train);
+  const std::unique_ptr<io::BatchSource> heldout =
+      config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
 
   std::ofstream metrics;
   if (leader) {
@@ -197,11 +199,13 @@ int train(const TrainArguments& arguments, comm::Communicator& world) {
     PARTRAIN_CHECK(std::isfinite(result.loss), "step " << step << ": the loss is not finite (" << result.loss << ")");
     if (step == 0) first_loss = result.loss;
     last_loss = result.loss;
+    const bool evaluate = heldout && ((step + 1) % config.train.eval_every == 0 || step + 1 == config.train.steps);
+    const double eval_loss = evaluate ? executor.evaluate(*heldout, config.train.eval_batches) : NAN;
     if (!leader) continue;
     const double samples_per_second = config.train.global_batch / result.seconds;
     const double tokens_per_second = samples_per_second * data->tokens_per_sample();
     const double tflops = samples_per_second * flops_per_sample / 1e12;
-    metrics << nlohmann::json{{"step", step + 1},
+    nlohmann::json record{{"step", step + 1},
                               {"loss", result.loss},
                               {"lr", result.lr},
                               {"grad_norm", result.grad_norm},
@@ -209,9 +213,9 @@ int train(const TrainArguments& arguments, comm::Communicator& world) {
                               {"samples_per_second", samples_per_second},
                               {"tokens_per_second", tokens_per_second},
                               {"tflops", tflops},
-                              {"peak_memory_bytes", result.peak_memory_bytes}}
-                   .dump()
-            << '\n';
+                              {"peak_memory_bytes", result.peak_memory_bytes}};
+    if (evaluate) record["eval_loss"] = eval_loss;
+    metrics << record.dump() << '\n';
     metrics.flush();
     if ((step + 1) % config.log.every == 0 || step + 1 == config.train.steps) {
       std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.1f samples/s | %.0f tokens/s | "
@@ -219,6 +223,11 @@ int train(const TrainArguments& arguments, comm::Communicator& world) {
                   static_cast<long long>(step + 1), static_cast<long long>(config.train.steps), result.loss, result.lr,
                   result.grad_norm, samples_per_second, tokens_per_second, tflops,
                   result.peak_memory_bytes / (1 << 20));
+      std::fflush(stdout);
+    }
+    if (evaluate) {
+      std::printf("eval after step %lld | held-out loss %.6f over %lld batches\n", static_cast<long long>(step + 1),
+                  eval_loss, static_cast<long long>(config.train.eval_batches));
       std::fflush(stdout);
     }
   }

@@ -375,11 +375,20 @@ Plan plan_capslog(const Graph& graph, const CostModel& cost, const PlannerOption
       const profile::MemoryPolicy policy = stage_memory_policy(options, s, stages, microbatches);
       in_flight[s] = std::max(1, policy.microbatches_in_flight);
     }
-    const double state_factor = profile::model_state_factor(stage_memory_policy(options, 0, stages, microbatches));
+    const profile::MemoryPolicy policy = stage_memory_policy(options, 0, stages, microbatches);
+    const double state_factor = profile::model_state_factor(policy);
     for (const LayerGroup& group : groups) {
       const profile::Measurement m = cost.measure(group.tasks, batch);
-      memory.isolated.push_back(m.parameter_bytes * state_factor);
-      memory.activation.push_back(m.activation_bytes);
+      if (policy.recompute) {
+        // With activation recomputation an in-flight microbatch keeps only the layer's inputs; the
+        // full activations exist for one microbatch at a time (an upper bound: a stage keeps just
+        // its first layer's inputs).
+        memory.isolated.push_back(m.parameter_bytes * state_factor + m.activation_bytes);
+        memory.activation.push_back(m.boundary_input_bytes);
+      } else {
+        memory.isolated.push_back(m.parameter_bytes * state_factor);
+        memory.activation.push_back(m.activation_bytes);
+      }
     }
     const CapslogPartition partition = capslog_recommend(memory, in_flight);
     std::vector<std::vector<int>> stage_tasks;

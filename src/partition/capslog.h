@@ -121,9 +121,9 @@ CapslogPartition capslog_recommend(const CapslogLayerMemory& memory, const std::
 /// layer_groups) as CAPSlog layers with, per layer, M_i = parameter bytes ×
 /// model_state_factor and M_a = activation bytes of CostModel::measure(layer, per-replica
 /// microbatch) — the measured-profile path (capslog_profiling_runs → runtime → capslog_solve_memory)
-/// replaces this once the runtime profiles trimmed runs. CAPSlog's model has no recomputation term:
-/// with recomputation on, the split is balanced as if activations were kept, while the plan's own
-/// predictions (predict_plan) account for recomputation. Stage count: options.stages, or the
+/// replaces this once the runtime profiles trimmed runs. With activation recomputation on (our
+/// extension; CAPSlog has no such term) M_i also holds the layer's activations (one microbatch at a
+/// time) and M_a only its boundary inputs. Stage count: options.stages, or the
 /// smallest S dividing the world size whose plan fits the device memory; replicas equal_replicas;
 /// in-flight counts per stage_memory_policy at options.microbatches (or a reference count: the
 /// smallest power of two ≥ S that splits the batch); stages from capslog_recommend; the rest by

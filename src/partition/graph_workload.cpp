@@ -78,7 +78,7 @@ Plan plan_tarnawski(const Graph& graph, const CostModel& cost, const PlannerOpti
     try {
       result = linearised ? partition_linearised(workload, partition_options) : partition_ideals(workload, partition_options);
     } catch (const Error& error) {
-      if (std::string(error.what()).find("ideals") != std::string::npos) throw;  // too many ideals: say so
+      if (error.message().find("raise the ideal cap") != std::string::npos) throw;  // too many ideals: say so
       last_error = error.what();
       continue;
     }

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <map>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/json_file.h"
 #include "graph/subgraph.h"
 #include "models/model.h"
 
@@ -264,31 +263,9 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
   }
 }
 
-void Plan::save(const std::string& path) const {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    PARTRAIN_CHECK(file, temporary << ": cannot write the plan");
-    file << to_json().dump(1) << '\n';
-    file.close();
-    PARTRAIN_CHECK(file, temporary << ": writing the plan failed");
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  PARTRAIN_CHECK(!error, path << ": cannot rename the plan into place: " << error.message());
-}
+void Plan::save(const std::string& path) const { io::write_json_file(path, to_json(), "the plan"); }
 
-Plan Plan::load(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  PARTRAIN_CHECK(file, path << ": cannot read the plan");
-  nlohmann::json document;
-  try {
-    file >> document;
-  } catch (const nlohmann::json::exception& error) {
-    PARTRAIN_FAIL(path << ": not JSON: " << error.what());
-  }
-  return from_json(document, path);
-}
+Plan Plan::load(const std::string& path) { return from_json(io::read_json_file(path, "the plan"), path); }
 
 // ---------------- summaries and the table ----------------
 

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/json_file.h"
 
 namespace partrain::profile {
 
@@ -93,31 +92,9 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
   }
 }
 
-void ProfileDB::save(const std::string& path) const {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    PARTRAIN_CHECK(file, temporary << ": cannot write the ProfileDB");
-    file << to_json().dump(1) << '\n';
-    file.close();
-    PARTRAIN_CHECK(file, temporary << ": writing the ProfileDB failed");
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  PARTRAIN_CHECK(!error, path << ": cannot rename the ProfileDB into place: " << error.message());
-}
+void ProfileDB::save(const std::string& path) const { io::write_json_file(path, to_json(), "the ProfileDB"); }
 
-ProfileDB ProfileDB::load(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  PARTRAIN_CHECK(file, path << ": cannot read the ProfileDB");
-  nlohmann::json document;
-  try {
-    file >> document;
-  } catch (const nlohmann::json::exception& error) {
-    PARTRAIN_FAIL(path << ": not JSON: " << error.what());
-  }
-  return from_json(document, path);
-}
+ProfileDB ProfileDB::load(const std::string& path) { return from_json(io::read_json_file(path, "the ProfileDB"), path); }
 
 std::string ProfileDB::cache_file_name(std::uint64_t graph_hash, const std::string& backend, const std::string& dtype) {
   std::string safe_backend = backend;

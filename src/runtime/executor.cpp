@@ -45,6 +45,14 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   const std::vector<StageProgram> programs = build_stage_programs(graph, plan);
   program_ = programs[placement_.stage];
   actions_ = generate_schedule(plan)[world.rank()];
+  for (Action action : actions_) {
+    if (action.kind != ActionKind::Forward && action.kind != ActionKind::SendActivation &&
+        action.kind != ActionKind::ReceiveActivation)
+      continue;
+    action.recomputed = false;
+    evaluation_actions_.push_back(action);
+  }
+  active_data_ = &data_;
 
   for (int value : program_.parameters) {
     auto found = initial_values.find(value);
@@ -117,7 +125,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
   };
   auto forward = [&](MicrobatchState& state, int microbatch) {
     for (const auto& [value, tensor] : state_) state.values[value] = tensor;
-    run_forward(graph_, program_.subgraph, state.values, backend_, {true, random_context(microbatch)});
+    run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch)});
   };
 
   switch (action.kind) {
@@ -154,10 +162,11 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       MicrobatchState& state = microbatches[action.microbatch];
       const std::int64_t first = step * plan_.global_batch + placement_.copy * per_copy +
                                  action.microbatch * plan_.microbatch_size() + own_begin;
-      const io::NamedTensors batch = data_.samples(first, rows);
+      const io::NamedTensors batch = active_data_->samples(first, rows);
       for (int value : program_.data_inputs) {
         auto found = batch.find(graph_.value(value).name);
-        PARTRAIN_CHECK(found != batch.end(), data_.path() << ": the data has no input '" << graph_.value(value).name << "'");
+        PARTRAIN_CHECK(found != batch.end(),
+                       active_data_->path() << ": the data has no input '" << graph_.value(value).name << "'");
         state.values[value] = found->second;
         state.kept.push_back(value);
       }
@@ -230,6 +239,38 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
     case ActionKind::Step:
       return;  // train_step finishes the step after the list (it needs the sends completed first)
   }
+}
+
+double PipelineExecutor::evaluate(const io::BatchSource& heldout, std::int64_t batches) {
+  // Each replica updated its BatchNorm running statistics from its own samples (as DDP without
+  // SyncBatchNorm): evaluate every replica with their mean, so all replicas normalise alike.
+  if (stage_group_->size() > 1 && !program_.buffers.empty()) {
+    std::vector<Tensor> buffers;
+    for (int value : program_.buffers) buffers.push_back(state_.at(value));
+    stage_group_->all_reduce_coalesced(buffers);
+    for (Tensor& buffer : buffers) {
+      float* data = buffer.data<float>();
+      for (std::int64_t i = 0; i < buffer.numel(); ++i) data[i] /= static_cast<float>(stage_group_->size());
+    }
+  }
+  active_data_ = &heldout;
+  training_ = false;
+  double loss_sum = 0;
+  try {
+    for (std::int64_t batch = 0; batch < batches; ++batch) {
+      std::vector<MicrobatchState> microbatches(plan_.microbatches);
+      std::vector<comm::Request> pending;
+      for (const Action& action : evaluation_actions_) run_action(action, batch, microbatches, pending, loss_sum);
+      comm::wait_all(pending);
+    }
+  } catch (...) {
+    active_data_ = &data_;
+    training_ = true;
+    throw;
+  }
+  active_data_ = &data_;
+  training_ = true;
+  return world_.all_reduce_scalar(loss_sum) / static_cast<double>(std::max<std::int64_t>(1, batches));
 }
 
 StepResult PipelineExecutor::train_step(std::int64_t step) {

@@ -54,6 +54,12 @@ class PipelineExecutor {
   /// Runs optimizer step `step` (0-based) on samples [step · B, (step + 1) · B) of the data stream.
   StepResult train_step(std::int64_t step);
 
+  /// Mean loss over `batches` global batches of `heldout` (samples [0, batches · B)), forward only in
+  /// evaluation mode (no dropout, BatchNorm running statistics), through the same pipeline and
+  /// sample pieces as training. Replicated stages first average their BatchNorm running statistics
+  /// over the stage's data-parallel group. Collective over the world; the same value on every rank.
+  double evaluate(const io::BatchSource& heldout, std::int64_t batches);
+
   /// This rank's parameters and buffers by value id (current values; shared storage).
   const std::unordered_map<int, Tensor>& state() const { return state_; }
   const StageProgram& program() const { return program_; }
@@ -72,6 +78,9 @@ class PipelineExecutor {
   Placement placement_;
   StageProgram program_;
   std::vector<Action> actions_;
+  std::vector<Action> evaluation_actions_;      // the forward part of actions_
+  const io::BatchSource* active_data_ = nullptr;  // training or held-out data of the running pass
+  bool training_ = true;
   std::unordered_map<int, Tensor> state_;       // params and buffers
   std::unordered_map<int, Tensor> gradients_;   // param value id -> accumulated gradient
   std::vector<int> parameter_order_;            // optimizer order (param value ids)

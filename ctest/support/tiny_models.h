@@ -1,0 +1,13 @@
+#pragma once
+// The tiny reference models of the unit and MPI tests.
+#include <string>
+
+#include "io/config.h"
+
+namespace partrain::testing {
+
+/// Tiny "bert" or "gpt" (2 layers, hidden 128, 2 heads, vocab 8000, seq_len 64; bert: intermediate
+/// 512) or "resnet" (ResNet-18, base width 8, 10 classes, 28x28x1 images).
+ModelConfig tiny_model_config(const std::string& type);
+
+}  // namespace partrain::testing
