@@ -64,7 +64,7 @@ export PARTRAIN_BINARY=$binary OMP_NUM_THREADS=1
 job_id=$(sbatch --parsable --job-name=partrain-ctest --ntasks=$tasks --time=00:10:00 \
            --output="$work/slurm-%j.out" jobscripts/slurm-single-node.sbatch configs/bert-tiny.toml \
            --set train.steps=$steps --set log.every=1 --set log.dir="$run_dir" \
-           --set profile.cache_dir="$work/profile-cache") || fail "sbatch failed"
+           --set profile.cache_dir="$work/profile-cache" --set checkpoint.every=$steps) || fail "sbatch failed"
 job_id=${job_id%%;*}
 log=$work/slurm-$job_id.out
 echo "check_slurm_job: submitted job $job_id (log $log)"
@@ -131,8 +131,14 @@ assert ranks == set(range(tasks)), f"trace.json has complete events of ranks {so
 print(f"check_slurm_job: plan.json, {len(lines)} metrics lines, trace.json with {len(events)} events of {len(ranks)} ranks: OK")
 PY
 
-# Checkpoints: not implemented yet ([checkpoint], --resume); check the checkpoint file here once
-# the job writes one.
+# The checkpoint the job wrote after its last step: a readable partrain checkpoint of that step.
+checkpoint=$run_dir/checkpoints/$(printf 'step_%06d.h5' "$steps")
+[ -f "$checkpoint" ] || fail "the job wrote no checkpoint $checkpoint"
+grep -q "^checkpoint: $checkpoint" "$log" || fail "the job log does not announce $checkpoint"
+"$binary" inspect "$checkpoint" > "$work/inspect.txt" 2>&1 || fail "partrain inspect $checkpoint failed: $(cat "$work/inspect.txt")"
+grep -q "^step: $steps\$" "$work/inspect.txt" || fail "partrain inspect $checkpoint does not report step $steps"
+grep -q "^model/bert.embeddings.word_embeddings.weight " "$work/inspect.txt" || fail "the checkpoint lacks the word embeddings"
+echo "check_slurm_job: checkpoint $checkpoint (step $steps): OK"
 
 # The plots from the job's outputs (plot_run.py exits 0 with a message without matplotlib).
 "$source_dir/validation/plot_run.py" "$run_dir" --out "$work/plots" || fail "validation/plot_run.py failed"

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/hdf5_file.h"
+#include "support/partrain_runs.h"
 
 namespace partrain {
 namespace {
@@ -51,37 +52,23 @@ std::vector<std::string> model_settings(const std::string& model) {
   return {"model.seq_len=32"};
 }
 
-// Runs partrain; returns the output directory. `ranks` 1 runs without mpiexec.
+// Runs partrain train on `ranks` ranks; returns the output directory.
 std::string run_training(const TrainingCase& c, int ranks, const std::string& directory, const std::vector<std::string>& extra) {
-  std::ostringstream command;
-  // A bounded run: a rank that dies in MPI_Init can leave mpiexec waiting for the others forever.
-  command << "timeout --kill-after=10 240 ";
-  if (ranks > 1) command << MPIEXEC << " -n " << ranks << " " << MPIEXEC_FLAGS << " ";
-  command << PARTRAIN_BINARY << " train " << PARTRAIN_SOURCE_DIR << "/configs/" << c.model << "-tiny.toml"
-          << " --set train.steps=" << kSteps << " --set train.global_batch=" << global_batch(c.model)
-          << " --set log.dir=" << directory << " --set log.save_parameters=true --set train.eval_every=5"
-          << " --set data.path=" << PARTRAIN_DATA_DIR << (c.model == "resnet" ? "/fashion_mnist.h5" : "/text.h5");
-  for (const std::string& setting : model_settings(c.model)) command << " --set '" << setting << "'";
-  for (const std::string& setting : extra) command << " --set '" << setting << "'";
-  command << " > " << directory << ".log 2>&1";
+  std::ostringstream arguments;
+  arguments << "train " << PARTRAIN_SOURCE_DIR << "/configs/" << c.model << "-tiny.toml"
+            << " --set train.steps=" << kSteps << " --set train.global_batch=" << global_batch(c.model)
+            << " --set log.dir=" << directory << " --set log.save_parameters=true --set train.eval_every=5"
+            << " --set data.path=" << PARTRAIN_DATA_DIR << (c.model == "resnet" ? "/fashion_mnist.h5" : "/text.h5");
+  for (const std::string& setting : model_settings(c.model)) arguments << " --set '" << setting << "'";
+  for (const std::string& setting : extra) arguments << " --set '" << setting << "'";
   std::filesystem::create_directories(directory);
-  const int status = std::system(command.str().c_str());
-  std::ifstream log(directory + ".log");
-  std::stringstream text;
-  text << log.rdbuf();
-  EXPECT_EQ(status, 0) << command.str() << "\n" << text.str();
+  const testing::PartrainRun run = testing::run_partrain(ranks, arguments.str(), directory + ".log");
+  EXPECT_EQ(run.status, 0) << run.command << "\n" << run.log;
   return directory;
 }
 
-// The values of `key` in metrics.jsonl, in step order (steps without the key are skipped).
 std::vector<double> metric(const std::string& directory, const std::string& key) {
-  std::vector<double> result;
-  std::ifstream metrics(directory + "/metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const nlohmann::json record = nlohmann::json::parse(line);
-    if (record.contains(key)) result.push_back(record.at(key).get<double>());
-  }
-  return result;
+  return testing::metric_values(directory, key);
 }
 
 class DistributedTraining : public ::testing::TestWithParam<TrainingCase> {};

@@ -1,5 +1,6 @@
 // partrain inspect: a summary of a model built from an experiment file (parameter counts, tasks,
-// values, FLOPs, a per-layer table). Checkpoint (.h5) inspection comes with the checkpoint issue.
+// values, FLOPs, a per-layer table), or of a checkpoint (.h5: step, progress, optimizer, every
+// tensor with its shape, parameter count, the config it was trained with).
 #include <cstdio>
 #include <map>
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "app/commands.h"
 #include "graph/graph.h"
+#include "io/checkpoint.h"
 #include "io/config.h"
 #include "models/model.h"
 
@@ -20,13 +22,29 @@ struct LayerSummary {
   double forward_flops = 0;
 };
 
+int inspect_checkpoint(const std::string& path) {
+  const io::CheckpointSummary summary = io::summarize_checkpoint(path);
+  const io::CheckpointInfo& info = summary.info;
+  std::printf("checkpoint: %s (format %lld)\n", path.c_str(), static_cast<long long>(info.format_version));
+  std::printf("step: %lld\nconsumed_samples: %lld\ndata_cursor: %lld\nseed: %llu\noptimizer: %s\n",
+              static_cast<long long>(info.step), static_cast<long long>(info.consumed_samples),
+              static_cast<long long>(info.data_cursor), static_cast<unsigned long long>(info.seed),
+              info.optimizer.c_str());
+  std::int64_t parameters = 0;
+  std::printf("%-70s %s\n", "tensor", "shape");
+  for (const auto& [name, shape] : summary.tensors) {
+    std::printf("%-70s %s\n", name.c_str(), shape_string(shape).c_str());
+    if (name.starts_with("model/") && !name.ends_with("running_mean") && !name.ends_with("running_var")) parameters += numel(shape);
+  }
+  std::printf("tensors: %zu\nmodel_elements: %lld\n", summary.tensors.size(), static_cast<long long>(parameters));
+  std::printf("config:\n%s\n", info.config_toml.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int run_inspect(const InspectArguments& arguments) {
-  if (arguments.file.ends_with(".h5")) {
-    std::fprintf(stderr, "partrain inspect: checkpoint inspection not implemented yet\n");
-    return 2;
-  }
+  if (arguments.file.ends_with(".h5")) return inspect_checkpoint(arguments.file);
   const ExperimentConfig config = load_experiment(arguments.file, arguments.overrides);
   const Graph graph = build_model(config.model);
 

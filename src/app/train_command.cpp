@@ -17,6 +17,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "io/batch_source.h"
+#include "io/checkpoint.h"
 #include "io/chrome_trace.h"
 #include "io/hdf5_file.h"
 #include "io/config.h"
@@ -26,6 +27,7 @@
 #include "partition/planner.h"
 #include "partition/calibrated_cost_model.h"
 #include "profile/distributed_profiler.h"
+#include "runtime/checkpointing.h"
 #include "runtime/executor.h"
 
 namespace partrain::app {
@@ -158,10 +160,62 @@ void save_parameters(const std::string& path, const Graph& graph, const runtime:
   }
 }
 
-int train(const TrainArguments& arguments, comm::Communicator& world) {
+// Writes checkpoint `step` collectively (parallel HDF5; each tensor by the first replica of the first
+// stage holding it) and keeps the newest [checkpoint] keep.
+void save_checkpoint(const ExperimentConfig& config, const std::string& directory, std::int64_t step, const Graph& graph,
+                     const Plan& plan, const runtime::PipelineExecutor& executor, comm::Communicator& world) {
+  io::CheckpointInfo info;
+  info.step = step;
+  info.consumed_samples = step * config.train.global_batch;
+  info.data_cursor = info.consumed_samples;
+  info.seed = static_cast<std::uint64_t>(config.train.seed);
+  info.lr_step = step;
+  info.config_toml = config.text;
+  info.plan_json = plan.to_json().dump();
+  info.optimizer = config.train.optimizer;
+  if (world.rank() == 0) std::filesystem::create_directories(directory);
+  world.barrier();
+  const std::string path = io::write_checkpoint(world, directory, info, runtime::checkpoint_tensors(graph, plan, executor),
+                                                static_cast<int>(config.checkpoint.keep));
+  if (world.rank() == 0) {
+    std::printf("checkpoint: %s\n", path.c_str());
+    std::fflush(stdout);
+  }
+}
+
+// Restores the run from `resume` ("latest": the newest valid checkpoint in `directory`, saying which
+// damaged ones were skipped; else a path). Every rank reads the file; returns the step to continue at.
+std::int64_t resume_from(const std::string& resume, const std::string& directory, const Graph& graph,
+                         runtime::PipelineExecutor& executor, comm::Communicator& world) {
+  std::string path = resume;
+  if (resume == "latest") {
+    std::string chosen;
+    if (world.rank() == 0) {
+      try {
+        std::vector<std::string> skipped;
+        chosen = io::latest_valid_checkpoint(directory, &skipped);
+        for (const std::string& reason : skipped) std::printf("resume: skipping %s\n", reason.c_str());
+      } catch (const Error& error) {
+        chosen = std::string(kErrorPrefix) + error.message();
+      }
+    }
+    world.broadcast_bytes(chosen, 0);
+    if (chosen.rfind(kErrorPrefix, 0) == 0) PARTRAIN_FAIL(chosen.substr(std::string(kErrorPrefix).size()));
+    path = chosen;
+  }
+  const io::Checkpoint checkpoint =
+      io::read_checkpoint(path, runtime::required_checkpoint_tensors(graph, executor.optimizer().state_names()));
+  runtime::restore_checkpoint(checkpoint, graph, executor);
+  if (world.rank() == 0) {
+    std::printf("resume: %s (step %lld)\n", path.c_str(), static_cast<long long>(checkpoint.info.step));
+    std::fflush(stdout);
+  }
+  return checkpoint.info.step;
+}
+
+int train(const TrainArguments& arguments, comm::Communicator& world, bool& training_started) {
   const bool leader = world.rank() == 0;
   const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
-  PARTRAIN_CHECK(arguments.resume.empty(), "--resume: checkpoints are not implemented yet");
   const Graph graph = build_model(config.model);
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
   const Plan plan = agree_on_plan(config, graph, arguments, world, cpu_backend());
@@ -176,8 +230,6 @@ int train(const TrainArguments& arguments, comm::Communicator& world) {
     plan.save(directory + "/plan.json");
     std::printf("outputs: %s/ (plan.json, metrics.jsonl%s)\n", directory.c_str(),
                 config.log.trace.empty() ? "" : (", " + config.log.trace).c_str());
-    if (config.has_checkpoint_section)
-      std::printf("note: [checkpoint] is set, but checkpoints are not implemented yet: none will be written\n");
     std::fflush(stdout);
   }
 
@@ -187,20 +239,28 @@ int train(const TrainArguments& arguments, comm::Communicator& world) {
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
 
+  const std::string checkpoint_directory =
+      config.checkpoint.dir.empty() ? directory + "/checkpoints" : config.checkpoint.dir;
+  const std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
+  const std::int64_t first_step = resume.empty() ? 0 : resume_from(resume, checkpoint_directory, graph, executor, world);
+  training_started = true;
+
   std::ofstream metrics;
-  if (leader) {
-    metrics.open(directory + "/metrics.jsonl", std::ios::trunc);
+  if (leader) {  // a resumed run appends to the metrics of the run it continues
+    metrics.open(directory + "/metrics.jsonl", first_step > 0 ? std::ios::app : std::ios::trunc);
     PARTRAIN_CHECK(metrics, directory << "/metrics.jsonl: cannot write");
   }
   const double flops_per_sample = training_flops_per_sample(graph);
   double first_loss = NAN, last_loss = NAN;
-  for (std::int64_t step = 0; step < config.train.steps; ++step) {
+  for (std::int64_t step = first_step; step < config.train.steps; ++step) {
     const runtime::StepResult result = executor.train_step(step);
     PARTRAIN_CHECK(std::isfinite(result.loss), "step " << step << ": the loss is not finite (" << result.loss << ")");
-    if (step == 0) first_loss = result.loss;
+    if (step == first_step) first_loss = result.loss;
     last_loss = result.loss;
     const bool evaluate = heldout && ((step + 1) % config.train.eval_every == 0 || step + 1 == config.train.steps);
     const double eval_loss = evaluate ? executor.evaluate(*heldout, config.train.eval_batches) : NAN;
+    if (config.checkpoint.every > 0 && ((step + 1) % config.checkpoint.every == 0 || step + 1 == config.train.steps))
+      save_checkpoint(config, checkpoint_directory, step + 1, graph, plan, executor, world);
     if (!leader) continue;
     const double samples_per_second = config.train.global_batch / result.seconds;
     const double tokens_per_second = samples_per_second * data->tokens_per_sample();
@@ -241,7 +301,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world) {
     }
   }
   if (config.log.save_parameters) save_parameters(directory + "/parameters.h5", graph, executor, world);
-  if (leader && config.train.steps > 0)
+  if (leader && config.train.steps > first_step)
     std::printf("first loss %.6f, last loss %.6f after %lld steps\n", first_loss, last_loss,
                 static_cast<long long>(config.train.steps));
   return 0;
@@ -252,9 +312,17 @@ int train(const TrainArguments& arguments, comm::Communicator& world) {
 int run_train(const TrainArguments& arguments) {
   comm::MpiSession session;
   std::unique_ptr<comm::Communicator> world = comm::MpiCommunicator::world();
+  bool training_started = false;
   try {
-    return train(arguments, *world);
+    return train(arguments, *world, training_started);
   } catch (const Error& error) {
+    if (training_started && world->size() > 1) {
+      // Past setup an error may be one rank's alone (a damaged file, a full disk) while the others
+      // wait in a collective: say which rank and end them all.
+      std::fprintf(stderr, "partrain: error on rank %d: %s\n", world->rank(), error.message().c_str());
+      std::fflush(stderr);
+      comm::MpiSession::abort(1);
+    }
     // Errors every rank meets alike (config, data, plan) are printed once; errors of one rank abort all.
     if (world->rank() == 0) std::fprintf(stderr, "partrain: error: %s\n", error.message().c_str());
     return 1;

@@ -482,6 +482,21 @@ ProfileConfig read_profile_config(const ConfigDocument& document) {
   return config;
 }
 
+// ---------------- [checkpoint] ----------------
+
+CheckpointConfig read_checkpoint_config(const ConfigDocument& document) {
+  SectionReader reader(document, "checkpoint");
+  CheckpointConfig config;
+  reader.read("dir", config.dir);
+  reader.read("every", config.every);
+  reader.read("keep", config.keep);
+  reader.read("resume", config.resume);
+  reader.finish();
+  if (config.every < 0) reader.fail("every", "must not be negative (0: never)");
+  if (config.keep <= 0) reader.fail("keep", "must be positive");
+  return config;
+}
+
 ExperimentConfig load_experiment(const std::string& path, std::span<const std::string> overrides) {
   const ConfigDocument document = ConfigDocument::load(path, overrides);
   document.check_sections(known_config_sections());
@@ -496,7 +511,7 @@ ExperimentConfig load_experiment(const std::string& path, std::span<const std::s
   config.data = read_data_config(document);
   config.log = read_log_config(document);
   config.profile = read_profile_config(document);
-  config.has_checkpoint_section = SectionReader(document, "checkpoint").present();
+  config.checkpoint = read_checkpoint_config(document);
   return config;
 }
 

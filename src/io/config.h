@@ -189,6 +189,14 @@ struct ProfileConfig {
   std::int64_t repeats = 3;              // timed passes per measurement (median)
 };
 
+/// The [checkpoint] section: parallel-HDF5 checkpoints of parameters, optimizer state and progress.
+struct CheckpointConfig {
+  std::string dir;                       // "": <[log] dir>/checkpoints
+  std::int64_t every = 0;                // write every N steps (and after the last step); 0: never
+  std::int64_t keep = 3;                 // newest checkpoints kept
+  std::string resume;                    // "", "latest" or a checkpoint path (--resume overrides)
+};
+
 /// Reads [train] and [parallel]; throws partrain::Error naming file, line and key on bad values.
 TrainConfig read_train_config(const ConfigDocument& document);
 ParallelConfig read_parallel_config(const ConfigDocument& document);
@@ -196,6 +204,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document);
 DataConfig read_data_config(const ConfigDocument& document);
 LogConfig read_log_config(const ConfigDocument& document);
 ProfileConfig read_profile_config(const ConfigDocument& document);
+CheckpointConfig read_checkpoint_config(const ConfigDocument& document);
 
 /// Names of the top-level sections an experiment file may hold: model, train, parallel, data,
 /// profile, log, checkpoint.
@@ -212,7 +221,7 @@ struct ExperimentConfig {
   DataConfig data;
   LogConfig log;
   ProfileConfig profile;
-  bool has_checkpoint_section = false;   // [checkpoint] is read by the checkpoint feature (not yet)
+  CheckpointConfig checkpoint;
 };
 
 /// Loads an experiment file with overrides and reads every section. Throws partrain::Error.

@@ -65,6 +65,7 @@ class PipelineExecutor {
   const StageProgram& program() const { return program_; }
   Placement placement() const { return placement_; }
   Optimizer& optimizer() { return *optimizer_; }
+  const Optimizer& optimizer() const { return *optimizer_; }
   const std::vector<io::TraceEvent>& trace() const { return trace_; }
 
  private:

@@ -1,0 +1,146 @@
+// Checkpoints end to end (issue 6) with the real program: resume is bitwise (10 steps straight vs the
+// same run resumed from its step-5 checkpoint), a checkpoint resumes under another plan and world size
+// (4 ranks 2 stages x 2 replicas -> 3 ranks 3 stages -> 1 rank) with the same losses (GPT's loss is a
+// mean over equal-length samples, so it does not depend on the plan), damaged files are detected and
+// `--resume latest` falls back to the newest valid one, and h5dump reads the files. Built into
+// test_checkpoint_resume (labels validation;mpi).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "support/partrain_runs.h"
+
+namespace partrain {
+namespace {
+
+const std::string kRoot = PARTRAIN_RUN_DIR;
+
+// gpt-tiny, 10 steps, checkpoints every 5 steps, under the given settings.
+testing::PartrainRun train(int ranks, const std::string& directory, const std::vector<std::string>& settings) {
+  std::string arguments = std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml" +
+                          " --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
+                          " --set checkpoint.every=5 --set log.dir=" + directory +
+                          " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5";
+  for (const std::string& setting : settings) arguments += " --set '" + setting + "'";
+  return testing::run_partrain(ranks, arguments, directory + ".log");
+}
+
+std::vector<std::string> two_by_two() {
+  return {"parallel.planner=manual", "parallel.stages=2", "parallel.replicas=[2,2]", "parallel.boundaries=[\"h.1\"]",
+          "train.microbatches=2"};
+}
+
+// The straight 4-rank run every test compares with (made once per ctest run).
+std::string straight_run() {
+  const std::string directory = kRoot + "/straight";
+  if (std::filesystem::exists(directory + "/checkpoints/step_000010.h5")) return directory;
+  const testing::PartrainRun run = train(4, directory, two_by_two());
+  EXPECT_EQ(run.status, 0) << run.command << "\n" << run.log;
+  return directory;
+}
+
+TEST(CheckpointResume, ResumedRunContinuesBitwise) {
+  const std::string straight = straight_run();
+  const std::string checkpoint = straight + "/checkpoints/step_000005.h5";
+  ASSERT_TRUE(std::filesystem::exists(checkpoint));
+  const std::string resumed = kRoot + "/resumed";
+  const testing::PartrainRun run = testing::run_partrain(
+      4,
+      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + checkpoint +
+          " --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32 --set log.dir=" + resumed +
+          " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=manual --set parallel.stages=2" +
+          " --set 'parallel.replicas=[2,2]' --set 'parallel.boundaries=[\"h.1\"]' --set train.microbatches=2",
+      resumed + ".log");
+  ASSERT_EQ(run.status, 0) << run.log;
+  EXPECT_NE(run.log.find("resume: " + checkpoint + " (step 5)"), std::string::npos) << run.log;
+  const std::vector<double> expected = testing::metric_values(straight, "loss");
+  const std::vector<double> actual = testing::metric_values(resumed, "loss");
+  ASSERT_EQ(expected.size(), 10u);
+  ASSERT_EQ(actual.size(), 5u);
+  for (std::size_t i = 0; i < actual.size(); ++i) EXPECT_EQ(actual[i], expected[5 + i]) << "step " << 6 + i;
+}
+
+TEST(CheckpointResume, ReshardsToOtherPlansAndWorldSizes) {
+  const std::string straight = straight_run();
+  const std::vector<double> expected = testing::metric_values(straight, "loss");
+  ASSERT_EQ(expected.size(), 10u);
+  const std::string checkpoint = straight + "/checkpoints/step_000005.h5";
+  struct Target {
+    std::string name;
+    int ranks;
+    std::vector<std::string> settings;
+  };
+  const std::vector<Target> targets = {
+      {"three-stages", 3, {"parallel.planner=manual", "parallel.stages=3", "parallel.replicas=[1,1,1]",
+                           "parallel.boundaries=[\"h.0\",\"h.1\"]", "train.microbatches=2"}},
+      {"one-rank", 1, {"parallel.planner=dpl", "train.microbatches=1"}},
+  };
+  for (const Target& target : targets) {
+    const std::string directory = kRoot + "/reshard-" + target.name;
+    std::string arguments = std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " +
+                            checkpoint + " --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
+                            " --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5";
+    for (const std::string& setting : target.settings) arguments += " --set '" + setting + "'";
+    const testing::PartrainRun run = testing::run_partrain(target.ranks, arguments, directory + ".log");
+    ASSERT_EQ(run.status, 0) << run.log;
+    const std::vector<double> actual = testing::metric_values(directory, "loss");
+    ASSERT_EQ(actual.size(), 5u) << target.name;
+    for (std::size_t i = 0; i < actual.size(); ++i)
+      EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << target.name << " step " << 6 + i;
+  }
+}
+
+TEST(CheckpointResume, DamagedNewestCheckpointIsSkipped) {
+  const std::string straight = straight_run();
+  for (const std::string damage : {"truncated", "bit-flipped"}) {
+    // A copy of the checkpoints with the newest one damaged.
+    const std::string directory = kRoot + "/damaged-" + damage;
+    std::filesystem::remove_all(directory);
+    std::filesystem::create_directories(directory + "/checkpoints");
+    for (const char* name : {"step_000005.h5", "step_000010.h5"})
+      std::filesystem::copy_file(straight + "/checkpoints/" + name, directory + "/checkpoints/" + name);
+    const std::string newest = directory + "/checkpoints/step_000010.h5";
+    const auto size = std::filesystem::file_size(newest);
+    if (damage == "truncated") {
+      std::filesystem::resize_file(newest, size / 2);
+    } else {  // flip bits in the middle of the file, inside the tensor data
+      std::fstream file(newest, std::ios::in | std::ios::out | std::ios::binary);
+      for (std::uintmax_t offset = size / 2; offset < size / 2 + 64; ++offset) {
+        file.seekg(static_cast<std::streamoff>(offset));
+        char byte = 0;
+        file.read(&byte, 1);
+        file.seekp(static_cast<std::streamoff>(offset));
+        byte = static_cast<char>(byte ^ 0x10);
+        file.write(&byte, 1);
+      }
+    }
+    const testing::PartrainRun run = testing::run_partrain(
+        2,
+        std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume latest" +
+            " --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32 --set log.dir=" + directory +
+            " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=dpl",
+        directory + ".log");
+    ASSERT_EQ(run.status, 0) << damage << "\n" << run.log;
+    EXPECT_NE(run.log.find("resume: skipping " + newest), std::string::npos) << damage << "\n" << run.log;
+    EXPECT_NE(run.log.find("resume: " + directory + "/checkpoints/step_000005.h5 (step 5)"), std::string::npos)
+        << damage << "\n" << run.log;
+  }
+}
+
+TEST(CheckpointResume, H5dumpListsTheTensors) {
+  const std::string straight = straight_run();
+  if (!std::filesystem::exists("/usr/bin/h5dump")) GTEST_SKIP() << "h5dump (Debian hdf5-tools) is not installed";
+  const std::string listing = kRoot + "/h5dump.txt";
+  ASSERT_EQ(std::system(("/usr/bin/h5dump -n " + straight + "/checkpoints/step_000010.h5 > " + listing).c_str()), 0);
+  std::ifstream file(listing);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("/model/transformer.wte.weight"), std::string::npos) << text.substr(0, 2000);
+  EXPECT_NE(text.find("/optim/transformer.wte.weight/exp_avg_sq"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace partrain

@@ -1,0 +1,528 @@
+#include "io/checkpoint.h"
+
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+
+#include "comm/mpi_communicator.h"
+#include "core/error.h"
+#include "io/hdf5_file.h"
+
+namespace partrain::io {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr std::int64_t kChunkElements = std::int64_t{1} << 20;  // 4 MiB of fp32 per chunk
+
+void silence_hdf5_errors() {
+  static const bool silenced = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)silenced;
+}
+
+/// The most specific message on HDF5's error stack of this thread (e.g. "data error detected by
+/// Fletcher32 checksum"), or "" when empty. Call right after the failed API call.
+std::string hdf5_error_detail() {
+  std::string detail;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned n, const H5E_error2_t* error, void* data) -> herr_t {
+        auto* out = static_cast<std::string*>(data);
+        if (n == 0 && error != nullptr) {
+          char minor[256] = {0};
+          if (H5Eget_msg(error->min_num, nullptr, minor, sizeof minor) > 0) *out = minor;
+          if (error->desc != nullptr && *error->desc != '\0') {
+            if (!out->empty()) *out += ": ";
+            *out += error->desc;
+          }
+        }
+        return 0;
+      },
+      &detail);
+  return detail;
+}
+
+std::string with_detail(const std::string& message) {
+  const std::string detail = hdf5_error_detail();
+  return detail.empty() ? message : message + " (" + detail + ")";
+}
+
+bool starts_with_any(const std::string& name, const std::vector<std::string>& prefixes) {
+  if (prefixes.empty()) return true;
+  return std::any_of(prefixes.begin(), prefixes.end(),
+                     [&](const std::string& prefix) { return name.rfind(prefix, 0) == 0; });
+}
+
+std::uint64_t fnv1a(std::uint64_t hash, const void* data, std::size_t size) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < size; ++i) {
+    hash ^= bytes[i];
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+std::string hex64(std::uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+/// Empty if `name` is a usable dataset path ("model/x", "optim/x/exp_avg"), else why not.
+std::string name_problem(const std::string& name) {
+  if (name.empty()) return "empty tensor name";
+  if (name.front() == '/' || name.back() == '/' || name.find("//") != std::string::npos)
+    return "tensor name '" + name + "' is not a relative HDF5 path (no leading, trailing or double '/')";
+  if (name.find('.') == 0) return "tensor name '" + name + "' starts with '.'";
+  return {};
+}
+
+// ---------------------------------------------------------------- attributes
+
+void write_int_attribute(hid_t file, const char* name, hid_t file_type, hid_t memory_type, const void* value,
+                         const std::string& path) {
+  Hdf5Handle space(H5Screate(H5S_SCALAR));
+  Hdf5Handle attribute(H5Acreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  PARTRAIN_CHECK(attribute.valid(), with_detail(path + ": cannot create attribute '" + name + "'"));
+  PARTRAIN_CHECK(H5Awrite(attribute.get(), memory_type, value) >= 0,
+                 with_detail(path + ": cannot write attribute '" + name + "'"));
+}
+
+void write_string_attribute(hid_t file, const char* name, const std::string& value, const std::string& path) {
+  // Fixed-length (parallel HDF5 and every reader handle these); large ones go to dense attribute
+  // storage (file format >= 1.8, set on the file access property list).
+  Hdf5Handle type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), std::max<std::size_t>(value.size(), 1));
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Hdf5Handle space(H5Screate(H5S_SCALAR));
+  Hdf5Handle attribute(H5Acreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  PARTRAIN_CHECK(attribute.valid(), with_detail(path + ": cannot create attribute '" + name + "'"));
+  std::string padded = value;
+  if (padded.empty()) padded.push_back('\0');
+  PARTRAIN_CHECK(H5Awrite(attribute.get(), type.get(), padded.data()) >= 0,
+                 with_detail(path + ": cannot write attribute '" + name + "'"));
+}
+
+Hdf5Handle open_attribute(hid_t file, const char* name, const std::string& path) {
+  const htri_t exists = H5Aexists(file, name);
+  PARTRAIN_CHECK(exists > 0, path << ": missing attribute '" << name << "' (not a partrain checkpoint?)");
+  Hdf5Handle attribute(H5Aopen(file, name, H5P_DEFAULT));
+  PARTRAIN_CHECK(attribute.valid(), with_detail(path + ": cannot open attribute '" + name + "'"));
+  return attribute;
+}
+
+template <typename T>
+T read_number_attribute(hid_t file, const char* name, hid_t memory_type, const std::string& path) {
+  Hdf5Handle attribute = open_attribute(file, name, path);
+  Hdf5Handle type(H5Aget_type(attribute.get()));
+  PARTRAIN_CHECK(H5Tget_class(type.get()) == H5T_INTEGER, path << ": attribute '" << name << "' is not an integer");
+  T value{};
+  PARTRAIN_CHECK(H5Aread(attribute.get(), memory_type, &value) >= 0,
+                 with_detail(path + ": cannot read attribute '" + name + "'"));
+  return value;
+}
+
+std::string read_string_attribute(hid_t file, const char* name, const std::string& path) {
+  Hdf5Handle attribute = open_attribute(file, name, path);
+  Hdf5Handle type(H5Aget_type(attribute.get()));
+  PARTRAIN_CHECK(H5Tget_class(type.get()) == H5T_STRING, path << ": attribute '" << name << "' is not a string");
+  if (H5Tis_variable_str(type.get()) > 0) {
+    Hdf5Handle memory_type(H5Tcopy(H5T_C_S1));
+    H5Tset_size(memory_type.get(), H5T_VARIABLE);
+    char* text = nullptr;
+    PARTRAIN_CHECK(H5Aread(attribute.get(), memory_type.get(), &text) >= 0,
+                   with_detail(path + ": cannot read attribute '" + name + "'"));
+    std::string value = text != nullptr ? text : "";
+    Hdf5Handle space(H5Aget_space(attribute.get()));
+    H5Dvlen_reclaim(memory_type.get(), space.get(), H5P_DEFAULT, &text);
+    return value;
+  }
+  const std::size_t size = H5Tget_size(type.get());
+  std::string value(size, '\0');
+  PARTRAIN_CHECK(H5Aread(attribute.get(), type.get(), value.data()) >= 0,
+                 with_detail(path + ": cannot read attribute '" + name + "'"));
+  const std::size_t end = value.find('\0');
+  if (end != std::string::npos) value.resize(end);
+  return value;
+}
+
+void write_info(hid_t file, const CheckpointInfo& info, const std::string& path) {
+  auto write_int64 = [&](const char* name, std::int64_t value) {
+    write_int_attribute(file, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value, path);
+  };
+  write_int64("format_version", info.format_version);
+  write_int64("step", info.step);
+  write_int64("consumed_samples", info.consumed_samples);
+  write_int64("data_cursor", info.data_cursor);
+  write_int_attribute(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &info.seed, path);
+  write_int64("lr_step", info.lr_step);
+  write_string_attribute(file, "optimizer", info.optimizer, path);
+  write_string_attribute(file, "config_toml", info.config_toml, path);
+  write_string_attribute(file, "plan_json", info.plan_json, path);
+}
+
+CheckpointInfo read_info(hid_t file, const std::string& path) {
+  CheckpointInfo info;
+  info.format_version = read_number_attribute<std::int64_t>(file, "format_version", H5T_NATIVE_INT64, path);
+  PARTRAIN_CHECK(info.format_version >= 1 && info.format_version <= kCheckpointFormatVersion,
+                 path << ": checkpoint format version " << info.format_version
+                      << " is not supported (this build reads 1 to " << kCheckpointFormatVersion << ")");
+  info.step = read_number_attribute<std::int64_t>(file, "step", H5T_NATIVE_INT64, path);
+  info.consumed_samples = read_number_attribute<std::int64_t>(file, "consumed_samples", H5T_NATIVE_INT64, path);
+  info.data_cursor = read_number_attribute<std::int64_t>(file, "data_cursor", H5T_NATIVE_INT64, path);
+  info.seed = read_number_attribute<std::uint64_t>(file, "seed", H5T_NATIVE_UINT64, path);
+  info.lr_step = read_number_attribute<std::int64_t>(file, "lr_step", H5T_NATIVE_INT64, path);
+  info.optimizer = read_string_attribute(file, "optimizer", path);
+  info.config_toml = read_string_attribute(file, "config_toml", path);
+  info.plan_json = read_string_attribute(file, "plan_json", path);
+  return info;
+}
+
+// ---------------------------------------------------------------- reading
+
+Hdf5Handle open_checkpoint_file(const std::string& path) {
+  silence_hdf5_errors();
+  std::error_code error;
+  PARTRAIN_CHECK(fs::is_regular_file(path, error), path << ": no such checkpoint file");
+  Hdf5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  PARTRAIN_CHECK(file.valid(), path << ": not a readable HDF5 file (truncated or damaged)");
+  return file;
+}
+
+/// Every dataset below "/" (full relative names), sorted.
+std::vector<std::string> dataset_names(hid_t file, const std::string& path) {
+  std::vector<std::string> names;
+  const herr_t status = H5Lvisit(
+      file, H5_INDEX_NAME, H5_ITER_INC,
+      [](hid_t group, const char* name, const H5L_info_t* info, void* data) -> herr_t {
+        if (info->type != H5L_TYPE_HARD) return 0;
+        Hdf5Handle object(H5Oopen(group, name, H5P_DEFAULT));
+        if (!object.valid()) return -1;
+        if (H5Iget_type(object.get()) == H5I_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(name);
+        return 0;
+      },
+      &names);
+  PARTRAIN_CHECK(status >= 0, with_detail(path + ": cannot list the datasets (damaged file?)"));
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Shape dataset_shape(hid_t dataset, const std::string& path, const std::string& name) {
+  Hdf5Handle space(H5Dget_space(dataset));
+  const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  PARTRAIN_CHECK(rank >= 0, with_detail(path + ": cannot read the shape of dataset '" + name + "'"));
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  return Shape(dims.begin(), dims.end());
+}
+
+/// Reads dataset `name` as fp32 into `out` (a fresh tensor) or, when `out` is null, into a scratch
+/// buffer (verification only).
+void read_dataset(hid_t file, const std::string& path, const std::string& name, Tensor* out,
+                  std::vector<float>* scratch) {
+  Hdf5Handle dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+  PARTRAIN_CHECK(dataset.valid(), with_detail(path + ": cannot open dataset '" + name + "' (damaged file?)"));
+  Hdf5Handle type(H5Dget_type(dataset.get()));
+  PARTRAIN_CHECK(type.valid() && H5Tget_class(type.get()) == H5T_FLOAT,
+                 path << ": dataset '" << name << "' is not floating point");
+  const Shape shape = dataset_shape(dataset.get(), path, name);
+  const std::int64_t count = numel(shape);
+  float* buffer = nullptr;
+  if (out != nullptr) {
+    *out = Tensor::empty(shape);
+    buffer = count > 0 ? out->data<float>() : nullptr;
+  } else {
+    scratch->resize(static_cast<std::size_t>(count));
+    buffer = scratch->data();
+  }
+  if (count == 0) return;
+  PARTRAIN_CHECK(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer) >= 0,
+                 with_detail(path + ": dataset '" + name + "' is damaged: reading it failed"));
+}
+
+void check_required(const std::string& path, const std::vector<std::string>& names,
+                    const std::vector<std::string>& required) {
+  for (const std::string& name : required)
+    PARTRAIN_CHECK(std::binary_search(names.begin(), names.end(), name),
+                   path << ": missing dataset '" << name << "'");
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(std::int64_t step) {
+  char text[64];
+  std::snprintf(text, sizeof text, "step_%06lld.h5", static_cast<long long>(step));
+  return text;
+}
+
+// ---------------------------------------------------------------- writing
+
+std::string write_checkpoint(comm::Communicator& world, const std::string& directory, const CheckpointInfo& info,
+                             const std::vector<CheckpointTensor>& tensors, int keep) {
+  silence_hdf5_errors();
+  auto* mpi = dynamic_cast<comm::MpiCommunicator*>(&world);
+  PARTRAIN_CHECK(mpi != nullptr, "write_checkpoint needs an MPI communicator (parallel HDF5), not '"
+                                     << world.backend_name() << "'");
+  const std::string final_path = (fs::path(directory) / checkpoint_file_name(info.step)).string();
+  const std::string temporary_path = final_path + ".tmp";
+
+  // 1. Agree on the tensor list and on who writes what before touching the file.
+  std::string local_error;
+  std::string writers(tensors.size(), '0');
+  std::uint64_t digest = 14695981039346656037ull;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const CheckpointTensor& tensor = tensors[i];
+    digest = fnv1a(digest, tensor.name.data(), tensor.name.size() + 1);
+    digest = fnv1a(digest, tensor.shape.data(), tensor.shape.size() * sizeof(std::int64_t));
+    digest = fnv1a(digest, "|", 1);
+    if (local_error.empty()) local_error = name_problem(tensor.name);
+    if (local_error.empty() && std::any_of(tensor.shape.begin(), tensor.shape.end(), [](auto d) { return d < 0; }))
+      local_error = "tensor '" + tensor.name + "' has a symbolic or negative shape " + shape_string(tensor.shape);
+    if (!tensor.data.defined()) continue;
+    writers[i] = '1';
+    if (!local_error.empty()) continue;
+    if (!tensor.data.device().is_cpu())
+      local_error = "tensor '" + tensor.name + "' is on " + tensor.data.device().to_string() +
+                    " (copy it to the host first)";
+    else if (tensor.data.shape() != tensor.shape)
+      local_error = "tensor '" + tensor.name + "' has data of shape " + shape_string(tensor.data.shape()) +
+                    ", declared " + shape_string(tensor.shape);
+  }
+  for (std::size_t i = 0; i + 1 < tensors.size() && local_error.empty(); ++i)
+    for (std::size_t j = i + 1; j < tensors.size(); ++j)
+      if (tensors[i].name == tensors[j].name) {
+        local_error = "tensor '" + tensors[i].name + "' is listed twice";
+        break;
+      }
+  const std::vector<std::string> gathered =
+      world.all_gather_bytes(writers + "|" + hex64(digest) + "|" + local_error);
+  // Every rank parses the same gathered strings and compares with rank 0's list, so every rank
+  // reaches the same verdict (and throws the same message) without another collective.
+  std::string error;
+  const std::string prefix = final_path + ": ";
+  const std::string reference_digest = gathered[0].substr(gathered[0].find('|') + 1, 16);
+  for (std::size_t r = 0; r < gathered.size() && error.empty(); ++r) {
+    const std::string& entry = gathered[r];
+    const std::size_t bar = entry.find('|');
+    const std::string their_digest = entry.substr(bar + 1, 16);
+    const std::string their_error = entry.size() > bar + 18 ? entry.substr(bar + 18) : std::string();
+    if (!their_error.empty()) error = "rank " + std::to_string(r) + ": " + their_error;
+    else if (bar != gathered[0].find('|') || their_digest != reference_digest)
+      error = "rank " + std::to_string(r) + " passed a different list of tensor names and shapes than rank 0";
+  }
+  std::vector<int> writer_of(tensors.size(), -1);
+  for (std::size_t i = 0; i < tensors.size() && error.empty(); ++i) {
+    std::vector<int> ranks;
+    for (std::size_t r = 0; r < gathered.size(); ++r)
+      if (gathered[r][i] == '1') ranks.push_back(static_cast<int>(r));
+    if (ranks.empty()) error = "no rank holds the data of tensor '" + tensors[i].name + "'";
+    else if (ranks.size() > 1)
+      error = "tensor '" + tensors[i].name + "' has data on ranks " + std::to_string(ranks[0]) + " and " +
+              std::to_string(ranks[1]) + " (exactly one rank must write it)";
+    else writer_of[i] = ranks[0];
+  }
+  PARTRAIN_CHECK(error.empty(), "cannot write checkpoint " << prefix << error);
+
+  // 2. The directory (rank 0), then the file, collectively.
+  std::string directory_error;
+  if (world.rank() == 0) {
+    std::error_code code;
+    fs::create_directories(directory, code);
+    if (code) directory_error = "cannot create checkpoint directory '" + directory + "': " + code.message();
+  }
+  world.broadcast_bytes(directory_error, 0);
+  PARTRAIN_CHECK(directory_error.empty(), directory_error);
+
+  std::string write_error;
+  try {
+    Hdf5Handle access(H5Pcreate(H5P_FILE_ACCESS));
+    PARTRAIN_CHECK(H5Pset_fapl_mpio(access.get(), mpi->native(), MPI_INFO_NULL) >= 0,
+                   with_detail(temporary_path + ": H5Pset_fapl_mpio failed"));
+    // Format >= 1.8: attributes larger than 64 KiB (config, plan) go to dense storage.
+    H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V110);
+    Hdf5Handle file(H5Fcreate(temporary_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()));
+    PARTRAIN_CHECK(file.valid(), with_detail(temporary_path + ": cannot create the checkpoint file"));
+    write_info(file.get(), info, temporary_path);
+
+    Hdf5Handle link_create(H5Pcreate(H5P_LINK_CREATE));
+    H5Pset_create_intermediate_group(link_create.get(), 1);
+    Hdf5Handle transfer(H5Pcreate(H5P_DATASET_XFER));
+    H5Pset_dxpl_mpio(transfer.get(), H5FD_MPIO_COLLECTIVE);
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const CheckpointTensor& tensor = tensors[i];
+      const std::string what = temporary_path + ": dataset '" + tensor.name + "'";
+      const int rank = static_cast<int>(tensor.shape.size());
+      const std::int64_t count = numel(tensor.shape);
+      std::vector<hsize_t> dims(tensor.shape.begin(), tensor.shape.end());
+      Hdf5Handle space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), nullptr));
+      Hdf5Handle create(H5Pcreate(H5P_DATASET_CREATE));
+      H5Pset_fill_time(create.get(), H5D_FILL_TIME_NEVER);
+      if (rank > 0 && count > 0) {
+        // Chunks: whole trailing dimensions first, up to kChunkElements.
+        std::vector<hsize_t> chunk(dims.size());
+        std::int64_t budget = kChunkElements;
+        for (int d = rank - 1; d >= 0; --d) {
+          const std::int64_t extent = std::min<std::int64_t>(tensor.shape[static_cast<std::size_t>(d)],
+                                                             std::max<std::int64_t>(budget, 1));
+          chunk[static_cast<std::size_t>(d)] = static_cast<hsize_t>(extent);
+          budget /= extent;
+        }
+        PARTRAIN_CHECK(H5Pset_chunk(create.get(), rank, chunk.data()) >= 0 && H5Pset_fletcher32(create.get()) >= 0,
+                       with_detail(what + ": cannot set chunking and Fletcher32"));
+      }
+      Hdf5Handle dataset(H5Dcreate2(file.get(), tensor.name.c_str(), H5T_IEEE_F32LE, space.get(),
+                                    link_create.get(), create.get(), H5P_DEFAULT));
+      PARTRAIN_CHECK(dataset.valid(), with_detail(what + ": cannot create it"));
+      if (count == 0) continue;
+      const bool writer = writer_of[i] == world.rank();
+      const hsize_t memory_count = static_cast<hsize_t>(count);
+      Hdf5Handle memory_space(H5Screate_simple(1, &memory_count, nullptr));
+      Hdf5Handle file_space(H5Dget_space(dataset.get()));
+      std::vector<float> converted;
+      float dummy = 0.0f;
+      const void* buffer = &dummy;
+      if (writer) {
+        if (tensor.data.dtype() == DType::F32) {
+          buffer = tensor.data.data<float>();
+        } else {
+          converted = tensor.data.to_float_vector();
+          buffer = converted.data();
+        }
+      } else {
+        H5Sselect_none(memory_space.get());
+        H5Sselect_none(file_space.get());
+      }
+      PARTRAIN_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(),
+                              transfer.get(), buffer) >= 0,
+                     with_detail(what + ": writing failed"));
+    }
+    PARTRAIN_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, with_detail(temporary_path + ": flush failed"));
+    file.reset();
+    // H5Fclose returns void through reset(); a failed close shows up as a damaged file on read.
+  } catch (const Error& caught) {
+    write_error = caught.message();
+  }
+
+  // 3. Every rank has closed the file (all_gather is the barrier): rank 0 renames and cleans up.
+  const std::vector<std::string> write_errors = world.all_gather_bytes(write_error);
+  std::string final_error;
+  for (std::size_t r = 0; r < write_errors.size() && final_error.empty(); ++r)
+    if (!write_errors[r].empty()) final_error = "rank " + std::to_string(r) + ": " + write_errors[r];
+  if (world.rank() == 0) {
+    std::error_code code;
+    if (!final_error.empty()) {
+      fs::remove(temporary_path, code);
+    } else {
+      fs::rename(temporary_path, final_path, code);
+      if (code) {
+        final_error = "cannot rename " + temporary_path + " to " + final_path + ": " + code.message();
+      } else {
+        // Keep the file just written and the newest keep-1 others; a newer file from an abandoned
+        // run (resumed from an older step) counts as one of those others.
+        if (keep > 0) {
+          int kept = 1;
+          for (const std::string& other : list_checkpoints(directory)) {
+            if (fs::equivalent(other, final_path, code)) continue;
+            if (kept < keep) ++kept;
+            else fs::remove(other, code);
+          }
+        }
+        static const std::regex temporary_name(R"(step_\d+\.h5\.tmp)");
+        for (const auto& entry : fs::directory_iterator(directory, code))
+          if (std::regex_match(entry.path().filename().string(), temporary_name)) fs::remove(entry.path(), code);
+      }
+    }
+  }
+  world.broadcast_bytes(final_error, 0);
+  PARTRAIN_CHECK(final_error.empty(), "cannot write checkpoint " << final_path << ": " << final_error);
+  return final_path;
+}
+
+// ---------------------------------------------------------------- reading
+
+Checkpoint read_checkpoint(const std::string& path, const std::vector<std::string>& required,
+                           const std::vector<std::string>& prefixes) {
+  Hdf5Handle file = open_checkpoint_file(path);
+  Checkpoint checkpoint;
+  checkpoint.path = path;
+  checkpoint.info = read_info(file.get(), path);
+  const std::vector<std::string> names = dataset_names(file.get(), path);
+  check_required(path, names, required);
+  for (const std::string& name : names) {
+    if (!starts_with_any(name, prefixes) && std::find(required.begin(), required.end(), name) == required.end())
+      continue;
+    read_dataset(file.get(), path, name, &checkpoint.tensors[name], nullptr);
+  }
+  return checkpoint;
+}
+
+void verify_checkpoint(const std::string& path, const std::vector<std::string>& required) {
+  Hdf5Handle file = open_checkpoint_file(path);
+  read_info(file.get(), path);
+  const std::vector<std::string> names = dataset_names(file.get(), path);
+  check_required(path, names, required);
+  std::vector<float> scratch;
+  for (const std::string& name : names) read_dataset(file.get(), path, name, nullptr, &scratch);
+}
+
+std::vector<std::string> list_checkpoints(const std::string& directory) {
+  static const std::regex checkpoint_name(R"(step_(\d+)\.h5)");
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::error_code code;
+  if (!fs::is_directory(directory, code)) return {};
+  for (const auto& entry : fs::directory_iterator(directory, code)) {
+    const std::string file_name = entry.path().filename().string();
+    std::smatch match;
+    if (!std::regex_match(file_name, match, checkpoint_name) || !entry.is_regular_file(code)) continue;
+    found.emplace_back(std::stoll(match[1].str()), entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second > b.second;
+  });
+  std::vector<std::string> paths;
+  for (auto& [step, path] : found) paths.push_back(std::move(path));
+  return paths;
+}
+
+std::string latest_valid_checkpoint(const std::string& directory, std::vector<std::string>* skipped,
+                                    const std::vector<std::string>& required) {
+  const std::vector<std::string> candidates = list_checkpoints(directory);
+  PARTRAIN_CHECK(!candidates.empty(), "no checkpoint (step_*.h5) in '" << directory << "'");
+  for (const std::string& path : candidates) {
+    try {
+      verify_checkpoint(path, required);
+      return path;
+    } catch (const Error& error) {
+      if (skipped != nullptr) {
+        std::string reason = error.message();
+        if (reason.rfind(path + ": ", 0) == 0) reason = reason.substr(path.size() + 2);
+        skipped->push_back(path + ": " + reason);
+      }
+    }
+  }
+  PARTRAIN_FAIL("no valid checkpoint in '" << directory << "': all " << candidates.size()
+                                           << " are damaged or incomplete");
+}
+
+CheckpointSummary summarize_checkpoint(const std::string& path) {
+  Hdf5Handle file = open_checkpoint_file(path);
+  CheckpointSummary summary;
+  summary.info = read_info(file.get(), path);
+  for (const std::string& name : dataset_names(file.get(), path)) {
+    Hdf5Handle dataset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT));
+    PARTRAIN_CHECK(dataset.valid(), with_detail(path + ": cannot open dataset '" + name + "' (damaged file?)"));
+    summary.tensors.emplace_back(name, dataset_shape(dataset.get(), path, name));
+  }
+  return summary;
+}
+
+}  // namespace partrain::io

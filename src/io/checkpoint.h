@@ -1,0 +1,98 @@
+#pragma once
+// Checkpoints in parallel HDF5 (DESIGN.md "Checkpoints", issue 6).
+//
+// File layout: /model/<parameter name> and /optim/<parameter name>/<state> as whole fp32 tensors
+// (chunked, Fletcher32 checksums), and attributes on "/" for every CheckpointInfo field. A file is
+// written collectively to `step_XXXXXX.h5.tmp` and renamed to `step_XXXXXX.h5` by rank 0 only after
+// every rank has closed it, so a killed job never leaves a damaged file under a final name.
+// Readers are serial (any rank, any world size): tensors are stored whole under their names, so a
+// run can resume under another plan.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/shape.h"
+#include "core/tensor.h"
+
+namespace partrain::io {
+
+/// The newest file format this build writes and reads.
+inline constexpr std::int64_t kCheckpointFormatVersion = 1;
+
+/// One tensor of a checkpoint: its full name ("model/bert.embeddings.word_embeddings.weight",
+/// "optim/<param name>/exp_avg"), shape, and - on the one rank that writes it - its data (a host
+/// tensor of that shape; fp32, other dtypes are converted to fp32). `data` is undefined elsewhere.
+struct CheckpointTensor {
+  std::string name;
+  Shape shape;
+  Tensor data;
+};
+
+/// Everything besides tensors that a resume needs.
+struct CheckpointInfo {
+  std::int64_t format_version = kCheckpointFormatVersion;
+  std::int64_t step = 0;              // optimizer steps done
+  std::int64_t consumed_samples = 0;
+  std::int64_t data_cursor = 0;       // next sample index of the data stream
+  std::uint64_t seed = 0;             // RNG state: dropout and data order are keyed by (seed, step, sample)
+  std::int64_t lr_step = 0;           // LR-schedule state
+  std::string config_toml;            // the experiment file with overrides applied
+  std::string plan_json;
+  std::string optimizer;              // "adamw" / "sgd"
+};
+
+/// "step_000042.h5".
+std::string checkpoint_file_name(std::int64_t step);
+
+/// Writes `directory`/step_<step, 6 digits>.h5 collectively over `world` (an MpiCommunicator; every
+/// rank calls it with the SAME names and shapes in the same order, and `data` defined on exactly one
+/// rank per tensor). Checked before anything is written, on every rank alike (a tensor with no
+/// writer or with two, differing name lists, a data shape that is not the declared one, a GPU
+/// tensor): all ranks throw the same partrain::Error. Writes `step_XXXXXX.h5.tmp` with parallel HDF5
+/// (MPI-IO, collective transfers), flushes and closes it, renames it (rank 0, after a barrier), then
+/// deletes all but the newest `keep` step_*.h5 files (keep <= 0: keep all) and stale *.h5.tmp files.
+/// Returns the final path. Errors name the file and the dataset.
+std::string write_checkpoint(comm::Communicator& world, const std::string& directory, const CheckpointInfo& info,
+                             const std::vector<CheckpointTensor>& tensors, int keep);
+
+/// A checkpoint read back.
+struct Checkpoint {
+  std::string path;
+  CheckpointInfo info;
+  std::map<std::string, Tensor> tensors;  // fp32 host tensors by full name
+};
+
+/// Reads (serially; any rank) and verifies a checkpoint: attributes present and format version
+/// supported, every dataset read intact (HDF5 verifies Fletcher32 on read), every name in `required`
+/// present. Returns the tensors whose names start with one of `prefixes` (empty: all) plus the
+/// required ones. Errors (partrain::Error) name the file and the dataset or attribute; a truncated
+/// file reads "PATH: not a readable HDF5 file (truncated or damaged)".
+Checkpoint read_checkpoint(const std::string& path, const std::vector<std::string>& required = {},
+                           const std::vector<std::string>& prefixes = {});
+
+/// Reads every dataset of `path` (one at a time, discarding the data) and its attributes; throws
+/// like read_checkpoint. What latest_valid_checkpoint runs on each candidate.
+void verify_checkpoint(const std::string& path, const std::vector<std::string>& required = {});
+
+/// The checkpoint files in `directory` (step_<digits>.h5, not *.tmp), newest step first. Empty when
+/// the directory does not exist.
+std::vector<std::string> list_checkpoints(const std::string& directory);
+
+/// `--resume latest`: the newest checkpoint in `directory` that verifies completely (and holds every
+/// name in `required`); each newer one skipped is appended to `skipped` (if non-null) as
+/// "path: reason". Throws partrain::Error naming the directory when none is valid.
+std::string latest_valid_checkpoint(const std::string& directory, std::vector<std::string>* skipped,
+                                    const std::vector<std::string>& required = {});
+
+/// Dataset names (recursively: "model/x", "optim/x/exp_avg"), sorted, with shapes, and the info -
+/// for `partrain inspect FILE.h5`. Reads no tensor data.
+struct CheckpointSummary {
+  CheckpointInfo info;
+  std::vector<std::pair<std::string, Shape>> tensors;
+};
+CheckpointSummary summarize_checkpoint(const std::string& path);
+
+}  // namespace partrain::io

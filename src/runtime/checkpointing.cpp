@@ -1,0 +1,89 @@
+#include "runtime/checkpointing.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+
+namespace partrain::runtime {
+namespace {
+
+// The stage that writes each parameter and buffer: the first stage reading it.
+std::map<int, int> writer_stages(const Graph& graph, const Plan& plan) {
+  std::map<int, int> stage_of;
+  for (const StageProgram& program : build_stage_programs(graph, plan)) {
+    for (int value : program.parameters) stage_of.try_emplace(value, program.stage);
+    for (int value : program.buffers) stage_of.try_emplace(value, program.stage);
+  }
+  return stage_of;
+}
+
+std::vector<int> saved_values(const Graph& graph) {
+  std::vector<int> values;
+  for (const Value& value : graph.values())
+    if (value.kind == ValueKind::Param || value.kind == ValueKind::Buffer) values.push_back(value.id);
+  return values;
+}
+
+}  // namespace
+
+std::vector<std::string> required_checkpoint_tensors(const Graph& graph, const std::vector<std::string>& optimizer_states) {
+  std::vector<std::string> names;
+  for (int value : saved_values(graph)) {
+    const Value& v = graph.value(value);
+    names.push_back("model/" + v.name);
+    if (v.kind != ValueKind::Param) continue;
+    for (const std::string& state : optimizer_states) names.push_back("optim/" + v.name + "/" + state);
+    names.push_back("optim/" + v.name + "/step");
+  }
+  return names;
+}
+
+std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const Plan& plan,
+                                                     const PipelineExecutor& executor) {
+  const std::map<int, int> writer = writer_stages(graph, plan);
+  const Placement placement = executor.placement();
+  const bool first_replica = placement.copy == 0 && placement.replica == 0;
+  const Optimizer& optimizer = executor.optimizer();
+  const std::vector<std::string> states = optimizer.state_names();
+  std::vector<io::CheckpointTensor> tensors;
+  for (int value : saved_values(graph)) {
+    const Value& v = graph.value(value);
+    const bool mine = first_replica && writer.count(value) && writer.at(value) == placement.stage;
+    io::CheckpointTensor model{"model/" + v.name, v.type.shape, mine ? executor.state().at(value) : Tensor()};
+    tensors.push_back(std::move(model));
+    if (v.kind != ValueKind::Param) continue;
+    for (const std::string& state : states) {
+      Tensor data;
+      if (mine) data = optimizer.has_state(v.name) ? optimizer.state(v.name, state) : Tensor::zeros(v.type.shape);
+      tensors.push_back({"optim/" + v.name + "/" + state, v.type.shape, data});
+    }
+    Tensor step;
+    if (mine) step = Tensor::full({1}, static_cast<double>(optimizer.step_count(v.name)));
+    tensors.push_back({"optim/" + v.name + "/step", {1}, step});
+  }
+  return tensors;
+}
+
+void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, PipelineExecutor& executor) {
+  auto tensor = [&](const std::string& name, const Shape& shape) -> const Tensor& {
+    auto found = checkpoint.tensors.find(name);
+    PARTRAIN_CHECK(found != checkpoint.tensors.end(), checkpoint.path << ": dataset /" << name << " is missing");
+    PARTRAIN_CHECK(found->second.shape() == shape, checkpoint.path << ": dataset /" << name << " has shape "
+                                                                   << shape_string(found->second.shape())
+                                                                   << ", the model needs " << shape_string(shape));
+    return found->second;
+  };
+  Optimizer& optimizer = executor.optimizer();
+  const std::vector<std::string> states = optimizer.state_names();
+  for (const auto& [value, live] : executor.state()) {
+    const Value& v = graph.value(value);
+    const Tensor& saved = tensor("model/" + v.name, v.type.shape);
+    std::copy_n(saved.data<float>(), live.numel(), live.data<float>());
+    if (v.kind != ValueKind::Param) continue;
+    for (const std::string& state : states) optimizer.set_state(v.name, state, tensor("optim/" + v.name + "/" + state, v.type.shape));
+    optimizer.set_step_count(v.name, static_cast<std::int64_t>(tensor("optim/" + v.name + "/step", {1}).data<float>()[0]));
+  }
+}
+
+}  // namespace partrain::runtime

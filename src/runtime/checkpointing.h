@@ -1,0 +1,27 @@
+#pragma once
+// What a training run saves and restores (DESIGN.md "Checkpoints"): every parameter and buffer as
+// /model/<name>, the optimizer state as /optim/<name>/<state> (exp_avg, exp_avg_sq or
+// momentum_buffer, and step: the parameter's update count), whole tensors under the model's names,
+// so a checkpoint written under one plan resumes under any other. The first replica (pipeline copy
+// 0) of the first stage holding a tensor writes it.
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "runtime/executor.h"
+
+namespace partrain::runtime {
+
+/// The full list of checkpoint tensors, identical in names, shapes and order on every rank, with data
+/// on the rank that writes each one. Collective-free.
+std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const Plan& plan,
+                                                     const PipelineExecutor& executor);
+
+/// Names every checkpoint of this model must hold for `optimizer` ("adamw" / "sgd" with momentum > 0).
+std::vector<std::string> required_checkpoint_tensors(const Graph& graph, const std::vector<std::string>& optimizer_states);
+
+/// Copies this rank's parameters, buffers and optimizer state (values and step counts) from
+/// `checkpoint`. Throws partrain::Error naming the checkpoint and the tensor when one is missing or
+/// has another shape.
+void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, PipelineExecutor& executor);
+
+}  // namespace partrain::runtime
