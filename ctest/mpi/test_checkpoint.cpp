@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "io/checkpoint.h"
 #include "support/mpi_test_main.h"
+#include "support/errors.h"
 
 namespace partrain::io {
 namespace {
@@ -80,16 +81,7 @@ CheckpointInfo sample_info(std::int64_t step) {
   return info;
 }
 
-template <typename Body>
-void expect_error(Body&& body, const std::string& fragment) {
-  try {
-    body();
-    ADD_FAILURE() << "expected a partrain::Error containing \"" << fragment << "\"";
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)
-        << "message: " << error.what() << "\nexpected to contain: " << fragment;
-  }
-}
+using testing::expect_error;
 
 TEST(Checkpoint, SpreadTensorsRoundTripOnEveryRank) {
   const std::string directory = shared_directory("roundtrip");

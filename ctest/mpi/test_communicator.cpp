@@ -13,23 +13,14 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "support/mpi_test_main.h"
+#include "support/errors.h"
 
 namespace partrain::comm {
 namespace {
 
 MpiCommunicator& world() { return testing::mpi_world(); }
 
-/// Runs `body`, expecting a partrain::Error whose message contains `fragment`.
-template <typename Body>
-void expect_error(Body&& body, const std::string& fragment) {
-  try {
-    body();
-    ADD_FAILURE() << "expected a partrain::Error containing \"" << fragment << "\"";
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)
-        << "message: " << error.what() << "\nexpected to contain: " << fragment;
-  }
-}
+using testing::expect_error;
 
 TEST(MpiCommunicator, WorldMatchesMpiCommWorld) {
   int rank = -1, size = -1;

@@ -384,23 +384,29 @@ void MpiCommunicator::broadcast_bytes(std::string& bytes, int root) {
   if (length) PARTRAIN_MPI(MPI_Bcast(bytes.data(), static_cast<int>(length), MPI_CHAR, root, communicator_));
 }
 
+MpiCommunicator::GatheredLayout MpiCommunicator::gathered_layout(int length, const char* operation) const {
+  // Every rank learns every length (a control path, so the extra data is negligible): then every
+  // rank sees the same total and the size check below fails on all ranks together.
+  GatheredLayout layout;
+  layout.lengths.resize(static_cast<std::size_t>(size_));
+  PARTRAIN_MPI(MPI_Allgather(&length, 1, MPI_INT, layout.lengths.data(), 1, MPI_INT, communicator_));
+  layout.offsets.resize(layout.lengths.size());
+  for (std::size_t i = 0; i < layout.lengths.size(); ++i) {
+    layout.offsets[i] = static_cast<int>(std::min<std::int64_t>(layout.total, INT_MAX));
+    layout.total += layout.lengths[i];
+  }
+  PARTRAIN_CHECK(layout.total <= INT_MAX,
+                 operation << ": " << layout.total << " bytes in all exceed MPI's int count limit");
+  return layout;
+}
+
 std::vector<std::string> MpiCommunicator::gather_bytes(const std::string& bytes, int root) {
   PARTRAIN_CHECK(root >= 0 && root < size_,
                  "gather_bytes: root " << root << " is out of range for a communicator of size " << size_);
   PARTRAIN_CHECK(bytes.size() <= static_cast<std::size_t>(INT_MAX),
                  "gather_bytes: " << bytes.size() << " bytes exceed MPI's int count limit");
   const int length = static_cast<int>(bytes.size());
-  // Every rank learns every length (a control path, so the extra data is negligible): then every
-  // rank sees the same total and the size check below fails on all ranks together.
-  std::vector<int> lengths(static_cast<std::size_t>(size_));
-  PARTRAIN_MPI(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, communicator_));
-  std::vector<int> offsets(lengths.size());
-  std::int64_t total = 0;
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    offsets[i] = static_cast<int>(std::min<std::int64_t>(total, INT_MAX));
-    total += lengths[i];
-  }
-  PARTRAIN_CHECK(total <= INT_MAX, "gather_bytes: " << total << " bytes in all exceed MPI's int count limit");
+  const auto [lengths, offsets, total] = gathered_layout(length, "gather_bytes");
   std::string buffer(rank_ == root ? static_cast<std::size_t>(total) : 0, '\0');
   PARTRAIN_MPI(MPI_Gatherv(bytes.data(), length, MPI_CHAR, buffer.data(), lengths.data(), offsets.data(), MPI_CHAR,
                            root, communicator_));
@@ -415,16 +421,7 @@ std::vector<std::string> MpiCommunicator::all_gather_bytes(const std::string& by
   PARTRAIN_CHECK(bytes.size() <= static_cast<std::size_t>(INT_MAX),
                  "all_gather_bytes: " << bytes.size() << " bytes exceed MPI's int count limit");
   const int length = static_cast<int>(bytes.size());
-  std::vector<int> lengths(static_cast<std::size_t>(size_));
-  PARTRAIN_MPI(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, communicator_));
-  std::vector<int> offsets(lengths.size());
-  std::int64_t total = 0;
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    offsets[i] = static_cast<int>(std::min<std::int64_t>(total, INT_MAX));
-    total += lengths[i];
-  }
-  // Every rank sees the same total, so every rank throws here together.
-  PARTRAIN_CHECK(total <= INT_MAX, "all_gather_bytes: " << total << " bytes in all exceed MPI's int count limit");
+  const auto [lengths, offsets, total] = gathered_layout(length, "all_gather_bytes");
   std::string buffer(static_cast<std::size_t>(total), '\0');
   PARTRAIN_MPI(MPI_Allgatherv(bytes.data(), length, MPI_CHAR, buffer.data(), lengths.data(), offsets.data(),
                               MPI_CHAR, communicator_));

@@ -11,6 +11,7 @@
 //  - world() duplicates MPI_COMM_WORLD, so partrain's messages never match anyone else's.
 #include <mpi.h>
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -88,6 +89,15 @@ class MpiCommunicator final : public Communicator {
   int size_ = 0;
   int max_tag_ = 32767;
   std::vector<int> global_ranks_;
+
+  // Byte counts and displacements of a gather of variable-length byte strings (MPI_Gatherv).
+  struct GatheredLayout {
+    std::vector<int> lengths, offsets;
+    std::int64_t total = 0;
+  };
+  /// Collective: every rank's `length` and the displacements; throws on every rank when the total
+  /// exceeds MPI's int count limit.
+  GatheredLayout gathered_layout(int length, const char* operation) const;
 };
 
 }  // namespace partrain::comm
