@@ -61,10 +61,13 @@ mkdir -p "$work"
 run_dir=$work/run
 cd "$source_dir" || fail "cannot cd to $source_dir"   # the job script runs in the submit directory (configs/, data/prepared/)
 export PARTRAIN_BINARY=$binary OMP_NUM_THREADS=1
-job_id=$(sbatch --parsable --job-name=partrain-ctest --ntasks=$tasks --time=00:10:00 \
-           --output="$work/slurm-%j.out" jobscripts/slurm-single-node.sbatch configs/bert-tiny.toml \
+# Through jobscripts/submit.sh, which requests the plan's world size ($tasks ranks: one node) and
+# submits the real jobscripts/slurm-single-node.sbatch.
+job_id=$(jobscripts/submit.sh configs/bert-tiny.toml --set parallel.world_size=$tasks \
            --set train.steps=$steps --set log.every=1 --set log.dir="$run_dir" \
-           --set profile.cache_dir="$work/profile-cache" --set checkpoint.every=$steps) || fail "sbatch failed"
+           --set profile.cache_dir="$work/profile-cache" --set checkpoint.every=$steps \
+           -- --job-name=partrain-ctest --time=00:10:00 --output="$work/slurm-%j.out" | tail -1) ||
+  fail "jobscripts/submit.sh failed"
 job_id=${job_id%%;*}
 log=$work/slurm-$job_id.out
 echo "check_slurm_job: submitted job $job_id (log $log)"
