@@ -223,6 +223,34 @@ TEST(PlanBuilder, PredictionsFollowTheCostModelAndTheBubbleFormula) {
   EXPECT_EQ(plan.stages[0].summary, "embeddings, encoder.layer.0");
 }
 
+TEST(PlanBuilder, StageAwareRecomputationOnlyWhereMemoryNeedsIt) {
+  const Graph graph = build_model(tiny_model_config("bert"));
+  PlannerOptions options;
+  options.world_size = 2;
+  options.global_batch = 8;
+  options.microbatches = 4;
+  options.memory_margin = 0;
+  options.recompute = "stage_aware";
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  const std::vector<std::vector<int>> stages = {join_groups(groups, 0, 3), join_groups(groups, 3, groups.size())};
+  // 1F1B: stage 0 keeps 2 microbatches (of 2 samples) in flight, stage 1 one.
+  const TaskSumCostModel probe(graph, 1e12);
+  const profile::Measurement first = probe.measure(stages[0], 2), second = probe.measure(stages[1], 2);
+  const double keep_first = first.parameter_bytes * 4 + 2 * first.activation_bytes;
+  const double recompute_first = first.parameter_bytes * 4 + 2 * first.boundary_input_bytes + first.activation_bytes;
+  const double keep_second = second.parameter_bytes * 4 + second.activation_bytes;
+  const double memory = (std::max(recompute_first, keep_second) + keep_first) / 2;
+  ASSERT_LT(std::max(recompute_first, keep_second), keep_first);
+  const TaskSumCostModel cost(graph, memory);
+  const Plan plan = plan_from_stages(graph, stages, {1, 1}, cost, options, "test");
+  EXPECT_EQ(plan.stages[0].recompute, RecomputePolicy::StageBoundaries);
+  EXPECT_EQ(plan.stages[1].recompute, RecomputePolicy::None);
+  EXPECT_NEAR(plan.stages[0].backward_seconds, first.backward_seconds + first.forward_seconds, 1e-12);
+  EXPECT_NEAR(plan.stages[1].backward_seconds, second.backward_seconds, 1e-12);
+  EXPECT_NEAR(plan.stages[0].memory_bytes, recompute_first, 1e-3);
+  EXPECT_NEAR(plan.stages[1].memory_bytes, keep_second, 1e-3);
+}
+
 TEST(PlanBuilder, ChoosesMicrobatchesAndReportsTheMemoryNeeded) {
   const Graph graph = build_model(tiny_model_config("gpt"));
   PlannerOptions options;

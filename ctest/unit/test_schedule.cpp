@@ -156,6 +156,22 @@ TEST(Schedule, RecomputeComesRightBeforeBackward) {
   }
 }
 
+TEST(Schedule, RecomputeFollowsEachStagesOwnPolicy) {
+  // Stage-aware plans mix policies: only the stages that recompute get Recompute actions.
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward}) {
+    Plan plan = make_plan({2, 1, 1}, 1, 4, kind);
+    plan.stages[0].recompute = RecomputePolicy::StageBoundaries;
+    const Schedule schedule = partrain::generate_schedule(plan);
+    partrain::check_schedule(plan, schedule);
+    for (int rank = 0; rank < plan.world_size; ++rank) {
+      const bool recomputes = plan.placement_of(rank).stage == 0;
+      const std::vector<partrain::Action>& list = schedule[rank];
+      EXPECT_EQ(find_action(list, ActionKind::Recompute, 0) < list.size(), recomputes) << "rank " << rank;
+      EXPECT_EQ(list[find_action(list, ActionKind::Forward, 0)].recomputed, recomputes) << "rank " << rank;
+    }
+  }
+}
+
 TEST(Schedule, ShiftedCriticalPathMovesRecomputeOffTheCriticalPath) {
   const int S = 4, M = 6;
   const Plan plan = make_plan(std::vector<int>(S, 1), 1, M, ScheduleKind::ShiftedCriticalPath,

@@ -186,8 +186,17 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
     PlanStage& stage = plan.stages[s];
     auto [begin, end] = plan.replica_samples(s, 0);  // replica 0 holds the largest share
     const profile::Measurement m = cost.measure(stage.tasks, end - begin);
-    const profile::MemoryPolicy policy = stage_memory_policy(options, s, stage_count, plan.microbatches);
+    profile::MemoryPolicy policy = stage_memory_policy(options, s, stage_count, plan.microbatches);
     stage.recompute = recompute_policy(options, stage_count);
+    if (stage.recompute == RecomputePolicy::StageAware) {
+      // Merak's stage-aware recomputation, per stage: later stages hold fewer microbatches in flight
+      // and often fit without recomputing, so only the stages that need it pay for it.
+      profile::MemoryPolicy keep = policy;
+      keep.recompute = false;
+      const bool fits = profile::stage_memory_bytes(m, keep) <= options.usable_memory_bytes(cost.device());
+      policy.recompute = !fits;
+      stage.recompute = fits ? RecomputePolicy::None : RecomputePolicy::StageBoundaries;
+    }
     stage.forward_seconds = m.forward_seconds + cost.transfer_seconds(m.boundary_output_bytes, across_nodes);
     stage.backward_seconds = m.backward_seconds + cost.transfer_seconds(m.boundary_input_bytes, across_nodes) +
                              (policy.recompute ? m.forward_seconds : 0.0);
