@@ -11,6 +11,7 @@
 #include "models/model.h"
 #include "partition/plan.h"
 #include "partition/plan_builder.h"
+#include "partition/planner.h"
 #include "support/errors.h"
 #include "support/tiny_models.h"
 
@@ -267,6 +268,30 @@ TEST(PlanBuilder, ChoosesMicrobatchesAndReportsTheMemoryNeeded) {
   EXPECT_NE(message.find("test: the plan does not fit in"), std::string::npos) << message;
   EXPECT_NE(message.find("it needs at least"), std::string::npos) << message;
   EXPECT_NE(error_message([&] { equal_replicas(4, 3); }).find("do not divide"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace partrain::partition
+
+namespace partrain::partition {
+namespace {
+
+// The ideals planner tries several device counts and skips infeasible ones, but the ideal cap
+// ends the search with its own message (more devices cannot help).
+TEST(TarnawskiPlanner, IdealCapEndsTheSearchAndInfeasibleCountsAreSkipped) {
+  const Graph graph = build_model(tiny_model_config("bert"));
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+  PlannerOptions options;
+  options.planner = "ideals";
+  options.world_size = 4;
+  options.global_batch = 16;
+  options.max_ideals = 5;
+  EXPECT_NE(testing::error_message([&] { make_plan(graph, *cost, options); }).find("use the linearised planner"),
+            std::string::npos);
+  options.max_ideals = 200000;
+  const Plan plan = make_plan(graph, *cost, options);
+  EXPECT_EQ(plan.planner, "ideals");
+  EXPECT_EQ(plan.world_size, 4);
 }
 
 }  // namespace

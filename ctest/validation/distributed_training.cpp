@@ -67,10 +67,6 @@ std::string run_training(const TrainingCase& c, int ranks, const std::string& di
   return directory;
 }
 
-std::vector<double> metric(const std::string& directory, const std::string& key) {
-  return testing::metric_values(directory, key);
-}
-
 class DistributedTraining : public ::testing::TestWithParam<TrainingCase> {};
 
 // The single-rank reference for `pieces` microbatches per step, shared by the cases of one ctest run
@@ -121,7 +117,7 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
       GTEST_SKIP() << "BatchNorm statistics: the plan groups samples differently in different stages";
   const std::string reference = reference_run(c, copies * microbatches * last_replicas, root);
 
-  const std::vector<double> expected = metric(reference, "loss"), actual = metric(distributed, "loss");
+  const std::vector<double> expected = testing::metric_values(reference, "loss"), actual = testing::metric_values(distributed, "loss");
   ASSERT_EQ(expected.size(), static_cast<std::size_t>(kSteps));
   ASSERT_EQ(actual.size(), expected.size());
   for (std::size_t step = 0; step < expected.size(); ++step)
@@ -129,7 +125,7 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
   // Held-out evaluation every 5 steps (forward only, evaluation mode) through the same pipeline. Not
   // for ResNet with replicas: evaluation uses BatchNorm running statistics, which each replica
   // gathered from its own samples (averaged before evaluating), unlike one rank seeing all of them.
-  const std::vector<double> expected_eval = metric(reference, "eval_loss"), actual_eval = metric(distributed, "eval_loss");
+  const std::vector<double> expected_eval = testing::metric_values(reference, "eval_loss"), actual_eval = testing::metric_values(distributed, "eval_loss");
   ASSERT_EQ(expected_eval.size(), 2u);
   ASSERT_EQ(actual_eval.size(), expected_eval.size());
   const bool replicated_batch_norm = c.model == "resnet" && copies * last_replicas > 1;

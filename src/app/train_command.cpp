@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,22 @@ namespace partrain::app {
 namespace {
 
 constexpr const char* kErrorPrefix = "ERROR:";
+
+// Runs `decide` on rank 0 only and gives its result to every rank. An error on rank 0 becomes the
+// same error on every rank, so all ranks stop cleanly instead of waiting in a collective.
+std::string decide_on_rank0(comm::Communicator& world, const std::function<std::string()>& decide) {
+  std::string text;
+  if (world.rank() == 0) {
+    try {
+      text = decide();
+    } catch (const Error& error) {
+      text = std::string(kErrorPrefix) + error.message();
+    }
+  }
+  world.broadcast_bytes(text, 0);
+  if (text.rfind(kErrorPrefix, 0) == 0) PARTRAIN_FAIL(text.substr(std::string(kErrorPrefix).size()));
+  return text;
+}
 
 // Distributed profiling (DESIGN.md "Profiling"): rank 0 lists every layer at microbatch sizes 1, 2,
 // 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
@@ -78,36 +95,29 @@ Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const Tra
                    comm::Communicator& world, Backend& backend) {
   const bool profiling = config.profile.enabled && arguments.plan_file.empty();
   const profile::ProfileDB database = profiling ? profile_layers(config, graph, world, backend) : profile::ProfileDB();
-  std::string text;
-  if (world.rank() == 0) {
-    try {
-      Plan plan;
-      if (!arguments.plan_file.empty()) {
-        plan = Plan::load(arguments.plan_file);
-      } else {
-        PlanningSetup setup = planning_setup(config, world.size());
-        const std::unique_ptr<partition::CostModel> cost =
-            profiling ? partition::make_calibrated_cost_model(graph, database, setup.device)
-                      : partition::make_analytic_cost_model(graph, setup.device);
-        ProgressBar progress("planning (" + setup.options.planner + ")");
-        setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
-        plan = partition::make_plan(graph, *cost, setup.options);
-        progress.finish();
-      }
-      PARTRAIN_CHECK(plan.world_size == world.size(), (arguments.plan_file.empty() ? "the plan" : arguments.plan_file)
-                                                          << " is for " << plan.world_size << " ranks, but "
-                                                          << world.size() << " are running");
-      PARTRAIN_CHECK(plan.global_batch == config.train.global_batch,
-                     arguments.plan_file << ": the plan's global batch " << plan.global_batch
-                                         << " differs from [train] global_batch " << config.train.global_batch);
-      plan.validate(graph);
-      text = plan.to_json().dump();
-    } catch (const Error& error) {
-      text = std::string(kErrorPrefix) + error.message();
+  const std::string text = decide_on_rank0(world, [&] {
+    Plan plan;
+    if (!arguments.plan_file.empty()) {
+      plan = Plan::load(arguments.plan_file);
+    } else {
+      PlanningSetup setup = planning_setup(config, world.size());
+      const std::unique_ptr<partition::CostModel> cost =
+          profiling ? partition::make_calibrated_cost_model(graph, database, setup.device)
+                    : partition::make_analytic_cost_model(graph, setup.device);
+      ProgressBar progress("planning (" + setup.options.planner + ")");
+      setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
+      plan = partition::make_plan(graph, *cost, setup.options);
+      progress.finish();
     }
-  }
-  world.broadcast_bytes(text, 0);
-  if (text.rfind(kErrorPrefix, 0) == 0) PARTRAIN_FAIL(text.substr(std::string(kErrorPrefix).size()));
+    PARTRAIN_CHECK(plan.world_size == world.size(), (arguments.plan_file.empty() ? "the plan" : arguments.plan_file)
+                                                        << " is for " << plan.world_size << " ranks, but "
+                                                        << world.size() << " are running");
+    PARTRAIN_CHECK(plan.global_batch == config.train.global_batch,
+                   arguments.plan_file << ": the plan's global batch " << plan.global_batch
+                                       << " differs from [train] global_batch " << config.train.global_batch);
+    plan.validate(graph);
+    return plan.to_json().dump();
+  });
   return Plan::from_json(nlohmann::json::parse(text), "broadcast plan");
 }
 
@@ -189,19 +199,12 @@ std::int64_t resume_from(const std::string& resume, const std::string& directory
                          runtime::PipelineExecutor& executor, comm::Communicator& world) {
   std::string path = resume;
   if (resume == "latest") {
-    std::string chosen;
-    if (world.rank() == 0) {
-      try {
-        std::vector<std::string> skipped;
-        chosen = io::latest_valid_checkpoint(directory, &skipped);
-        for (const std::string& reason : skipped) std::printf("resume: skipping %s\n", reason.c_str());
-      } catch (const Error& error) {
-        chosen = std::string(kErrorPrefix) + error.message();
-      }
-    }
-    world.broadcast_bytes(chosen, 0);
-    if (chosen.rfind(kErrorPrefix, 0) == 0) PARTRAIN_FAIL(chosen.substr(std::string(kErrorPrefix).size()));
-    path = chosen;
+    path = decide_on_rank0(world, [&] {
+      std::vector<std::string> skipped;
+      std::string chosen = io::latest_valid_checkpoint(directory, &skipped);
+      for (const std::string& reason : skipped) std::printf("resume: skipping %s\n", reason.c_str());
+      return chosen;
+    });
   }
   const io::Checkpoint checkpoint =
       io::read_checkpoint(path, runtime::required_checkpoint_tensors(graph, executor.optimizer().state_names()));

@@ -33,8 +33,7 @@ class CalibratedCostModel final : public CostModel {
         entry.flops += graph.task(task).cost.forward_flops;
         ++entry.tasks;
       }
-      for (std::int64_t batch = 1; batch <= (1 << 20); batch = batch < 1024 ? batch + 1 : batch * 2)
-        if (const profile::Measurement* m = database.find(group.tasks, batch)) entry.measured[batch] = *m;
+      for (std::int64_t batch : database.batches(group.tasks)) entry.measured[batch] = *database.find(group.tasks, batch);
       PARTRAIN_CHECK(!entry.measured.empty(), "profiled costs: layer " << group.name
                                                   << " was not profiled; profile it (partrain train) or plan with "
                                                      "the analytic model");

@@ -77,8 +77,9 @@ Plan plan_tarnawski(const Graph& graph, const CostModel& cost, const PlannerOpti
     PartitionResult result;
     try {
       result = linearised ? partition_linearised(workload, partition_options) : partition_ideals(workload, partition_options);
+    } catch (const TooManyIdealsError&) {
+      throw;  // more devices cannot help: say so
     } catch (const Error& error) {
-      if (error.message().find("raise the ideal cap") != std::string::npos) throw;  // too many ideals: say so
       last_error = error.what();
       continue;
     }

@@ -1,5 +1,7 @@
 #include "partition/ideals_dp.h"
 
+#include <sstream>
+
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -197,9 +199,12 @@ IdealFamily enumerate_ideals(const ClassGraph& graph, std::size_t max_ideals, co
       auto found = index_of.find(std::string_view(key));
       std::uint32_t index;
       if (found == index_of.end()) {
-        PARTRAIN_CHECK(family.size() < max_ideals,
-                       source_name << ": the forward graph of " << graph.class_count << " colour classes has more than "
-                                   << max_ideals << " ideals; use the linearised planner (--planner dpl) or raise the ideal cap");
+        if (family.size() >= max_ideals) {
+          std::ostringstream message;
+          message << source_name << ": the forward graph of " << graph.class_count << " colour classes has more than "
+                  << max_ideals << " ideals; use the linearised planner (--planner dpl) or raise the ideal cap";
+          throw TooManyIdealsError(__FILE__, __LINE__, message.str());
+        }
         index = static_cast<std::uint32_t>(family.size());
         family.bits.insert(family.bits.end(), candidate.begin(), candidate.end());
         family.lower_neighbours.emplace_back();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "partition/workload.h"
 
 namespace partrain::partition {
@@ -55,8 +56,15 @@ struct IdealFamily {
   const std::uint64_t* ideal(std::size_t index) const { return bits.data() + index * words; }
 };
 
+/// The error enumerate_ideals throws beyond its cap: callers that try several splits stop on it
+/// (more devices cannot help) while they skip infeasible ones.
+class TooManyIdealsError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Enumerates every ideal of the forward DAG of classes (breadth first, by size). Throws
-/// partrain::Error suggesting the dpl planner when there are more than `max_ideals`.
+/// TooManyIdealsError (a partrain::Error) suggesting the dpl planner when there are more than `max_ideals`.
 IdealFamily enumerate_ideals(const ClassGraph& graph, std::size_t max_ideals, const std::string& source_name);
 
 /// Options of the ideal DPs; negative values mean "the workload's".

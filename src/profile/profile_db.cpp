@@ -38,6 +38,14 @@ const Measurement* ProfileDB::find(std::span<const int> tasks, std::int64_t batc
   return found == entries_.end() ? nullptr : &found->second;
 }
 
+std::vector<std::int64_t> ProfileDB::batches(std::span<const int> tasks) const {
+  const std::string key = task_set_key(tasks);
+  std::vector<std::int64_t> result;
+  for (auto entry = entries_.lower_bound({key, 0}); entry != entries_.end() && entry->first.first == key; ++entry)
+    result.push_back(entry->first.second);
+  return result;
+}
+
 void ProfileDB::merge(const ProfileDB& other) {
   PARTRAIN_CHECK(other.graph_hash_ == graph_hash_ && other.backend_ == backend_ && other.dtype_ == dtype_,
                  "ProfileDB: cannot merge measurements of another graph, backend or dtype");

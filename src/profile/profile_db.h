@@ -46,6 +46,8 @@ class ProfileDB {
   void insert(std::span<const int> tasks, std::int64_t batch, const Measurement& measurement);
   /// The measurement, or nullptr when it was not profiled.
   const Measurement* find(std::span<const int> tasks, std::int64_t batch) const;
+  /// The microbatch sizes at which `tasks` was measured, ascending.
+  std::vector<std::int64_t> batches(std::span<const int> tasks) const;
   /// Merges another DB of the same graph/backend/dtype (throws partrain::Error otherwise).
   void merge(const ProfileDB& other);
 
