@@ -1,8 +1,30 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace partrain {
+
+namespace {
+void check_host_float(const Tensor& tensor, const char* what) {
+  PARTRAIN_CHECK(tensor.defined() && tensor.device().is_cpu() && is_floating(tensor.dtype()),
+                 what << ": needs a defined float host tensor, got " << (tensor.defined() ? dtype_name(tensor.dtype()) : "undefined")
+                      << " on " << tensor.device().to_string());
+}
+
+// Element i of a float host tensor as fp32, and the store that rounds to the tensor's dtype.
+inline float load(const Tensor& tensor, std::int64_t i) {
+  return tensor.dtype() == DType::F32 ? tensor.data<float>()[i] : static_cast<float>(tensor.data<BFloat16>()[i]);
+}
+inline void store(const Tensor& tensor, std::int64_t i, float value) {
+  if (tensor.dtype() == DType::F32) tensor.data<float>()[i] = value;
+  else tensor.data<BFloat16>()[i] = BFloat16(value);
+}
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* what) {
+  PARTRAIN_CHECK(a.shape() == b.shape(), what << ": shapes " << shape_string(a.shape()) << " and " << shape_string(b.shape()));
+}
+}  // namespace
 
 CpuBackend::CpuBackend() {
   register_cpu_gemm_kernels(*this);
@@ -25,14 +47,95 @@ void CpuBackend::copy(const Tensor& destination, const Tensor& source) {
 void CpuBackend::fill_zero(const Tensor& tensor) { tensor.zero(); }
 
 void CpuBackend::accumulate(const Tensor& accumulator, const Tensor& value) {
-  PARTRAIN_CHECK(accumulator.shape() == value.shape() && accumulator.dtype() == DType::F32 &&
-                     value.dtype() == DType::F32,
-                 "accumulate " << shape_string(value.shape()) << " into " << shape_string(accumulator.shape()));
-  float* out = accumulator.data<float>();
-  const float* in = value.data<float>();
+  check_host_float(accumulator, "accumulate");
+  check_host_float(value, "accumulate");
+  check_same_shape(accumulator, value, "accumulate");
   const std::int64_t n = value.numel();
+  if (accumulator.dtype() == DType::F32 && value.dtype() == DType::F32) {
+    float* out = accumulator.data<float>();
+    const float* in = value.data<float>();
 #pragma omp parallel for schedule(static) if (n > 32768)
-  for (std::int64_t i = 0; i < n; ++i) out[i] += in[i];
+    for (std::int64_t i = 0; i < n; ++i) out[i] += in[i];
+    return;
+  }
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (std::int64_t i = 0; i < n; ++i) store(accumulator, i, load(accumulator, i) + load(value, i));
+}
+
+void CpuBackend::convert(const Tensor& destination, const Tensor& source) {
+  check_host_float(destination, "convert");
+  check_host_float(source, "convert");
+  PARTRAIN_CHECK(destination.numel() == source.numel(), "convert: " << source.numel() << " elements into "
+                                                                     << destination.numel());
+  if (destination.dtype() == source.dtype()) return copy(destination, source);
+  const std::int64_t n = source.numel();
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (std::int64_t i = 0; i < n; ++i) store(destination, i, load(source, i));
+}
+
+double CpuBackend::sum_of_squares(const Tensor& tensor) {
+  check_host_float(tensor, "sum_of_squares");
+  const std::int64_t n = tensor.numel();
+  double sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (n >= 32768)
+  for (std::int64_t k = 0; k < n; ++k) {
+    const double x = load(tensor, k);
+    sum += x * x;
+  }
+  return sum;
+}
+
+void CpuBackend::scale(const Tensor& tensor, double factor) {
+  check_host_float(tensor, "scale");
+  const float f = static_cast<float>(factor);
+  const std::int64_t n = tensor.numel();
+#pragma omp parallel for schedule(static) if (n >= 32768)
+  for (std::int64_t k = 0; k < n; ++k) store(tensor, k, load(tensor, k) * f);
+}
+
+void CpuBackend::adamw_update(const Tensor& parameter, const Tensor& gradient, const Tensor& exp_avg,
+                              const Tensor& exp_avg_sq, const AdamWUpdate& u) {
+  for (const Tensor* t : {&parameter, &gradient, &exp_avg, &exp_avg_sq}) {
+    PARTRAIN_CHECK(t->dtype() == DType::F32 && t->device().is_cpu(), "adamw_update: needs f32 host tensors");
+    check_same_shape(*t, parameter, "adamw_update");
+  }
+  float* value = parameter.data<float>();
+  const float* g_in = gradient.data<float>();
+  float* m = exp_avg.data<float>();
+  float* v = exp_avg_sq.data<float>();
+  const std::int64_t n = parameter.numel();
+#pragma omp parallel for schedule(static) if (n >= 32768)
+  for (std::int64_t k = 0; k < n; ++k) {
+    const float g = g_in[k] * u.grad_scale;
+    value[k] *= u.keep;
+    m[k] += u.one_minus_beta1 * (g - m[k]);  // torch lerp_(grad, 1 - beta1)
+    v[k] = v[k] * u.beta2 + u.one_minus_beta2 * g * g;
+    const float denom = std::sqrt(v[k]) / u.bias_correction2_sqrt + u.eps;
+    value[k] -= u.step_size * m[k] / denom;
+  }
+}
+
+void CpuBackend::sgd_update(const Tensor& parameter, const Tensor& gradient, const Tensor& momentum_buffer,
+                            const SgdUpdate& u) {
+  for (const Tensor* t : {&parameter, &gradient, &momentum_buffer}) {
+    if (t == &momentum_buffer && !t->defined()) continue;
+    PARTRAIN_CHECK(t->dtype() == DType::F32 && t->device().is_cpu(), "sgd_update: needs f32 host tensors");
+    check_same_shape(*t, parameter, "sgd_update");
+  }
+  float* value = parameter.data<float>();
+  const float* g = gradient.data<float>();
+  float* buffer = momentum_buffer.defined() ? momentum_buffer.data<float>() : nullptr;
+  const std::int64_t n = parameter.numel();
+#pragma omp parallel for schedule(static) if (n >= 32768)
+  for (std::int64_t k = 0; k < n; ++k) {
+    float d = g[k] * u.grad_scale;
+    if (u.decay != 0.0f) d += u.decay * value[k];
+    if (buffer) {
+      buffer[k] = u.first ? d : buffer[k] * u.momentum + d;
+      d = buffer[k];
+    }
+    value[k] -= u.rate * d;
+  }
 }
 
 CpuBackend& cpu_backend() {

@@ -15,6 +15,13 @@ class CpuBackend final : public Backend {
   void copy(const Tensor& destination, const Tensor& source) override;
   void fill_zero(const Tensor& tensor) override;
   void accumulate(const Tensor& accumulator, const Tensor& value) override;
+  void convert(const Tensor& destination, const Tensor& source) override;
+  double sum_of_squares(const Tensor& tensor) override;
+  void scale(const Tensor& tensor, double factor) override;
+  void adamw_update(const Tensor& parameter, const Tensor& gradient, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                    const AdamWUpdate& update) override;
+  void sgd_update(const Tensor& parameter, const Tensor& gradient, const Tensor& momentum_buffer,
+                  const SgdUpdate& update) override;
 };
 
 /// The process-wide CPU backend.

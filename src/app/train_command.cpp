@@ -15,7 +15,9 @@
 #include "app/commands.h"
 #include "app/planning.h"
 #include "comm/mpi_communicator.h"
+#include "comm/device_communicator.h"
 #include "core/allocator.h"
+#include "core/backend_registry.h"
 #include "core/error.h"
 #include "io/batch_source.h"
 #include "io/checkpoint.h"
@@ -52,12 +54,19 @@ std::string decide_on_rank0(comm::Communicator& world, const std::function<std::
   return text;
 }
 
+// The ProfileDB backend key: measurements of one GPU model are not reused on another.
+std::string profile_backend_name(const Backend& backend) {
+  if (backend.device().is_cpu()) return "cpu";
+  return "cuda:" + gpu_backend()->device_name(backend.device().index);
+}
+
 // Distributed profiling (DESIGN.md "Profiling"): rank 0 lists every layer at microbatch sizes 1, 2,
 // 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
 // every rank measures its share. Collective over `world`; returns the complete DB on every rank.
 profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& graph, comm::Communicator& world,
                                   Backend& backend) {
-  profile::ProfileDB database(graph.hash(), "cpu", config.train.precision);
+  const std::string backend_name = profile_backend_name(backend);
+  profile::ProfileDB database(graph.hash(), backend_name, config.train.precision);
   const std::string cache = config.profile.cache_dir + "/" +
                             profile::ProfileDB::cache_file_name(graph.hash(), database.backend(), database.dtype());
   std::vector<profile::ProfileRequest> requests;
@@ -67,7 +76,7 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
         database = profile::ProfileDB::load(cache);
       } catch (const Error& error) {  // a damaged cache is measured again, not fatal
         std::printf("profile: ignoring %s: %s\n", cache.c_str(), error.message().c_str());
-        database = profile::ProfileDB(graph.hash(), "cpu", config.train.precision);
+        database = profile::ProfileDB(graph.hash(), backend_name, config.train.precision);
       }
     }
     requests = partition::calibration_requests(graph, config.train.global_batch);
@@ -142,7 +151,7 @@ void save_parameters(const std::string& path, const Graph& graph, const runtime:
   const Placement placement = executor.placement();
   if (placement.copy == 0 && placement.replica == 0) {
     for (const auto& [value, tensor] : executor.state()) {
-      const std::vector<float> values = tensor.to_float_vector();
+      const std::vector<float> values = to_host(tensor, executor.backend()).to_float_vector();
       const std::int64_t id = value, count = static_cast<std::int64_t>(values.size());
       bytes.append(reinterpret_cast<const char*>(&id), sizeof id);
       bytes.append(reinterpret_cast<const char*>(&count), sizeof count);
@@ -221,7 +230,11 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
   const Graph graph = build_model(config.model);
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
-  const Plan plan = agree_on_plan(config, graph, arguments, world, cpu_backend());
+  // Every rank computes on its node's GPU (one per rank, NCCL between them) or on the CPU (MPI).
+  Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
+  const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
+  comm::Communicator& run_world = device_world ? *device_world : world;
+  const Plan plan = agree_on_plan(config, graph, arguments, world, backend);
 
   const std::string directory = output_directory(config);
   if (leader) {
@@ -238,7 +251,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
 
   const std::unordered_map<int, Tensor> initial = initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed),
                                                                         config.model.initializer_range);
-  runtime::PipelineExecutor executor(graph, plan, world, cpu_backend(), *data, initial, config.train);
+  runtime::PipelineExecutor executor(graph, plan, run_world, backend, *data, initial, config.train);
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
 

@@ -55,6 +55,9 @@ class MpiCommunicator final : public Communicator {
   /// A communicator over every process (a duplicate of MPI_COMM_WORLD). Collective; needs an active
   /// MPI (an MpiSession).
   static std::unique_ptr<MpiCommunicator> world();
+  /// This process's rank among the processes of its node (MPI_Comm_split_type SHARED on
+  /// MPI_COMM_WORLD): which GPU of the node it uses. Collective over MPI_COMM_WORLD.
+  static int node_local_rank();
   /// Takes ownership of `communicator` (freed by the destructor): sets MPI_ERRORS_RETURN on it and
   /// computes its global ranks.
   explicit MpiCommunicator(MPI_Comm communicator);

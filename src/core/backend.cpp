@@ -1,12 +1,50 @@
 #include "core/backend.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace partrain {
+
+namespace {
+bool any_bf16(std::span<const Tensor> tensors) {
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [](const Tensor& t) { return t.defined() && t.dtype() == DType::BF16; });
+}
+
+// fp32 working copies of the bf16 tensors among `tensors` (the others as they are). With
+// `copy_values` false the copies are uninitialised (outputs and input gradients).
+std::vector<Tensor> widened(Backend& backend, std::span<const Tensor> tensors, bool copy_values) {
+  std::vector<Tensor> result(tensors.begin(), tensors.end());
+  for (Tensor& tensor : result) {
+    if (!tensor.defined() || tensor.dtype() != DType::BF16) continue;
+    Tensor wide = backend.empty(tensor.shape(), DType::F32);
+    if (copy_values) backend.convert(wide, tensor);
+    tensor = wide;
+  }
+  return result;
+}
+
+// Rounds the fp32 results back into the bf16 tensors they stand for; tensors that were not widened
+// were written in place by the kernel.
+void narrow_into(Backend& backend, std::span<const Tensor> targets, std::span<const Tensor> results) {
+  for (std::size_t i = 0; i < targets.size(); ++i)
+    if (targets[i].defined() && targets[i].dtype() == DType::BF16) backend.convert(targets[i], results[i]);
+}
+}  // namespace
 
 void Backend::forward(OpType type, const KernelContext& context, std::span<const Tensor> inputs,
                       std::span<const Tensor> outputs) const {
   const OpKernels& op = kernels(type);
   PARTRAIN_CHECK(op.forward != nullptr, "backend " << name() << " has no forward kernel for " << op_name(type));
-  op.forward(context, inputs, outputs);
+  if (supports_bf16() || (!any_bf16(inputs) && !any_bf16(outputs))) return op.forward(context, inputs, outputs);
+  // bf16 on a backend that computes in fp32 only: widen, compute, round once.
+  Backend& self = context.backend;
+  const std::vector<Tensor> wide_inputs = widened(self, inputs, true);
+  const std::vector<Tensor> wide_outputs = widened(self, outputs, false);
+  op.forward(context, wide_inputs, wide_outputs);
+  // Ops that update an input in place (BatchNorm2d running statistics) write the widened copy.
+  narrow_into(self, inputs, wide_inputs);
+  narrow_into(self, outputs, wide_outputs);
 }
 
 void Backend::backward(OpType type, const KernelContext& context, std::span<const Tensor> inputs,
@@ -14,7 +52,27 @@ void Backend::backward(OpType type, const KernelContext& context, std::span<cons
                        std::span<const Tensor> input_grads) const {
   const OpKernels& op = kernels(type);
   PARTRAIN_CHECK(op.backward != nullptr, "backend " << name() << " has no backward kernel for " << op_name(type));
-  op.backward(context, inputs, outputs, output_grads, input_grads);
+  if (supports_bf16() || (!any_bf16(inputs) && !any_bf16(outputs) && !any_bf16(output_grads) && !any_bf16(input_grads)))
+    return op.backward(context, inputs, outputs, output_grads, input_grads);
+  Backend& self = context.backend;
+  const std::vector<Tensor> wide_input_grads = widened(self, input_grads, false);
+  op.backward(context, widened(self, inputs, true), widened(self, outputs, true), widened(self, output_grads, true),
+              wide_input_grads);
+  narrow_into(self, input_grads, wide_input_grads);
+}
+
+Tensor to_backend(const Tensor& tensor, Backend& backend) {
+  if (!tensor.defined() || tensor.device() == backend.device()) return tensor;
+  Tensor copy = backend.empty(tensor.shape(), tensor.dtype());
+  backend.copy(copy, tensor);
+  return copy;
+}
+
+Tensor to_host(const Tensor& tensor, Backend& backend) {
+  if (!tensor.defined() || tensor.device().is_cpu()) return tensor;
+  Tensor copy = Tensor::empty(tensor.shape(), tensor.dtype());
+  backend.copy(copy, tensor);
+  return copy;
 }
 
 }  // namespace partrain

@@ -40,6 +40,22 @@ struct OpKernels {
   BackwardKernel backward = nullptr;
 };
 
+/// The per-element constants of one torch.optim.AdamW update, computed on the host by the
+/// optimizer (runtime/optimizer.h): with g = gradient·grad_scale,
+///   p ← p·keep;  m ← m + one_minus_beta1·(g − m);  v ← v·beta2 + one_minus_beta2·g²;
+///   p ← p − step_size · m / (√v / bias_correction2_sqrt + eps).
+struct AdamWUpdate {
+  float keep = 1, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0, step_size = 0, bias_correction2_sqrt = 1,
+        eps = 0, grad_scale = 1;
+};
+
+/// The constants of one torch.optim.SGD update: d = g·grad_scale + decay·p; with a momentum buffer
+/// buf ← d (first update) or buf·momentum + d, d ← buf; then p ← p − rate·d.
+struct SgdUpdate {
+  float decay = 0, rate = 0, momentum = 0, grad_scale = 1;
+  bool first = false;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -52,8 +68,27 @@ class Backend {
   virtual void copy(const Tensor& destination, const Tensor& source) = 0;
   /// Sets every element of `tensor` to zero.
   virtual void fill_zero(const Tensor& tensor) = 0;
-  /// accumulator += value (same shape, floating dtypes): gradient accumulation.
+  /// accumulator += value (same shape; f32 or bf16 each, summed in fp32): gradient accumulation,
+  /// including bf16 parameter gradients into f32 master gradients under mixed precision.
   virtual void accumulate(const Tensor& accumulator, const Tensor& value) = 0;
+  /// destination = source converted between f32 and bf16 (round to nearest even), same shape and
+  /// device; equal dtypes copy.
+  virtual void convert(const Tensor& destination, const Tensor& source) = 0;
+  /// Σ x² over the elements of a float tensor, accumulated in double on the host side (gradient
+  /// norms).
+  virtual double sum_of_squares(const Tensor& tensor) = 0;
+  /// tensor ← tensor · factor (float tensors).
+  virtual void scale(const Tensor& tensor, double factor) = 0;
+  /// One AdamW update of an f32 parameter from its f32 gradient and f32 state (all same shape).
+  virtual void adamw_update(const Tensor& parameter, const Tensor& gradient, const Tensor& exp_avg,
+                            const Tensor& exp_avg_sq, const AdamWUpdate& update) = 0;
+  /// One SGD update; `momentum_buffer` is undefined when momentum is 0.
+  virtual void sgd_update(const Tensor& parameter, const Tensor& gradient, const Tensor& momentum_buffer,
+                          const SgdUpdate& update) = 0;
+  /// True when the kernels read and write bf16 tensors themselves. Otherwise forward()/backward()
+  /// run them in fp32 on converted copies and round the results to bf16 (the CPU reference of
+  /// "bf16 storage, fp32 compute").
+  virtual bool supports_bf16() const { return false; }
 
   CachingAllocator& allocator() const { return allocator_for(device()); }
   Tensor empty(const Shape& shape, DType dtype = DType::F32) const { return Tensor::empty(shape, dtype, device()); }
@@ -63,7 +98,8 @@ class Backend {
     return tensor;
   }
 
-  /// Runs an op's forward / backward kernel; throws partrain::Error if this backend has none.
+  /// Runs an op's forward / backward kernel; throws partrain::Error if this backend has none. bf16
+  /// tensors on a backend without supports_bf16() are converted as described there.
   void forward(OpType type, const KernelContext& context, std::span<const Tensor> inputs,
                std::span<const Tensor> outputs) const;
   void backward(OpType type, const KernelContext& context, std::span<const Tensor> inputs,
@@ -77,5 +113,10 @@ class Backend {
  private:
   std::array<OpKernels, kOpTypeCount> kernels_{};
 };
+
+/// `tensor` on `backend`'s device: the same handle when it is already there, else a copy.
+Tensor to_backend(const Tensor& tensor, Backend& backend);
+/// A host copy of `tensor` (the same handle when it is on the host already).
+Tensor to_host(const Tensor& tensor, Backend& backend);
 
 }  // namespace partrain

@@ -376,6 +376,7 @@ TrainConfig read_train_config(const ConfigDocument& document) {
   reader.read("eval_every", config.eval_every);
   reader.read("eval_batches", config.eval_batches);
   reader.read_choice("precision", config.precision, {"fp32", "bf16"});
+  reader.read_choice("device", config.device, {"auto", "cpu", "cuda"});
   reader.finish();
   if (config.steps < 0) reader.fail("steps", "must not be negative");
   if (config.global_batch <= 0) reader.fail("global_batch", "must be positive");

@@ -144,7 +144,8 @@ struct TrainConfig {
   double grad_clip = 1.0;                // global-norm clipping threshold; 0: off
   std::int64_t eval_every = 0;           // evaluate on held-out data every N steps; 0: never
   std::int64_t eval_batches = 1;         // global batches per evaluation
-  std::string precision = "fp32";        // "fp32" or "bf16" (mixed precision, GPU backend)
+  std::string precision = "fp32";        // "fp32" or "bf16" (mixed precision: bf16 compute, fp32 master weights)
+  std::string device = "auto";           // "auto" (a GPU when one is visible), "cpu" or "cuda"
 };
 
 /// The [parallel] section: how the model is split over the devices (DESIGN.md "Partitioning").

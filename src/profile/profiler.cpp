@@ -93,20 +93,12 @@ Tensor synthetic_input(const Graph& graph, const Value& value, std::int64_t batc
   PARTRAIN_FAIL("profiler: input '" << value.name << "' has an unsupported dtype " << dtype_name(value.type.dtype));
 }
 
-// `host` on the backend's device (the same handle on the CPU).
-Tensor to_device(const Tensor& host, Backend& backend) {
-  if (backend.device() == host.device()) return host;
-  Tensor tensor = backend.empty(host.shape(), host.dtype());
-  backend.copy(tensor, host);
-  return tensor;
-}
-
 Tensor ones_like(const Tensor& like, Backend& backend) {
   std::vector<float> data(static_cast<std::size_t>(like.numel()), 1.0f);
   Tensor host = like.dtype() == DType::BF16
                     ? Tensor::from_vector<BFloat16>(like.shape(), std::vector<BFloat16>(data.begin(), data.end()))
                     : Tensor::from_vector<float>(like.shape(), data);
-  return to_device(host, backend);
+  return to_backend(host, backend);
 }
 
 double median(std::vector<double> samples) {
@@ -160,12 +152,12 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
     for (const Value& value : trimmed.values()) {
       switch (value.kind) {
         case ValueKind::Input:
-        case ValueKind::Label: inputs[value.id] = to_device(synthetic_input(trimmed, value, batch, generator), backend); break;
-        case ValueKind::Const: inputs[value.id] = to_device(trimmed.constant_data(value.id), backend); break;
+        case ValueKind::Label: inputs[value.id] = to_backend(synthetic_input(trimmed, value, batch, generator), backend); break;
+        case ValueKind::Const: inputs[value.id] = to_backend(trimmed.constant_data(value.id), backend); break;
         default: break;
       }
     }
-    for (auto& [id, tensor] : initialize_parameters(trimmed, options.seed)) inputs[id] = to_device(tensor, backend);
+    for (auto& [id, tensor] : initialize_parameters(trimmed, options.seed)) inputs[id] = to_backend(tensor, backend);
 
     // Gradient accumulators of the parameters exist before the measured pass (model state).
     TensorMap accumulators;

@@ -50,12 +50,14 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
   for (int value : saved_values(graph)) {
     const Value& v = graph.value(value);
     const bool mine = first_replica && writer.count(value) && writer.at(value) == placement.stage;
-    io::CheckpointTensor model{"model/" + v.name, v.type.shape, mine ? executor.state().at(value) : Tensor()};
+    // The writer reads host memory: device tensors are copied out first.
+    Backend& backend = executor.backend();
+    io::CheckpointTensor model{"model/" + v.name, v.type.shape, mine ? to_host(executor.state().at(value), backend) : Tensor()};
     tensors.push_back(std::move(model));
     if (v.kind != ValueKind::Param) continue;
     for (const std::string& state : states) {
       Tensor data;
-      if (mine) data = optimizer.has_state(v.name) ? optimizer.state(v.name, state) : Tensor::zeros(v.type.shape);
+      if (mine) data = optimizer.has_state(v.name) ? to_host(optimizer.state(v.name, state), backend) : Tensor::zeros(v.type.shape);
       tensors.push_back({"optim/" + v.name + "/" + state, v.type.shape, data});
     }
     Tensor step;
@@ -79,11 +81,12 @@ void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, Pi
   for (const auto& [value, live] : executor.state()) {
     const Value& v = graph.value(value);
     const Tensor& saved = tensor("model/" + v.name, v.type.shape);
-    std::copy_n(saved.data<float>(), live.numel(), live.data<float>());
+    executor.backend().copy(live, saved);
     if (v.kind != ValueKind::Param) continue;
     for (const std::string& state : states) optimizer.set_state(v.name, state, tensor("optim/" + v.name + "/" + state, v.type.shape));
     optimizer.set_step_count(v.name, static_cast<std::int64_t>(tensor("optim/" + v.name + "/step", {1}).data<float>()[0]));
   }
+  executor.refresh_working_parameters();
 }
 
 }  // namespace partrain::runtime

@@ -20,7 +20,12 @@ int message_tag(const comm::Communicator& world, int microbatch, bool gradient) 
   return (microbatch * 2 + (gradient ? 1 : 0)) % (world.max_tag() + 1);
 }
 
-bool contains(const std::vector<int>& sorted, int value) { return std::binary_search(sorted.begin(), sorted.end(), value); }
+// A copy of `tensor` on `backend`'s device (never the same storage).
+Tensor copy_to(const Tensor& tensor, Backend& backend) {
+  Tensor copy = backend.empty(tensor.shape(), tensor.dtype());
+  backend.copy(copy, tensor);
+  return copy;
+}
 
 }  // namespace
 
@@ -57,14 +62,16 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   for (int value : program_.parameters) {
     auto found = initial_values.find(value);
     PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for parameter " << graph.value(value).name);
-    state_[value] = found->second.clone();
-    gradients_[value] = Tensor::zeros(found->second.shape());
+    state_[value] = copy_to(found->second, backend_);
+    gradients_[value] = backend_.zeros(found->second.shape());  // f32 master gradients
   }
   for (int value : program_.buffers) {
     auto found = initial_values.find(value);
     PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for buffer " << graph.value(value).name);
-    state_[value] = found->second.clone();
+    state_[value] = copy_to(found->second, backend_);
   }
+  mixed_precision_ = train.precision == "bf16";
+  refresh_working_parameters();
 
   // Parameters read by several stages (tied embeddings) are reduced over every rank of those stages.
   std::map<int, std::vector<int>> stages_of;  // parameter -> stages reading it
@@ -105,7 +112,36 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     // No weight decay for biases and normalisation weights (1-D), as in Hugging Face and Megatron.
     parameters.push_back({graph.value(value).name, state_[value], state_[value].rank() > 1});
   }
-  optimizer_ = make_optimizer(train, std::move(parameters));
+  optimizer_ = make_optimizer(train, std::move(parameters), backend_);
+}
+
+DType PipelineExecutor::compute_dtype(DType dtype) const {
+  return mixed_precision_ && dtype == DType::F32 ? DType::BF16 : dtype;
+}
+
+void PipelineExecutor::refresh_working_parameters() {
+  // Mixed precision (Megatron/Apex "O2"): forward and backward read bf16 copies of the f32 master
+  // parameters; buffers (BatchNorm running statistics) stay f32.
+  working_.clear();
+  for (const auto& [value, tensor] : state_) {
+    const bool parameter = graph_.value(value).kind == ValueKind::Param;
+    if (!mixed_precision_ || !parameter) {
+      working_[value] = tensor;
+      continue;
+    }
+    Tensor working = backend_.empty(tensor.shape(), DType::BF16);
+    backend_.convert(working, tensor);
+    working_[value] = working;
+  }
+}
+
+Tensor PipelineExecutor::to_compute(const Tensor& host) const {
+  Tensor on_device = to_backend(host, backend_);
+  const DType dtype = compute_dtype(host.dtype());
+  if (dtype == host.dtype()) return on_device;
+  Tensor converted = backend_.empty(host.shape(), dtype);
+  backend_.convert(converted, on_device);
+  return converted;
 }
 
 PipelineExecutor::~PipelineExecutor() = default;
@@ -124,7 +160,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
     return random;
   };
   auto forward = [&](MicrobatchState& state, int microbatch) {
-    for (const auto& [value, tensor] : state_) state.values[value] = tensor;
+    for (const auto& [value, tensor] : working_) state.values[value] = tensor;
     run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch)});
   };
 
@@ -138,7 +174,8 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       std::vector<comm::Request> requests;
       for (int value : values) {
         Tensor& tensor = into[value];
-        if (!tensor.defined()) tensor = Tensor::empty(with_batch(graph_.value(value).type.shape, rows), graph_.value(value).type.dtype);
+        if (!tensor.defined())
+          tensor = backend_.empty(with_batch(graph_.value(value).type.shape, rows), compute_dtype(graph_.value(value).type.dtype));
         requests.push_back(world_.receive(tensor.slice_rows(action.sample_begin - own_begin, action.sample_end - own_begin),
                                           action.peer, message_tag(world_, action.microbatch, gradient)));
       }
@@ -167,7 +204,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
         auto found = batch.find(graph_.value(value).name);
         PARTRAIN_CHECK(found != batch.end(),
                        active_data_->path() << ": the data has no input '" << graph_.value(value).name << "'");
-        state.values[value] = found->second;
+        state.values[value] = to_compute(found->second);
         state.kept.push_back(value);
       }
       for (const auto& [value, tensor] : state.received) {
@@ -178,7 +215,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       for (int value : program_.sent) state.outputs[value] = state.values.at(value);
       if (program_.loss >= 0) {
         const double weight = static_cast<double>(rows) / plan_.global_batch;
-        loss_sum += weight * state.values.at(program_.loss).to_float_vector().at(0);
+        loss_sum += weight * to_host(state.values.at(program_.loss), backend_).to_float_vector().at(0);
       }
       if (action.recomputed) {  // keep only what the recomputation starts from
         TensorMap kept;
@@ -191,7 +228,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       MicrobatchState& state = microbatches[action.microbatch];
       // BatchNorm updated its running statistics in the first forward: keep them from changing twice.
       std::vector<std::pair<Tensor, Tensor>> saved;
-      for (int value : program_.buffers) saved.emplace_back(state_.at(value), state_.at(value).clone());
+      for (int value : program_.buffers) saved.emplace_back(state_.at(value), copy_to(state_.at(value), backend_));
       forward(state, action.microbatch);
       for (auto& [live, copy] : saved) backend_.copy(live, copy);
       return;
@@ -203,11 +240,12 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       for (int value : program_.backward.output_grads) {
         const Tensor& output = state.values.at(value);
         if (value == program_.loss) {
-          grads[value] = Tensor::full(output.shape(), static_cast<double>(rows) / plan_.global_batch);
+          grads[value] = to_backend(Tensor::full(output.shape(), static_cast<double>(rows) / plan_.global_batch, output.dtype()),
+                                    backend_);
         } else if (auto found = state.received_gradients.find(value); found != state.received_gradients.end()) {
           grads[value] = found->second;
         } else {
-          grads[value] = Tensor::zeros(output.shape(), output.dtype());
+          grads[value] = backend_.zeros(output.shape(), output.dtype());
         }
       }
       run_backward(graph_, program_.backward, state.values, grads, backend_, {true, random_context(action.microbatch)});
@@ -221,7 +259,8 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
             gradient = relayed->second;
           }
         }
-        if (!gradient.defined()) gradient = Tensor::zeros(with_batch(graph_.value(value).type.shape, rows));
+        if (!gradient.defined())
+          gradient = backend_.zeros(with_batch(graph_.value(value).type.shape, rows), compute_dtype(graph_.value(value).type.dtype));
         state.outgoing_gradients[value] = gradient;
       }
       state.values.clear();
@@ -248,10 +287,7 @@ double PipelineExecutor::evaluate(const io::BatchSource& heldout, std::int64_t b
     std::vector<Tensor> buffers;
     for (int value : program_.buffers) buffers.push_back(state_.at(value));
     stage_group_->all_reduce_coalesced(buffers);
-    for (Tensor& buffer : buffers) {
-      float* data = buffer.data<float>();
-      for (std::int64_t i = 0; i < buffer.numel(); ++i) data[i] /= static_cast<float>(stage_group_->size());
-    }
+    for (Tensor& buffer : buffers) backend_.scale(buffer, 1.0 / stage_group_->size());
   }
   active_data_ = &heldout;
   training_ = false;
@@ -275,9 +311,9 @@ double PipelineExecutor::evaluate(const io::BatchSource& heldout, std::int64_t b
 
 StepResult PipelineExecutor::train_step(std::int64_t step) {
   const double start = now_us();
-  CachingAllocator& allocator = allocator_for(cpu_device());
+  CachingAllocator& allocator = backend_.allocator();
   allocator.reset_peak();
-  for (auto& [value, gradient] : gradients_) gradient.zero();
+  for (auto& [value, gradient] : gradients_) backend_.fill_zero(gradient);
   std::vector<MicrobatchState> microbatches(plan_.microbatches);
   std::vector<comm::Request> pending;
   double loss_sum = 0;
@@ -305,11 +341,13 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   for (std::size_t i = 0; i < parameter_order_.size(); ++i) {
     const Tensor& gradient = gradients_.at(parameter_order_[i]);
     gradients.push_back(gradient);
-    local_square += sum_of_squares(std::span<const Tensor>(&gradient, 1)) / holders_[i];
+    local_square += backend_.sum_of_squares(gradient) / holders_[i];
   }
   const double grad_norm = std::sqrt(world_.all_reduce_scalar(local_square));
   const double lr = lr_schedule_.at(step);
   optimizer_->step(gradients, lr, clip_scale(grad_norm, train_.grad_clip));
+  if (mixed_precision_) refresh_working_parameters();
+  backend_.synchronise();  // the step's time includes the device's work
   trace_.push_back({"Step", "optimizer", step_start - clock_origin_, now_us() - step_start, step});
 
   StepResult result;

@@ -60,9 +60,15 @@ class PipelineExecutor {
   /// over the stage's data-parallel group. Collective over the world; the same value on every rank.
   double evaluate(const io::BatchSource& heldout, std::int64_t batches);
 
-  /// This rank's parameters and buffers by value id (current values; shared storage).
+  /// This rank's parameters and buffers by value id (current values, f32 master copies on the
+  /// backend's device; shared storage).
   const std::unordered_map<int, Tensor>& state() const { return state_; }
+  /// Call after writing into state() (checkpoint restore): re-derives the bf16 working copies of
+  /// the parameters under mixed precision.
+  void refresh_working_parameters();
   const StageProgram& program() const { return program_; }
+  /// The backend every tensor of this executor lives on.
+  Backend& backend() const { return backend_; }
   Placement placement() const { return placement_; }
   Optimizer& optimizer() { return *optimizer_; }
   const Optimizer& optimizer() const { return *optimizer_; }
@@ -82,7 +88,9 @@ class PipelineExecutor {
   std::vector<Action> evaluation_actions_;      // the forward part of actions_
   const io::BatchSource* active_data_ = nullptr;  // training or held-out data of the running pass
   bool training_ = true;
-  std::unordered_map<int, Tensor> state_;       // params and buffers
+  std::unordered_map<int, Tensor> state_;       // params and buffers (f32 masters)
+  std::unordered_map<int, Tensor> working_;     // what forward/backward read: bf16 params under mixed precision
+  bool mixed_precision_ = false;                // [train] precision = "bf16"
   std::unordered_map<int, Tensor> gradients_;   // param value id -> accumulated gradient
   std::vector<int> parameter_order_;            // optimizer order (param value ids)
   std::vector<double> holders_;                 // per parameter_order_: ranks holding the parameter
@@ -95,6 +103,10 @@ class PipelineExecutor {
   std::vector<io::TraceEvent> trace_;
   double clock_origin_ = 0;
 
+  /// The dtype a value of graph dtype `dtype` has at run time (f32 -> bf16 under mixed precision).
+  DType compute_dtype(DType dtype) const;
+  /// A host data tensor on the device in its compute dtype.
+  Tensor to_compute(const Tensor& host) const;
   void run_action(const Action& action, std::int64_t step, std::vector<MicrobatchState>& microbatches,
                   std::vector<comm::Request>& pending, double& loss_sum);
 };

@@ -5,10 +5,11 @@
 namespace partrain {
 
 namespace {
-const Tensor& lookup(const Graph& graph, const TensorMap& values, int id, const Task& task) {
+Tensor lookup(const Graph& graph, const TensorMap& values, int id, const Task& task, Backend& backend) {
   auto it = values.find(id);
   if (it != values.end()) return it->second;
-  if (graph.value(id).kind == ValueKind::Const) return graph.constant_data(id);
+  // Constants (position ids) live on the host in the graph; small, so copied per use on a GPU.
+  if (graph.value(id).kind == ValueKind::Const) return to_backend(graph.constant_data(id), backend);
   PARTRAIN_FAIL("task '" << task.name << "': input '" << graph.value(id).name << "' has no tensor");
 }
 
@@ -26,7 +27,7 @@ void run_forward(const Graph& graph, const Subgraph& subgraph, TensorMap& values
     std::vector<Tensor> inputs;
     std::vector<TensorType> input_types;
     for (int input : task.inputs) {
-      inputs.push_back(lookup(graph, values, input, task));
+      inputs.push_back(lookup(graph, values, input, task, backend));
       input_types.push_back({inputs.back().shape(), inputs.back().dtype()});
     }
     std::vector<Tensor> outputs;
@@ -53,9 +54,9 @@ void run_backward(const Graph& graph, const BackwardProgram& program, const Tens
   for (const BackwardStep& step : program.steps) {
     const Task& task = graph.task(step.task);
     std::vector<Tensor> inputs, outputs, output_grads, input_grads;
-    for (int input : task.inputs) inputs.push_back(lookup(graph, values, input, task));
+    for (int input : task.inputs) inputs.push_back(lookup(graph, values, input, task, backend));
     for (int output : task.outputs) {
-      outputs.push_back(lookup(graph, values, output, task));
+      outputs.push_back(lookup(graph, values, output, task, backend));
       auto it = grads.find(output);
       output_grads.push_back(it != grads.end() ? it->second : backend.zeros(outputs.back().shape(), outputs.back().dtype()));
     }

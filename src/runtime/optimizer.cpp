@@ -9,19 +9,21 @@
 namespace partrain {
 
 namespace {
-void check_host_f32(const Tensor& tensor, const std::string& what) {
+void check_f32_on(const Tensor& tensor, Device device, const std::string& what) {
   PARTRAIN_CHECK(tensor.defined(), what << " is undefined");
   PARTRAIN_CHECK(tensor.dtype() == DType::F32, what << " has dtype " << dtype_name(tensor.dtype()) << ", not f32");
-  PARTRAIN_CHECK(tensor.device().is_cpu(), what << " is on " << tensor.device().to_string() << ", not the host");
+  PARTRAIN_CHECK(tensor.device() == device, what << " is on " << tensor.device().to_string() << ", not "
+                                                  << device.to_string());
 }
 }  // namespace
 
 // ---------------- Optimizer ----------------
 
-Optimizer::Optimizer(std::vector<OptimizerParameter> parameters) : parameters_(std::move(parameters)) {
+Optimizer::Optimizer(std::vector<OptimizerParameter> parameters, Backend& backend)
+    : backend_(backend), parameters_(std::move(parameters)) {
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const OptimizerParameter& p = parameters_[i];
-    check_host_f32(p.value, "optimizer: parameter '" + p.name + "'");
+    check_f32_on(p.value, backend_.device(), "optimizer: parameter '" + p.name + "'");
     PARTRAIN_CHECK(index_.emplace(p.name, i).second, "optimizer: parameter '" << p.name << "' is given twice");
   }
   state_.resize(parameters_.size());
@@ -57,7 +59,7 @@ std::size_t Optimizer::state_index(const std::string& state_name) const {
 std::vector<Tensor> Optimizer::make_state(std::size_t index) const {
   std::vector<Tensor> state;
   for (std::size_t k = 0; k < state_names().size(); ++k)
-    state.push_back(Tensor::zeros(parameters_[index].value.shape()));
+    state.push_back(backend_.zeros(parameters_[index].value.shape()));
   return state;
 }
 
@@ -71,13 +73,18 @@ Tensor Optimizer::state(const std::string& parameter_name, const std::string& st
 void Optimizer::set_state(const std::string& parameter_name, const std::string& state_name, const Tensor& value) {
   const std::size_t i = index_of(parameter_name);
   const std::size_t k = state_index(state_name);
-  check_host_f32(value, "optimizer: state '" + state_name + "' of '" + parameter_name + "'");
+  PARTRAIN_CHECK(value.defined() && value.dtype() == DType::F32,
+                 "optimizer: state '" << state_name << "' of '" << parameter_name << "' must be a defined f32 tensor");
   PARTRAIN_CHECK(value.shape() == parameters_[i].value.shape(),
                  "optimizer: state '" << state_name << "' of '" << parameter_name << "' has shape "
                                       << shape_string(value.shape()) << ", the parameter "
                                       << shape_string(parameters_[i].value.shape()));
   if (state_[i].empty()) state_[i] = make_state(i);
-  std::copy(value.data<float>(), value.data<float>() + value.numel(), state_[i][k].data<float>());
+  if (value.device() == backend_.device() || value.device().is_cpu()) {
+    backend_.copy(state_[i][k], value);
+  } else {
+    backend_.copy(state_[i][k], to_host(value, backend_));
+  }
 }
 
 void Optimizer::step(std::span<const Tensor> gradients, double lr, double grad_scale) {
@@ -87,7 +94,7 @@ void Optimizer::step(std::span<const Tensor> gradients, double lr, double grad_s
     const Tensor& gradient = gradients[i];
     if (!gradient.defined()) continue;
     const OptimizerParameter& p = parameters_[i];
-    check_host_f32(gradient, "optimizer: gradient of '" + p.name + "'");
+    check_f32_on(gradient, backend_.device(), "optimizer: gradient of '" + p.name + "'");
     PARTRAIN_CHECK(gradient.shape() == p.value.shape(), "optimizer: gradient of '"
                                                             << p.name << "' has shape " << shape_string(gradient.shape())
                                                             << ", the parameter " << shape_string(p.value.shape()));
@@ -95,51 +102,41 @@ void Optimizer::step(std::span<const Tensor> gradients, double lr, double grad_s
     const bool created = state_[i].empty();
     if (state_[i].empty()) state_[i] = make_state(i);
     ++steps_[i];
-    update(i, gradient.data<float>(), static_cast<float>(grad_scale), state_[i], created, steps_[i], lr);
+    update(i, gradient, static_cast<float>(grad_scale), state_[i], created, steps_[i], lr);
   }
 }
 
 // ---------------- AdamW ----------------
 
-AdamW::AdamW(std::vector<OptimizerParameter> parameters, double beta1, double beta2, double eps, double weight_decay)
-    : Optimizer(std::move(parameters)), beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay) {
+AdamW::AdamW(std::vector<OptimizerParameter> parameters, double beta1, double beta2, double eps, double weight_decay,
+             Backend& backend)
+    : Optimizer(std::move(parameters), backend), beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay) {
   PARTRAIN_CHECK(beta1 >= 0 && beta1 < 1, "adamw: beta1 " << beta1 << " is outside [0, 1)");
   PARTRAIN_CHECK(beta2 >= 0 && beta2 < 1, "adamw: beta2 " << beta2 << " is outside [0, 1)");
   PARTRAIN_CHECK(eps >= 0, "adamw: negative eps " << eps);
   PARTRAIN_CHECK(weight_decay >= 0, "adamw: negative weight decay " << weight_decay);
 }
 
-void AdamW::update(std::size_t index, const float* gradient, float grad_scale, std::vector<Tensor>& state,
+void AdamW::update(std::size_t index, const Tensor& gradient, float grad_scale, std::vector<Tensor>& state,
                    bool /*created*/, std::int64_t step, double lr) {
   const OptimizerParameter& p = parameter(index);
-  float* value = p.value.data<float>();
-  float* exp_avg = state[0].data<float>();
-  float* exp_avg_sq = state[1].data<float>();
-  const std::int64_t n = p.value.numel();
   const double decay = p.weight_decay ? weight_decay_ : 0.0;
-  const float keep = static_cast<float>(1.0 - lr * decay);
-  const float one_minus_beta1 = static_cast<float>(1.0 - beta1_);
-  const float beta2 = static_cast<float>(beta2_), one_minus_beta2 = static_cast<float>(1.0 - beta2_);
-  const double bias_correction1 = 1.0 - std::pow(beta1_, static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(beta2_, static_cast<double>(step));
-  const float step_size = static_cast<float>(lr / bias_correction1);
-  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const float eps = static_cast<float>(eps_);
-#pragma omp parallel for schedule(static) if (n >= 32768)
-  for (std::int64_t k = 0; k < n; ++k) {
-    const float g = gradient[k] * grad_scale;
-    value[k] *= keep;
-    exp_avg[k] += one_minus_beta1 * (g - exp_avg[k]);  // torch lerp_(grad, 1 - beta1)
-    exp_avg_sq[k] = exp_avg_sq[k] * beta2 + one_minus_beta2 * g * g;
-    const float denom = std::sqrt(exp_avg_sq[k]) / bias_correction2_sqrt + eps;
-    value[k] -= step_size * exp_avg[k] / denom;
-  }
+  AdamWUpdate update;
+  update.keep = static_cast<float>(1.0 - lr * decay);
+  update.one_minus_beta1 = static_cast<float>(1.0 - beta1_);
+  update.beta2 = static_cast<float>(beta2_);
+  update.one_minus_beta2 = static_cast<float>(1.0 - beta2_);
+  update.step_size = static_cast<float>(lr / (1.0 - std::pow(beta1_, static_cast<double>(step))));
+  update.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2_, static_cast<double>(step))));
+  update.eps = static_cast<float>(eps_);
+  update.grad_scale = grad_scale;
+  backend().adamw_update(p.value, gradient, state[0], state[1], update);
 }
 
 // ---------------- SGD ----------------
 
-Sgd::Sgd(std::vector<OptimizerParameter> parameters, double momentum, double weight_decay)
-    : Optimizer(std::move(parameters)), momentum_(momentum), weight_decay_(weight_decay) {
+Sgd::Sgd(std::vector<OptimizerParameter> parameters, double momentum, double weight_decay, Backend& backend)
+    : Optimizer(std::move(parameters), backend), momentum_(momentum), weight_decay_(weight_decay) {
   PARTRAIN_CHECK(momentum >= 0, "sgd: negative momentum " << momentum);
   PARTRAIN_CHECK(weight_decay >= 0, "sgd: negative weight decay " << weight_decay);
 }
@@ -149,49 +146,34 @@ std::vector<std::string> Sgd::state_names() const {
   return {"momentum_buffer"};
 }
 
-void Sgd::update(std::size_t index, const float* gradient, float grad_scale, std::vector<Tensor>& state,
+void Sgd::update(std::size_t index, const Tensor& gradient, float grad_scale, std::vector<Tensor>& state,
                  bool created, std::int64_t /*step*/, double lr) {
   const OptimizerParameter& p = parameter(index);
-  float* value = p.value.data<float>();
-  const std::int64_t n = p.value.numel();
-  const float decay = static_cast<float>(p.weight_decay ? weight_decay_ : 0.0);
-  const float rate = static_cast<float>(lr);
-  const float momentum = static_cast<float>(momentum_);
-  float* buffer = state.empty() ? nullptr : state[0].data<float>();
-#pragma omp parallel for schedule(static) if (n >= 32768)
-  for (std::int64_t k = 0; k < n; ++k) {
-    float d = gradient[k] * grad_scale;
-    if (decay != 0.0f) d += decay * value[k];
-    if (buffer) {
-      buffer[k] = created ? d : buffer[k] * momentum + d;
-      d = buffer[k];
-    }
-    value[k] -= rate * d;
-  }
+  SgdUpdate update;
+  update.decay = static_cast<float>(p.weight_decay ? weight_decay_ : 0.0);
+  update.rate = static_cast<float>(lr);
+  update.momentum = static_cast<float>(momentum_);
+  update.grad_scale = grad_scale;
+  update.first = created;
+  backend().sgd_update(p.value, gradient, state.empty() ? Tensor() : state[0], update);
 }
 
 // ---------------- helpers ----------------
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& config, std::vector<OptimizerParameter> parameters) {
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& config, std::vector<OptimizerParameter> parameters,
+                                          Backend& backend) {
   if (config.optimizer == "adamw")
-    return std::make_unique<AdamW>(std::move(parameters), config.beta1, config.beta2, config.eps, config.weight_decay);
+    return std::make_unique<AdamW>(std::move(parameters), config.beta1, config.beta2, config.eps, config.weight_decay,
+                                   backend);
   if (config.optimizer == "sgd")
-    return std::make_unique<Sgd>(std::move(parameters), config.momentum, config.weight_decay);
+    return std::make_unique<Sgd>(std::move(parameters), config.momentum, config.weight_decay, backend);
   PARTRAIN_FAIL("optimizer '" << config.optimizer << "' is unknown (adamw, sgd)");
 }
 
-double sum_of_squares(std::span<const Tensor> gradients) {
+double sum_of_squares(std::span<const Tensor> gradients, Backend& backend) {
   double total = 0;
-  for (const Tensor& gradient : gradients) {
-    if (!gradient.defined()) continue;
-    check_host_f32(gradient, "sum_of_squares: a gradient");
-    const float* data = gradient.data<float>();
-    const std::int64_t n = gradient.numel();
-    double sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static) if (n >= 32768)
-    for (std::int64_t k = 0; k < n; ++k) sum += static_cast<double>(data[k]) * data[k];
-    total += sum;
-  }
+  for (const Tensor& gradient : gradients)
+    if (gradient.defined()) total += backend.sum_of_squares(gradient);
   return total;
 }
 

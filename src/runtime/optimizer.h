@@ -1,5 +1,5 @@
 #pragma once
-// Optimizers over f32 host tensors (DESIGN.md "Runtime"): AdamW and SGD with momentum, with the
+// Optimizers over f32 tensors on one backend (DESIGN.md "Runtime"): AdamW and SGD with momentum, with the
 // update equations of torch.optim.AdamW and torch.optim.SGD, plus the gradient-clipping helpers of
 // torch.nn.utils.clip_grad_norm_. Each rank's optimizer holds only its stage's parameters; the
 // state is reachable by parameter name for checkpoints (/optim/<param name>/{exp_avg,exp_avg_sq}).
@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/tensor.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace partrain {
 
@@ -19,7 +21,7 @@ struct TrainConfig;
 /// A parameter the optimizer updates in place.
 struct OptimizerParameter {
   std::string name;        // the model's parameter name (unique within the optimizer)
-  Tensor value;            // f32 host tensor, updated in place by step()
+  Tensor value;            // f32 tensor on the optimizer's backend, updated in place by step()
   bool weight_decay = true;  // false: no weight decay for this parameter (biases, LayerNorm)
 };
 
@@ -27,14 +29,16 @@ struct OptimizerParameter {
 /// PyTorch; a parameter with an undefined gradient is skipped (its state and step count unchanged).
 class Optimizer {
  public:
-  /// Throws partrain::Error for an undefined or non-f32 or non-host parameter, or a repeated name.
-  explicit Optimizer(std::vector<OptimizerParameter> parameters);
+  /// The updates run on `backend` (kernels/<backend> adamw_update / sgd_update), where every
+  /// parameter, gradient and state tensor lives. Throws partrain::Error for an undefined or non-f32
+  /// parameter, one on another device, or a repeated name.
+  explicit Optimizer(std::vector<OptimizerParameter> parameters, Backend& backend = cpu_backend());
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  /// One update with learning rate `lr`. gradients[i] belongs to parameter i (same shape, f32 host,
-  /// or undefined: skipped). Every gradient element is multiplied by `grad_scale` first (gradient
+  /// One update with learning rate `lr`. gradients[i] belongs to parameter i (same shape, f32 on the
+  /// backend's device, or undefined: skipped). Every gradient element is multiplied by `grad_scale` first (gradient
   /// clipping's clip_scale, or 1/loss scale); the gradient tensors are not modified. Throws
   /// partrain::Error on a count or shape mismatch.
   void step(std::span<const Tensor> gradients, double lr, double grad_scale = 1.0);
@@ -59,7 +63,7 @@ class Optimizer {
   /// The state tensor (shared storage: writes go to the optimizer). Throws partrain::Error for an
   /// unknown parameter or state name, or a parameter without state yet.
   Tensor state(const std::string& parameter_name, const std::string& state_name) const;
-  /// Copies `value` (same shape as the parameter, f32 host) into the named state, creating the
+  /// Copies `value` (same shape as the parameter, f32, host or device) into the named state, creating the
   /// parameter's state (zeros elsewhere) if needed. Throws partrain::Error on unknown names or shape.
   void set_state(const std::string& parameter_name, const std::string& state_name, const Tensor& value);
 
@@ -67,10 +71,12 @@ class Optimizer {
   /// Applies one update to parameter `index`; `state` holds its tensors in state_names() order,
   /// `created` is true when they were just made (zeros) by this step, `step` is the step count after
   /// incrementing (1 on the first update).
-  virtual void update(std::size_t index, const float* gradient, float grad_scale, std::vector<Tensor>& state,
+  virtual void update(std::size_t index, const Tensor& gradient, float grad_scale, std::vector<Tensor>& state,
                       bool created, std::int64_t step, double lr) = 0;
+  Backend& backend() const { return backend_; }
 
  private:
+  Backend& backend_;
   std::vector<OptimizerParameter> parameters_;
   std::map<std::string, std::size_t> index_;
   std::vector<std::vector<Tensor>> state_;  // per parameter; empty until created
@@ -85,13 +91,14 @@ class Optimizer {
 class AdamW final : public Optimizer {
  public:
   /// Throws partrain::Error for betas outside [0, 1), a negative eps or weight decay.
-  AdamW(std::vector<OptimizerParameter> parameters, double beta1, double beta2, double eps, double weight_decay);
+  AdamW(std::vector<OptimizerParameter> parameters, double beta1, double beta2, double eps, double weight_decay,
+        Backend& backend = cpu_backend());
   const char* name() const override { return "adamw"; }
   /// {"exp_avg", "exp_avg_sq"}.
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
  protected:
-  void update(std::size_t index, const float* gradient, float grad_scale, std::vector<Tensor>& state, bool created,
+  void update(std::size_t index, const Tensor& gradient, float grad_scale, std::vector<Tensor>& state, bool created,
               std::int64_t step, double lr) override;
 
  private:
@@ -104,13 +111,13 @@ class AdamW final : public Optimizer {
 class Sgd final : public Optimizer {
  public:
   /// Throws partrain::Error for a negative momentum or weight decay.
-  Sgd(std::vector<OptimizerParameter> parameters, double momentum, double weight_decay);
+  Sgd(std::vector<OptimizerParameter> parameters, double momentum, double weight_decay, Backend& backend = cpu_backend());
   const char* name() const override { return "sgd"; }
   /// {"momentum_buffer"}, or none when momentum is 0.
   std::vector<std::string> state_names() const override;
 
  protected:
-  void update(std::size_t index, const float* gradient, float grad_scale, std::vector<Tensor>& state, bool created,
+  void update(std::size_t index, const Tensor& gradient, float grad_scale, std::vector<Tensor>& state, bool created,
               std::int64_t step, double lr) override;
 
  private:
@@ -119,11 +126,12 @@ class Sgd final : public Optimizer {
 
 /// The optimizer TrainConfig::optimizer names ("adamw": beta1, beta2, eps, weight_decay; "sgd":
 /// momentum, weight_decay). Throws partrain::Error for another name.
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& config, std::vector<OptimizerParameter> parameters);
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& config, std::vector<OptimizerParameter> parameters,
+                                          Backend& backend = cpu_backend());
 
-/// Σ of squared elements over the (defined, f32 host) gradients, accumulated in double: this
-/// rank's share of the squared global gradient norm (sum it over the stages, then take the root).
-double sum_of_squares(std::span<const Tensor> gradients);
+/// Σ of squared elements over the (defined, float) gradients on `backend`, accumulated in double:
+/// this rank's share of the squared global gradient norm (sum it over the stages, then take the root).
+double sum_of_squares(std::span<const Tensor> gradients, Backend& backend = cpu_backend());
 
 /// The factor torch.nn.utils.clip_grad_norm_ multiplies every gradient by:
 /// min(1, max_norm / (global_norm + 1e-6)). Returns 1 when max_norm <= 0 (clipping off); a

@@ -1,0 +1,32 @@
+#pragma once
+// How code compiled without CUDA (the app, the runtime) reaches the GPU backend: a CUDA build's
+// main() calls cuda::install(), which registers a provider here; a CPU build has none.
+#include <functional>
+#include <string>
+
+#include "core/backend.h"
+
+namespace partrain {
+
+/// The GPU backend of a CUDA build.
+struct GpuBackendProvider {
+  /// Number of usable GPUs on this node (0 without a GPU or driver; never throws).
+  std::function<int()> device_count;
+  /// The process-wide backend of GPU `index`, created on first use (throws partrain::Error).
+  std::function<Backend&(int index)> backend;
+  /// The GPU's product name ("NVIDIA H100 80GB HBM3").
+  std::function<std::string(int index)> device_name;
+};
+
+/// Installs the GPU backend provider (cuda::install()).
+void register_gpu_backend(GpuBackendProvider provider);
+/// The provider, or nullptr in a build without CUDA.
+const GpuBackendProvider* gpu_backend();
+
+/// The backend a run uses for `[train] device` ("auto", "cpu" or "cuda"): "auto" is the GPU when
+/// the build has the CUDA backend and a GPU is visible, else the CPU. On a GPU, rank `local_rank`
+/// of a node uses GPU local_rank % device count. Throws partrain::Error for "cuda" in a build
+/// without CUDA or on a node without a GPU.
+Backend& select_backend(const std::string& device, int local_rank);
+
+}  // namespace partrain
