@@ -10,9 +10,15 @@
 
 #include "app/commands.h"
 #include "core/error.h"
+#if defined(PARTRAIN_WITH_CUDA)
+#include "kernels/cuda/cuda_backend.cuh"
+#endif
 
 int main(int argc, char** argv) {
   using namespace partrain::app;
+#if defined(PARTRAIN_WITH_CUDA)
+  partrain::cuda::install();  // [train] device = "auto" | "cuda" can then pick the GPU and NCCL
+#endif
   CLI::App app{"partrain: automatic hybrid pipeline + data parallel training of BERT, GPT and ResNet"};
   app.set_version_flag("--version", "partrain 0.1");
   app.require_subcommand(1);

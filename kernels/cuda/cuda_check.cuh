@@ -1,0 +1,50 @@
+#pragma once
+// Error checks for CUDA, cuBLAS, cuDNN and NCCL calls: a failure throws partrain::Error whose
+// message names the call, the library's error string and the file:line of the check (llm.c style).
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <nccl.h>
+
+#include "core/error.h"
+
+namespace partrain::cuda {
+
+/// cuBLAS / cuBLASLt status name ("CUBLAS_STATUS_NOT_SUPPORTED").
+const char* cublas_status_name(cublasStatus_t status);
+
+}  // namespace partrain::cuda
+
+/// Throws partrain::Error when a CUDA runtime call fails: PARTRAIN_CUDA_CHECK(cudaMalloc(&p, n)).
+#define PARTRAIN_CUDA_CHECK(call)                                                                  \
+  do {                                                                                             \
+    const cudaError_t partrain_cuda_status_ = (call);                                              \
+    PARTRAIN_CHECK(partrain_cuda_status_ == cudaSuccess,                                           \
+                   #call << " failed: " << cudaGetErrorName(partrain_cuda_status_) << " ("         \
+                         << cudaGetErrorString(partrain_cuda_status_) << ")");                     \
+  } while (0)
+
+/// Checks the launch of the kernel just queued (bad configuration, missing kernel image).
+#define PARTRAIN_CUDA_CHECK_LAUNCH() PARTRAIN_CUDA_CHECK(cudaGetLastError())
+
+#define PARTRAIN_CUBLAS_CHECK(call)                                                                \
+  do {                                                                                             \
+    const cublasStatus_t partrain_cublas_status_ = (call);                                         \
+    PARTRAIN_CHECK(partrain_cublas_status_ == CUBLAS_STATUS_SUCCESS,                               \
+                   #call << " failed: " << ::partrain::cuda::cublas_status_name(partrain_cublas_status_)); \
+  } while (0)
+
+#define PARTRAIN_CUDNN_CHECK(call)                                                                 \
+  do {                                                                                             \
+    const cudnnStatus_t partrain_cudnn_status_ = (call);                                           \
+    PARTRAIN_CHECK(partrain_cudnn_status_ == CUDNN_STATUS_SUCCESS,                                 \
+                   #call << " failed: " << cudnnGetErrorString(partrain_cudnn_status_));           \
+  } while (0)
+
+#define PARTRAIN_NCCL_CHECK(call)                                                                  \
+  do {                                                                                             \
+    const ncclResult_t partrain_nccl_status_ = (call);                                             \
+    PARTRAIN_CHECK(partrain_nccl_status_ == ncclSuccess,                                           \
+                   #call << " failed: " << ncclGetErrorString(partrain_nccl_status_));             \
+  } while (0)
