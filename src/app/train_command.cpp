@@ -85,6 +85,7 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   options.warmup = static_cast<int>(config.profile.warmup);
   options.repeats = static_cast<int>(config.profile.repeats);
   options.seed = static_cast<std::uint64_t>(config.train.seed);
+  options.mixed_precision = config.train.precision == "bf16";
   ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
   const profile::DistributedProfileReport report = profile::profile_distributed(
       graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });

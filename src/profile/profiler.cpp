@@ -93,6 +93,14 @@ Tensor synthetic_input(const Graph& graph, const Value& value, std::int64_t batc
   PARTRAIN_FAIL("profiler: input '" << value.name << "' has an unsupported dtype " << dtype_name(value.type.dtype));
 }
 
+// `tensor` converted to bf16 when `mixed` and it is f32 (the executor's working copies).
+Tensor in_compute_dtype(const Tensor& tensor, Backend& backend, bool mixed) {
+  if (!mixed || tensor.dtype() != DType::F32) return tensor;
+  Tensor converted = backend.empty(tensor.shape(), DType::BF16);
+  backend.convert(converted, tensor);
+  return converted;
+}
+
 Tensor ones_like(const Tensor& like, Backend& backend) {
   std::vector<float> data(static_cast<std::size_t>(like.numel()), 1.0f);
   Tensor host = like.dtype() == DType::BF16
@@ -152,12 +160,17 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
     for (const Value& value : trimmed.values()) {
       switch (value.kind) {
         case ValueKind::Input:
-        case ValueKind::Label: inputs[value.id] = to_backend(synthetic_input(trimmed, value, batch, generator), backend); break;
+        case ValueKind::Label:
+          inputs[value.id] = in_compute_dtype(to_backend(synthetic_input(trimmed, value, batch, generator), backend),
+                                              backend, options.mixed_precision);
+          break;
         case ValueKind::Const: inputs[value.id] = to_backend(trimmed.constant_data(value.id), backend); break;
         default: break;
       }
     }
-    for (auto& [id, tensor] : initialize_parameters(trimmed, options.seed)) inputs[id] = to_backend(tensor, backend);
+    for (auto& [id, tensor] : initialize_parameters(trimmed, options.seed))
+      inputs[id] = in_compute_dtype(to_backend(tensor, backend), backend,
+                                    options.mixed_precision && trimmed.value(id).kind == ValueKind::Param);
 
     // Gradient accumulators of the parameters exist before the measured pass (model state).
     TensorMap accumulators;

@@ -17,6 +17,9 @@ struct ProfilerOptions {
   int warmup = 1;             // untimed forward + backward passes before the timed ones (>= 0)
   int repeats = 3;            // timed forward + backward passes; the median is reported (>= 1)
   std::uint64_t seed = 1234;  // parameters (initialize_parameters) and synthetic inputs
+  /// Mixed precision as the executor runs it: float inputs and parameters in bf16 (buffers and
+  /// the parameter-gradient accumulators stay f32).
+  bool mixed_precision = false;
 };
 
 /// Measures the convex task set `tasks` (ids of `graph`, any order, no duplicates) for one

@@ -1,0 +1,85 @@
+// The CUDA backend's non-op services against the CPU backend (issue 7): host/device copies, the
+// caching device allocator's peak tracking, dtype conversion (round to nearest even, as BFloat16),
+// accumulation of bf16 gradients into f32, scaling, sums of squares, and the AdamW and SGD updates
+// (same constants from runtime/optimizer.cpp, so results agree to the last bits but for fused
+// multiply-adds). Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include "cuda/cuda_op_check.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "io/config.h"
+#include "kernels/cuda/cuda_backend.cuh"
+#include "runtime/optimizer.h"
+#include "support/gradient_check.h"
+
+namespace partrain {
+namespace {
+using testing::normal_tensor;
+using testing::normalised_error;
+
+cuda::CudaBackend& gpu() { return cuda::cuda_backend(0); }
+
+TEST(CudaBackend, CopiesRoundTripAndTrackPeakMemory) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  const Tensor host = normal_tensor({257, 33}, 1);
+  CachingAllocator& allocator = gpu().allocator();
+  allocator.reset_peak();
+  const std::size_t before = allocator.current_bytes();
+  {
+    const Tensor device = to_backend(host, gpu());
+    EXPECT_EQ(device.device(), gpu().device());
+    EXPECT_EQ(to_host(device, gpu()).to_float_vector(), host.to_float_vector());
+    EXPECT_GE(allocator.peak_bytes(), before + CachingAllocator::rounded_size(host.nbytes()));
+  }
+  EXPECT_EQ(allocator.current_bytes(), before);
+}
+
+TEST(CudaBackend, ConvertAccumulateScaleAndSumOfSquaresMatchTheCpu) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  const Tensor a = normal_tensor({1000, 37}, 2), b = normal_tensor({1000, 37}, 3);
+  // f32 -> bf16 rounding is bit-identical to the host's BFloat16(float).
+  Tensor cpu_bf16 = Tensor::empty(a.shape(), DType::BF16);
+  cpu_backend().convert(cpu_bf16, a);
+  Tensor gpu_bf16 = gpu().empty(a.shape(), DType::BF16);
+  gpu().convert(gpu_bf16, to_backend(a, gpu()));
+  EXPECT_EQ(to_host(gpu_bf16, gpu()).to_float_vector(), cpu_bf16.to_float_vector());
+
+  // f32 += bf16 (mixed-precision gradient accumulation), then scale.
+  Tensor cpu_sum = a.clone();
+  cpu_backend().accumulate(cpu_sum, cpu_bf16);
+  cpu_backend().scale(cpu_sum, 0.37);
+  Tensor gpu_sum = to_backend(a, gpu());
+  gpu().accumulate(gpu_sum, gpu_bf16);
+  gpu().scale(gpu_sum, 0.37);
+  EXPECT_EQ(to_host(gpu_sum, gpu()).to_float_vector(), cpu_sum.to_float_vector());
+
+  EXPECT_NEAR(gpu().sum_of_squares(to_backend(b, gpu())), cpu_backend().sum_of_squares(b),
+              1e-9 * cpu_backend().sum_of_squares(b));
+}
+
+TEST(CudaBackend, AdamWAndSgdUpdatesMatchTheCpu) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  TrainConfig config;
+  for (const std::string name : {"adamw", "sgd"}) {
+    SCOPED_TRACE(name);
+    config.optimizer = name;
+    const Tensor initial = normal_tensor({300, 17}, 4);
+    Tensor cpu_value = initial.clone();
+    Tensor gpu_value = to_backend(initial, gpu());
+    auto cpu_optimizer = make_optimizer(config, {{"w", cpu_value, true}}, cpu_backend());
+    auto gpu_optimizer = make_optimizer(config, {{"w", gpu_value, true}}, gpu());
+    for (int step = 0; step < 5; ++step) {
+      const Tensor gradient = normal_tensor({300, 17}, 10 + step);
+      const Tensor gpu_gradient = to_backend(gradient, gpu());
+      cpu_optimizer->step(std::span<const Tensor>(&gradient, 1), 1e-2, 0.5);
+      gpu_optimizer->step(std::span<const Tensor>(&gpu_gradient, 1), 1e-2, 0.5);
+    }
+    EXPECT_LE(normalised_error(to_host(gpu_value, gpu()), cpu_value), 1e-6);
+    for (const std::string& state : cpu_optimizer->state_names())
+      EXPECT_LE(normalised_error(to_host(gpu_optimizer->state("w", state), gpu()), cpu_optimizer->state("w", state)), 1e-6)
+          << state;
+  }
+}
+
+}  // namespace
+}  // namespace partrain
