@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/common/op_geometry.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -16,32 +17,19 @@ namespace {
 using cpu::blas_int;
 using cpu::sgemm;
 
-struct AttentionDims {
-  std::int64_t batch = 0, heads = 0, s = 0, t = 0, d = 0, dv = 0;
-  float scale = 1;
-  bool causal = false;
+// Sizes, scale and causality (kernels::AttentionShape) plus the CPU's view of the mask.
+struct AttentionDims : kernels::AttentionShape {
   const float* mask = nullptr;
   std::vector<std::int64_t> mask_strides;  // broadcast strides over [B, h, S, T]
-
-  std::int64_t pairs() const { return batch * heads; }
 };
 
 AttentionDims attention_dims(const KernelContext& context, std::span<const Tensor> inputs) {
   AttentionDims dims;
-  const Tensor& q = inputs[0];
-  dims.batch = q.dim(0);
-  dims.heads = q.dim(1);
-  dims.s = q.dim(2);
-  dims.d = q.dim(3);
-  dims.t = inputs[1].dim(2);
-  dims.dv = inputs[2].dim(3);
+  static_cast<kernels::AttentionShape&>(dims) = kernels::attention_shape(context.attributes, inputs);
   for (std::int64_t size : {dims.s, dims.t, dims.d, dims.dv}) blas_int(size);  // no throwing in parallel loops
-  dims.causal = context.attributes.get_int("causal", 0) == 1;
-  const double default_scale = dims.d > 0 ? 1.0 / std::sqrt(static_cast<double>(dims.d)) : 1.0;
-  dims.scale = static_cast<float>(context.attributes.get_float("scale", default_scale));
   if (inputs.size() > 3 && inputs[3].defined()) {
     dims.mask = inputs[3].data<float>();
-    dims.mask_strides = cpu::broadcast_strides(inputs[3].shape(), {dims.batch, dims.heads, dims.s, dims.t});
+    dims.mask_strides = kernels::broadcast_strides(inputs[3].shape(), {dims.batch, dims.heads, dims.s, dims.t});
   }
   return dims;
 }

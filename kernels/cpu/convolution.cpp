@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/common/op_geometry.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -16,14 +17,6 @@ namespace partrain {
 
 namespace {
 using cpu::kParallelThreshold;
-
-// A 2-int attribute (the schema has validated it).
-std::vector<std::int64_t> pair_attribute(const Attributes& attributes, const std::string& name,
-                                         std::vector<std::int64_t> fallback) {
-  std::vector<std::int64_t> values = attributes.get_ints(name, std::move(fallback));
-  PARTRAIN_CHECK(values.size() == 2, name << " must have 2 values, got " << values.size());
-  return values;
-}
 
 // Positions p in [0, count) with 0 <= p * stride + offset < size form the range [lo, hi).
 void valid_range(std::int64_t offset, std::int64_t stride, std::int64_t size, std::int64_t count, std::int64_t& lo,
@@ -41,38 +34,8 @@ int loop_threads(std::int64_t items, std::int64_t work) {
 }
 
 // ---------------- Conv2d ----------------
-struct ConvGeometry {
-  std::int64_t batch, channels, height, width;
-  std::int64_t out_channels, out_height, out_width;
-  std::int64_t kernel_h, kernel_w;
-  std::int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
-  std::int64_t groups;
-
-  std::int64_t group_channels() const { return channels / groups; }
-  std::int64_t group_out_channels() const { return out_channels / groups; }
-  // The column matrix of one (sample, group) is [col_rows, col_cols].
-  std::int64_t col_rows() const { return group_channels() * kernel_h * kernel_w; }
-  std::int64_t col_cols() const { return out_height * out_width; }
-  std::int64_t plane() const { return height * width; }
-  // 1x1, stride 1, no padding: the input [C/groups, H*W] is already the column matrix.
-  bool direct_columns() const {
-    return kernel_h == 1 && kernel_w == 1 && stride_h == 1 && stride_w == 1 && pad_h == 0 && pad_w == 0;
-  }
-};
-
-ConvGeometry conv_geometry(const Attributes& attributes, const Tensor& x, const Tensor& w, const Tensor& y) {
-  const auto stride = pair_attribute(attributes, "stride", {1, 1});
-  const auto padding = pair_attribute(attributes, "padding", {0, 0});
-  const auto dilation = pair_attribute(attributes, "dilation", {1, 1});
-  ConvGeometry g{x.dim(0), x.dim(1),  x.dim(2),   x.dim(3),   w.dim(0),    y.dim(2),    y.dim(3),   w.dim(2),
-                 w.dim(3), stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1],
-                 attributes.get_int("groups", 1)};
-  PARTRAIN_CHECK(x.rank() == 4 && w.rank() == 4 && y.rank() == 4 && g.groups >= 1 && g.channels % g.groups == 0 &&
-                     w.dim(1) * g.groups == g.channels && y.dim(1) == g.out_channels && y.dim(0) == g.batch,
-                 "Conv2d kernel got input " << shape_string(x.shape()) << ", weight " << shape_string(w.shape())
-                                            << ", output " << shape_string(y.shape()) << ", groups " << g.groups);
-  return g;
-}
+using kernels::conv_geometry;
+using kernels::ConvGeometry;
 
 // col[(c * kh + ki) * kw + kj, oh * OW + ow] = x[c, oh*sh - ph + ki*dh, ow*sw - pw + kj*dw] (0 outside).
 // `x` points at the group's first channel of one sample.
@@ -288,20 +251,8 @@ void conv2d_backward(const KernelContext& context, std::span<const Tensor> input
 }
 
 // ---------------- MaxPool2d ----------------
-struct PoolGeometry {
-  std::int64_t planes, height, width, out_height, out_width;
-  std::int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
-};
-
-PoolGeometry pool_geometry(const Attributes& attributes, const Tensor& x, const Tensor& y) {
-  const auto kernel = pair_attribute(attributes, "kernel", {});
-  const auto stride = pair_attribute(attributes, "stride", kernel);
-  const auto padding = pair_attribute(attributes, "padding", {0, 0});
-  PARTRAIN_CHECK(x.rank() == 4 && y.rank() == 4 && x.dim(0) == y.dim(0) && x.dim(1) == y.dim(1),
-                 "MaxPool2d kernel got input " << shape_string(x.shape()) << ", output " << shape_string(y.shape()));
-  return {x.dim(0) * x.dim(1), x.dim(2),  x.dim(3),  y.dim(2),   y.dim(3),  kernel[0],
-          kernel[1],           stride[0], stride[1], padding[0], padding[1]};
-}
+using kernels::pool_geometry;
+using kernels::PoolGeometry;
 
 // Index (in the plane) of the first maximum of window (oh, ow), padded positions excluded; a NaN
 // wins over numbers (it propagates as in PyTorch).

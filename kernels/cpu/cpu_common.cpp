@@ -10,15 +10,6 @@
 
 namespace partrain::cpu {
 
-std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& output_shape) {
-  std::vector<std::int64_t> strides(output_shape.size(), 0);
-  const std::vector<std::int64_t> own = contiguous_strides(shape);
-  const std::size_t shift = output_shape.size() - shape.size();
-  for (std::size_t d = 0; d < shape.size(); ++d)
-    strides[d + shift] = (shape[d] == 1 && output_shape[d + shift] != 1) ? 0 : own[d];
-  return strides;
-}
-
 void reduce_to_broadcast_input(const Tensor& gradient, const Tensor& output_grad, const float* weight) {
   const Shape& output_shape = output_grad.shape();
   const float* dy = output_grad.data<float>();
@@ -29,7 +20,7 @@ void reduce_to_broadcast_input(const Tensor& gradient, const Tensor& output_grad
     for (std::int64_t i = 0; i < n; ++i) dx[i] = weight ? dy[i] * weight[i] : dy[i];
     return;
   }
-  const std::vector<std::int64_t> strides = broadcast_strides(gradient.shape(), output_shape);
+  const std::vector<std::int64_t> strides = kernels::broadcast_strides(gradient.shape(), output_shape);
   const std::int64_t m = gradient.numel();
   // Per-thread partial sums (in double) avoid races on the reduced elements.
   const int threads = n > kParallelThreshold ? omp_get_max_threads() : 1;

@@ -5,17 +5,15 @@
 
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "kernels/common/op_geometry.h"
 
 namespace partrain::cpu {
 
 /// Loops with at least this many elements run in an OpenMP parallel region.
 inline constexpr std::int64_t kParallelThreshold = 16384;
 
-/// Element strides of `shape` aligned to the right of `output_shape` for numpy broadcasting:
-/// 0 where `shape` has size 1 (or is missing) and the output does not.
-std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& output_shape);
-
-/// Offset into a broadcast input for output element `index` (row-major over `output_shape`).
+/// Offset into a broadcast input for output element `index` (row-major over `output_shape`), with `strides` from
+/// kernels::broadcast_strides.
 inline std::int64_t broadcast_offset(std::int64_t index, const Shape& output_shape,
                                      const std::vector<std::int64_t>& strides) {
   std::int64_t offset = 0;

@@ -24,8 +24,8 @@ void binary_forward(std::span<const Tensor> inputs, std::span<const Tensor> outp
     for (std::int64_t i = 0; i < n; ++i) py[i] = function(pa[i], pb[i]);
     return;
   }
-  const auto stride_a = cpu::broadcast_strides(a.shape(), y.shape());
-  const auto stride_b = cpu::broadcast_strides(b.shape(), y.shape());
+  const auto stride_a = kernels::broadcast_strides(a.shape(), y.shape());
+  const auto stride_b = kernels::broadcast_strides(b.shape(), y.shape());
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
   for (std::int64_t i = 0; i < n; ++i)
     py[i] = function(pa[cpu::broadcast_offset(i, y.shape(), stride_a)], pb[cpu::broadcast_offset(i, y.shape(), stride_b)]);
@@ -58,7 +58,7 @@ void sub_backward(const KernelContext& context, std::span<const Tensor> inputs, 
 
 // The other operand broadcast to the output shape, as weights for the reduction.
 std::vector<float> expanded(const Tensor& operand, const Shape& output_shape) {
-  const auto strides = cpu::broadcast_strides(operand.shape(), output_shape);
+  const auto strides = kernels::broadcast_strides(operand.shape(), output_shape);
   const std::int64_t n = numel(output_shape);
   std::vector<float> values(n);
   const float* p = operand.data<float>();

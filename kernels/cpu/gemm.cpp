@@ -5,6 +5,7 @@
 #include <climits>
 #include <vector>
 
+#include "kernels/common/op_geometry.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -29,30 +30,10 @@ void for_each_batch(std::int64_t count, double work_per_entry, Body body) {
 }
 
 // ---------------- MatMul ----------------
-struct MatMulDims {
-  bool trans_a = false, trans_b = false;
-  float alpha = 1;
-  std::int64_t batch = 1, m = 0, k = 0, n = 0;
-  bool shared_b = false;  // b has rank 2 and is used by every batch entry
-  std::int64_t stride_a() const { return m * k; }
-  std::int64_t stride_b() const { return shared_b ? 0 : k * n; }
-  std::int64_t stride_y() const { return m * n; }
-};
+using kernels::MatMulDims;
 
 MatMulDims matmul_dims(const KernelContext& context, const Tensor& a, const Tensor& b) {
-  MatMulDims dims;
-  dims.trans_a = context.attributes.get_int("trans_a", 0) == 1;
-  dims.trans_b = context.attributes.get_int("trans_b", 0) == 1;
-  dims.alpha = static_cast<float>(context.attributes.get_float("alpha", 1.0));
-  const Shape& sa = a.shape();
-  const Shape& sb = b.shape();
-  const std::size_t ra = sa.size();
-  const std::size_t rb = sb.size();
-  for (std::size_t i = 0; i + 2 < ra; ++i) dims.batch *= sa[i];
-  dims.m = dims.trans_a ? sa[ra - 1] : sa[ra - 2];
-  dims.k = dims.trans_a ? sa[ra - 2] : sa[ra - 1];
-  dims.n = dims.trans_b ? sb[rb - 2] : sb[rb - 1];
-  dims.shared_b = rb == 2;
+  const MatMulDims dims = kernels::matmul_dims(context.attributes, a.shape(), b.shape());
   for (std::int64_t size : {dims.m, dims.k, dims.n}) blas_int(size);  // checked here: no throwing in parallel loops
   return dims;
 }
@@ -118,19 +99,10 @@ void matmul_backward(const KernelContext& context, std::span<const Tensor> input
 }
 
 // ---------------- Gemm (linear layer) ----------------
-struct GemmDims {
-  bool trans_b = true;
-  std::int64_t rows = 0, k = 0, n = 0;
-};
+using kernels::GemmDims;
 
 GemmDims gemm_dims(const KernelContext& context, const Tensor& x, const Tensor& w) {
-  GemmDims dims;
-  dims.trans_b = context.attributes.get_int("trans_b", 1) == 1;
-  dims.k = x.shape().back();
-  dims.rows = 1;
-  for (std::size_t i = 0; i + 1 < x.rank(); ++i) dims.rows *= x.shape()[i];
-  dims.n = dims.trans_b ? w.dim(0) : w.dim(1);
-  return dims;
+  return kernels::gemm_dims(context.attributes, x, w);
 }
 
 void gemm_forward(const KernelContext& context, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {

@@ -3,9 +3,8 @@
 // included); Gather copies rows of any floating dtype and scatter-adds f32 gradients.
 #include <algorithm>
 #include <cstring>
-#include <sstream>
-#include <string>
 
+#include "kernels/common/op_geometry.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -13,6 +12,8 @@ namespace partrain {
 
 namespace {
 using cpu::kParallelThreshold;
+using kernels::check_same_bytes;
+using kernels::permutation;
 
 // Large copies are split into this many bytes per OpenMP chunk.
 constexpr std::size_t kCopyChunkBytes = std::size_t{1} << 16;
@@ -53,40 +54,13 @@ void parallel_zero(const Tensor& tensor) {
   }
 }
 
-void check_same_bytes(const char* op, const Tensor& a, const Tensor& b) {
-  PARTRAIN_CHECK(a.dtype() == b.dtype() && a.numel() == b.numel(),
-                 op << ": tensors " << shape_string(a.shape()) << " " << dtype_name(a.dtype()) << " and "
-                    << shape_string(b.shape()) << " " << dtype_name(b.dtype()) << " do not match");
-}
-
-// Product of dims [begin, end).
-std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
-  std::int64_t count = 1;
-  for (std::size_t d = begin; d < end; ++d) count *= shape[d];
-  return count;
-}
-
 // ---------------- Gather (embedding lookup) ----------------
-std::string position_string(std::int64_t flat, const Shape& shape) {
-  std::vector<std::int64_t> coordinates(shape.size());
-  std::int64_t rest = flat;
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    coordinates[d] = shape[d] > 0 ? rest % shape[d] : 0;
-    rest = shape[d] > 0 ? rest / shape[d] : 0;
-  }
-  std::ostringstream out;
-  out << '[';
-  for (std::size_t d = 0; d < coordinates.size(); ++d) out << (d ? ", " : "") << coordinates[d];
-  out << ']';
-  return out.str();
-}
-
 void check_indices(const Tensor& indices, std::int64_t vocabulary) {
   const std::int64_t n = indices.numel();
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t index = cpu::index_at(indices, i);
     PARTRAIN_CHECK(index >= 0 && index < vocabulary,
-                   "Gather index " << index << " at position " << position_string(i, indices.shape()) << " (flat " << i
+                   "Gather index " << index << " at position " << kernels::position_string(i, indices.shape()) << " (flat " << i
                                    << ") of indices " << shape_string(indices.shape()) << " is out of range [0, "
                                    << vocabulary << ")");
   }
@@ -150,11 +124,6 @@ void reshape_backward(const KernelContext&, std::span<const Tensor>, std::span<c
 }
 
 // ---------------- Permute ----------------
-std::vector<int> permutation(const Attributes& attributes) {
-  const std::vector<std::int64_t>& perm = attributes.get_ints("perm");
-  return {perm.begin(), perm.end()};
-}
-
 // Copies a row of `count` elements gathered with `stride` (in elements) from `source`.
 template <typename Element>
 void strided_row(char* destination, const char* source, std::int64_t count, std::int64_t stride) {
@@ -172,40 +141,15 @@ void permute_copy(const Tensor& source, const Tensor& destination, const std::ve
   if (source.numel() == 0) return;
 
   // Reduce: drop size-1 input axes, then merge output axes that are consecutive in the input.
-  std::vector<int> renumber(in_shape.size(), -1);
-  Shape kept_shape;
-  for (std::size_t d = 0; d < in_shape.size(); ++d)
-    if (in_shape[d] != 1) {
-      renumber[d] = static_cast<int>(kept_shape.size());
-      kept_shape.push_back(in_shape[d]);
-    }
-  std::vector<int> kept_perm;
-  for (int p : perm)
-    if (renumber[p] >= 0) kept_perm.push_back(renumber[p]);
-  // Groups of input axes in output order; each group is a run of consecutive input axes.
-  std::vector<std::pair<int, int>> groups;  // [first, last] input axis
-  for (int p : kept_perm) {
-    if (!groups.empty() && groups.back().second + 1 == p) groups.back().second = p;
-    else groups.emplace_back(p, p);
-  }
-  const std::size_t rank = groups.size();
+  const kernels::MergedPermutation merged = kernels::merge_permutation(in_shape, perm);
+  const std::size_t rank = merged.rank();
   if (rank <= 1) {  // the permutation does not move any data
     parallel_copy(bytes_of(destination), bytes_of(source), source.nbytes());
     return;
   }
-  // Merged input shape (groups sorted by first axis) and its strides.
-  std::vector<int> order(rank);
-  for (std::size_t g = 0; g < rank; ++g) order[g] = static_cast<int>(g);
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return groups[a].first < groups[b].first; });
-  std::vector<std::int64_t> group_size(rank), group_stride(rank);
-  std::int64_t stride = 1;
-  for (std::size_t k = rank; k-- > 0;) {
-    const auto& [first, last] = groups[order[k]];
-    group_size[order[k]] = product(kept_shape, first, last + 1);
-    group_stride[order[k]] = stride;
-    stride *= group_size[order[k]];
-  }
   // Output axis g has size group_size[g] and input stride group_stride[g] (elements).
+  const std::vector<std::int64_t>& group_size = merged.size;
+  const std::vector<std::int64_t>& group_stride = merged.in_stride;
   const std::int64_t inner = group_size[rank - 1];
   const std::int64_t inner_stride = group_stride[rank - 1];
   const std::int64_t rows = source.numel() / inner;
@@ -242,33 +186,14 @@ void permute_backward(const KernelContext& context, std::span<const Tensor>, std
                       std::span<const Tensor> output_grads, std::span<const Tensor> input_grads) {
   if (!input_grads[0].defined()) return;
   const std::vector<int> perm = permutation(context.attributes);
-  std::vector<int> inverse(perm.size());
-  for (std::size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int>(i);
-  permute_copy(output_grads[0], input_grads[0], inverse);
+  permute_copy(output_grads[0], input_grads[0], kernels::inverse_permutation(perm));
 }
 
 // ---------------- Slice ----------------
-// The strided copy of a slice: `whole` viewed as [outer, dim, inner], `part` as [outer, length,
-// inner]; part row j is whole row start + j * step. into_part: whole -> part, else part -> whole.
-struct SliceLayout {
-  std::int64_t outer = 1, dim = 0, length = 0, inner = 1, start = 0, step = 1;
-};
+using kernels::SliceLayout;
+using kernels::slice_layout;
 
-SliceLayout slice_layout(const Attributes& attributes, const Shape& whole, const Shape& part) {
-  const int axis = normalise_axis(attributes.get_int("axis"), whole.size());
-  SliceLayout layout;
-  layout.dim = whole[axis];
-  layout.length = part[axis];
-  layout.outer = product(whole, 0, axis);
-  layout.inner = product(whole, axis + 1, whole.size());
-  layout.step = attributes.get_int("step", 1);
-  const std::int64_t start = attributes.get_int("start", 0);
-  layout.start = std::clamp(start < 0 ? start + layout.dim : start, std::int64_t{0}, layout.dim);
-  PARTRAIN_CHECK(layout.length == 0 || layout.start + (layout.length - 1) * layout.step < layout.dim,
-                 "Slice: output " << shape_string(part) << " does not fit input " << shape_string(whole));
-  return layout;
-}
-
+// The strided copy of a slice (layout: kernels::SliceLayout). into_part: whole -> part, else part -> whole.
 void slice_copy(const SliceLayout& layout, std::size_t element, char* whole, char* part, bool into_part) {
   const std::int64_t rows = layout.outer * layout.length;
   if (rows == 0 || layout.inner == 0) return;
@@ -310,49 +235,29 @@ void slice_backward(const KernelContext& context, std::span<const Tensor> inputs
 // whole -> parts. Undefined parts are skipped (no gradient wanted).
 void concat_copy(const Tensor& whole, std::span<const Tensor> layouts, std::span<const Tensor> parts,
                  std::int64_t axis_attribute, bool into_whole) {
-  const Shape& shape = whole.shape();
-  const int axis = normalise_axis(axis_attribute, shape.size());
-  const std::int64_t outer = product(shape, 0, axis);
-  const std::int64_t inner = product(shape, axis + 1, shape.size());
-  const std::size_t element = dtype_size(whole.dtype());
-  const std::size_t whole_row = static_cast<std::size_t>(shape[axis] * inner) * element;
-  PARTRAIN_CHECK(layouts.size() == parts.size(), "Concat/Split: " << parts.size() << " parts, " << layouts.size() << " layouts");
-  std::vector<std::size_t> part_row(parts.size()), part_offset(parts.size());
-  std::size_t offset = 0;
-  for (std::size_t k = 0; k < parts.size(); ++k) {
-    const Shape& part_shape = layouts[k].shape();
-    bool fits = part_shape.size() == shape.size();
-    for (std::size_t d = 0; fits && d < shape.size(); ++d) fits = static_cast<int>(d) == axis || part_shape[d] == shape[d];
-    PARTRAIN_CHECK(fits, "Concat/Split: part " << k << " " << shape_string(part_shape) << " does not fit "
-                                               << shape_string(shape) << " along axis " << axis);
-    if (parts[k].defined()) check_same_bytes("Concat/Split", parts[k], layouts[k]);
-    PARTRAIN_CHECK(!parts[k].defined() || parts[k].dtype() == whole.dtype(), "Concat/Split: part " << k << " has dtype "
-                                                                                << dtype_name(parts[k].dtype()));
-    part_row[k] = static_cast<std::size_t>(part_shape[axis] * inner) * element;
-    part_offset[k] = offset;
-    offset += part_row[k];
-  }
-  PARTRAIN_CHECK(offset == whole_row, "Concat/Split: parts do not add up to " << shape_string(shape) << " along axis " << axis);
+  const kernels::ConcatLayout layout = kernels::concat_layout(whole, layouts, parts, axis_attribute);
+  const std::vector<std::int64_t>& part_row = layout.part_row;        // bytes
+  const std::vector<std::int64_t>& part_offset = layout.part_offset;  // bytes
   char* base = bytes_of(whole);
   const auto part_count = static_cast<std::int64_t>(parts.size());
-  if (outer == 1) {  // one block per part: parallelise inside each copy
+  if (layout.outer == 1) {  // one block per part: parallelise inside each copy
     for (std::int64_t k = 0; k < part_count; ++k) {
       if (!parts[k].defined()) continue;
       char* w = base + part_offset[k];
       char* p = bytes_of(parts[k]);
-      if (into_whole) parallel_copy(w, p, part_row[k]);
-      else parallel_copy(p, w, part_row[k]);
+      if (into_whole) parallel_copy(w, p, static_cast<std::size_t>(part_row[k]));
+      else parallel_copy(p, w, static_cast<std::size_t>(part_row[k]));
     }
     return;
   }
 #pragma omp parallel for collapse(2) schedule(static) if (whole.numel() > kParallelThreshold)
-  for (std::int64_t o = 0; o < outer; ++o)
+  for (std::int64_t o = 0; o < layout.outer; ++o)
     for (std::int64_t k = 0; k < part_count; ++k) {
       if (!parts[k].defined()) continue;
-      char* w = base + static_cast<std::size_t>(o) * whole_row + part_offset[k];
-      char* p = bytes_of(parts[k]) + static_cast<std::size_t>(o) * part_row[k];
-      if (into_whole) copy_bytes(w, p, part_row[k]);
-      else copy_bytes(p, w, part_row[k]);
+      char* w = base + o * layout.whole_row + part_offset[k];
+      char* p = bytes_of(parts[k]) + o * part_row[k];
+      if (into_whole) copy_bytes(w, p, static_cast<std::size_t>(part_row[k]));
+      else copy_bytes(p, w, static_cast<std::size_t>(part_row[k]));
     }
 }
 

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/common/op_geometry.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -51,7 +51,7 @@ void softmax_forward(const KernelContext& context, std::span<const Tensor> input
 
   const bool masked = inputs.size() > 1 && inputs[1].defined();
   const float* mask = masked ? inputs[1].data<float>() : nullptr;
-  const std::vector<std::int64_t> strides = masked ? cpu::broadcast_strides(inputs[1].shape(), shape)
+  const std::vector<std::int64_t> strides = masked ? kernels::broadcast_strides(inputs[1].shape(), shape)
                                                    : std::vector<std::int64_t>{};
   const std::int64_t mask_column_stride = masked ? strides.back() : 0;
 
@@ -109,17 +109,8 @@ std::int64_t count_labels(const Tensor& labels, std::int64_t classes, std::int64
     if (label == ignore_index) continue;
     if (label < 0 || label >= classes) {
       // Position as coordinates of the labels tensor.
-      std::ostringstream position;
-      std::int64_t rest = i;
-      std::vector<std::int64_t> coordinates(labels.rank());
-      for (std::size_t d = labels.rank(); d-- > 0;) {
-        coordinates[d] = rest % labels.shape()[d];
-        rest /= labels.shape()[d];
-      }
-      position << '[';
-      for (std::size_t d = 0; d < coordinates.size(); ++d) position << (d ? ", " : "") << coordinates[d];
-      position << ']';
-      PARTRAIN_FAIL("SoftmaxCrossEntropy label " << label << " at position " << position.str() << " (flat index "
+      PARTRAIN_FAIL("SoftmaxCrossEntropy label " << label << " at position "
+                                                 << kernels::position_string(i, labels.shape()) << " (flat index "
                                                  << i << ") is outside [0, " << classes << ") and is not ignore_index "
                                                  << ignore_index);
     }
@@ -132,9 +123,8 @@ void cross_entropy_forward(const KernelContext& context, std::span<const Tensor>
                            std::span<const Tensor> outputs) {
   const Tensor& logits = inputs[0];
   const Tensor& labels = inputs[1];
-  const std::int64_t classes = logits.dim(-1);
-  const std::int64_t rows = labels.numel();
-  const std::int64_t ignore_index = context.attributes.get_int("ignore_index", -100);
+  const kernels::CrossEntropyShape dims = kernels::cross_entropy_shape(context.attributes, logits, labels);
+  const std::int64_t classes = dims.classes, rows = dims.rows, ignore_index = dims.ignore_index;
   const std::int64_t count = count_labels(labels, classes, ignore_index);
   const float* pz = logits.data<float>();
   std::vector<double> losses(static_cast<std::size_t>(rows), 0.0);
@@ -161,9 +151,8 @@ void cross_entropy_backward(const KernelContext& context, std::span<const Tensor
   if (!input_grads[0].defined()) return;
   const Tensor& logits = inputs[0];
   const Tensor& labels = inputs[1];
-  const std::int64_t classes = logits.dim(-1);
-  const std::int64_t rows = labels.numel();
-  const std::int64_t ignore_index = context.attributes.get_int("ignore_index", -100);
+  const kernels::CrossEntropyShape dims = kernels::cross_entropy_shape(context.attributes, logits, labels);
+  const std::int64_t classes = dims.classes, rows = dims.rows, ignore_index = dims.ignore_index;
   const std::int64_t count = count_labels(labels, classes, ignore_index);
   const float scale = count > 0 ? static_cast<float>(double(output_grads[0].data<float>()[0]) / double(count)) : 0.f;
   const float* pz = logits.data<float>();

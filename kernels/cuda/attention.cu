@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
+#include "kernels/common/op_geometry.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/gemm.cuh"
@@ -20,16 +22,12 @@ struct MaskStrides {
   std::int64_t batch = 0, head = 0, query = 0, key = 0;
 };
 
-struct AttentionDims {
-  std::int64_t batch = 0, heads = 0, s = 0, t = 0, d = 0, dv = 0;
-  float scale = 1;
-  bool causal = false;
+// Sizes, scale and causality (kernels::AttentionShape) plus dtypes and the mask's device view.
+struct AttentionDims : kernels::AttentionShape {
   DType dtype = DType::F32;  // of q, k, v, y and their gradients
   const void* mask = nullptr;
   DType mask_dtype = DType::F32;
   MaskStrides mask_strides;
-
-  std::int64_t pairs() const { return batch * heads; }
 };
 
 void* device_pointer(const Tensor& tensor) {
@@ -44,35 +42,19 @@ void check_dtype(const Tensor& tensor, DType dtype, const char* what) {
 
 AttentionDims attention_dims(const KernelContext& context, std::span<const Tensor> inputs) {
   AttentionDims dims;
-  const Tensor& q = inputs[0];
-  dims.batch = q.dim(0);
-  dims.heads = q.dim(1);
-  dims.s = q.dim(2);
-  dims.d = q.dim(3);
-  dims.t = inputs[1].dim(2);
-  dims.dv = inputs[2].dim(3);
-  dims.dtype = q.dtype();
+  static_cast<kernels::AttentionShape&>(dims) = kernels::attention_shape(context.attributes, inputs);
+  dims.dtype = inputs[0].dtype();
   PARTRAIN_CHECK(is_floating(dims.dtype), "Attention q must be f32 or bf16, got " << dtype_name(dims.dtype));
   check_dtype(inputs[1], dims.dtype, "k");
   check_dtype(inputs[2], dims.dtype, "v");
-  dims.causal = context.attributes.get_int("causal", 0) == 1;
-  const double default_scale = dims.d > 0 ? 1.0 / std::sqrt(static_cast<double>(dims.d)) : 1.0;
-  dims.scale = static_cast<float>(context.attributes.get_float("scale", default_scale));
   if (inputs.size() > 3 && inputs[3].defined()) {
     const Tensor& mask = inputs[3];
     PARTRAIN_CHECK(is_floating(mask.dtype()), "Attention mask must be f32 or bf16, got " << dtype_name(mask.dtype()));
     const Shape& shape = mask.shape();
-    const Shape scores = {dims.batch, dims.heads, dims.s, dims.t};
     PARTRAIN_CHECK(shape.size() <= 4, "Attention mask " << shape_string(shape) << " has rank > 4");
-    // Broadcast strides as cpu::broadcast_strides: trailing dimensions aligned, size-1 dimensions
-    // of the mask stride 0 where the scores are larger.
-    std::int64_t strides[4] = {0, 0, 0, 0};
-    std::int64_t own = 1;
-    const std::size_t shift = 4 - shape.size();
-    for (std::size_t i = shape.size(); i-- > 0;) {
-      strides[i + shift] = (shape[i] == 1 && scores[i + shift] != 1) ? 0 : own;
-      own *= shape[i];
-    }
+    // Trailing dimensions aligned, size-1 dimensions of the mask stride 0 where the scores are larger.
+    const std::vector<std::int64_t> strides =
+        kernels::broadcast_strides(shape, {dims.batch, dims.heads, dims.s, dims.t});
     dims.mask = device_pointer(mask);
     dims.mask_dtype = mask.dtype();
     dims.mask_strides = {strides[0], strides[1], strides[2], strides[3]};

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/op_geometry.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace partrain::cuda {
@@ -21,14 +22,6 @@ namespace {
 #define PARTRAIN_GRID_STRIDE(i, n)                                                                  \
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-
-// A 2-int attribute (the schema has validated it).
-std::vector<std::int64_t> pair_attribute(const Attributes& attributes, const std::string& name,
-                                         std::vector<std::int64_t> fallback) {
-  std::vector<std::int64_t> values = attributes.get_ints(name, std::move(fallback));
-  PARTRAIN_CHECK(values.size() == 2, name << " must have 2 values, got " << values.size());
-  return values;
-}
 
 // ---------------- element-wise helpers ----------------
 template <typename T>
@@ -92,28 +85,16 @@ void launch_row_sum(cudaStream_t stream, const In* in, Out* out, std::int64_t ro
 }
 
 // ---------------- Conv2d ----------------
-struct ConvGeometry {
-  std::int64_t batch, channels, height, width;
-  std::int64_t out_channels, out_height, out_width;
-  std::int64_t kernel_h, kernel_w;
-  std::int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
-  std::int64_t groups;
+using kernels::ConvGeometry;
 
-  std::int64_t out_plane() const { return out_height * out_width; }
-};
-
+// kernels::conv_geometry with the CUDA kernels' extra checks: ranks first, output channels
+// divisible by the groups, device tensors of one dtype.
 ConvGeometry conv_geometry(const Attributes& attributes, const Tensor& x, const Tensor& w, const Tensor& y) {
   PARTRAIN_CHECK(x.rank() == 4 && w.rank() == 4 && y.rank() == 4,
                  "Conv2d kernel got input " << shape_string(x.shape()) << ", weight " << shape_string(w.shape())
                                             << ", output " << shape_string(y.shape()));
-  const auto stride = pair_attribute(attributes, "stride", {1, 1});
-  const auto padding = pair_attribute(attributes, "padding", {0, 0});
-  const auto dilation = pair_attribute(attributes, "dilation", {1, 1});
-  ConvGeometry g{x.dim(0), x.dim(1),  x.dim(2),   x.dim(3),   w.dim(0),    y.dim(2),    y.dim(3),   w.dim(2),
-                 w.dim(3), stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1],
-                 attributes.get_int("groups", 1)};
-  PARTRAIN_CHECK(g.groups >= 1 && g.channels % g.groups == 0 && w.dim(1) * g.groups == g.channels &&
-                     g.out_channels % g.groups == 0 && y.dim(1) == g.out_channels && y.dim(0) == g.batch,
+  const ConvGeometry g = kernels::conv_geometry(attributes, x, w, y);
+  PARTRAIN_CHECK(g.out_channels % g.groups == 0,
                  "Conv2d kernel got input " << shape_string(x.shape()) << ", weight " << shape_string(w.shape())
                                             << ", output " << shape_string(y.shape()) << ", groups " << g.groups);
   PARTRAIN_CHECK(!x.device().is_cpu() && !w.device().is_cpu() && !y.device().is_cpu(),
@@ -518,20 +499,14 @@ void conv2d_backward(const KernelContext& context, std::span<const Tensor> input
 }
 
 // ---------------- MaxPool2d ----------------
-struct PoolGeometry {
-  std::int64_t planes, height, width, out_height, out_width;
-  std::int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
-};
+using kernels::PoolGeometry;
 
+// kernels::pool_geometry; the CUDA kernels also want x and y of one dtype.
 PoolGeometry pool_geometry(const Attributes& attributes, const Tensor& x, const Tensor& y) {
-  const auto kernel = pair_attribute(attributes, "kernel", {});
-  const auto stride = pair_attribute(attributes, "stride", kernel);
-  const auto padding = pair_attribute(attributes, "padding", {0, 0});
-  PARTRAIN_CHECK(x.rank() == 4 && y.rank() == 4 && x.dim(0) == y.dim(0) && x.dim(1) == y.dim(1) &&
-                     x.dtype() == y.dtype(),
+  const PoolGeometry g = kernels::pool_geometry(attributes, x, y);
+  PARTRAIN_CHECK(x.dtype() == y.dtype(),
                  "MaxPool2d kernel got input " << shape_string(x.shape()) << ", output " << shape_string(y.shape()));
-  return {x.dim(0) * x.dim(1), x.dim(2),  x.dim(3),  y.dim(2),   y.dim(3),  kernel[0],
-          kernel[1],           stride[0], stride[1], padding[0], padding[1]};
+  return g;
 }
 
 // Index (in the plane) of the first maximum of window (oh, ow), padded positions excluded; a NaN

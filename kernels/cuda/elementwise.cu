@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/common/op_geometry.h"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -28,16 +29,8 @@ struct Layout {
   std::vector<std::vector<std::int64_t>> strides;  // [operand][dimension]
 };
 
-// Element strides of `shape` right-aligned to `output_shape` (numpy broadcasting; the CPU's
-// cpu::broadcast_strides): 0 where `shape` has size 1 or is missing and the output does not.
-std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& output_shape) {
-  std::vector<std::int64_t> strides(output_shape.size(), 0);
-  const std::vector<std::int64_t> own = contiguous_strides(shape);
-  const std::size_t shift = output_shape.size() - shape.size();
-  for (std::size_t d = 0; d < shape.size(); ++d)
-    strides[d + shift] = (shape[d] == 1 && output_shape[d + shift] != 1) ? 0 : own[d];
-  return strides;
-}
+// Per-operand strides come from kernels::broadcast_strides (numpy broadcasting, as on the CPU).
+using kernels::broadcast_strides;
 
 Layout coalesce(const Shape& output_shape, const std::vector<std::vector<std::int64_t>>& strides) {
   Layout layout;

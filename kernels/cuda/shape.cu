@@ -4,16 +4,17 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <sstream>
-#include <string>
-#include <utility>
 #include <vector>
 
+#include "kernels/common/op_geometry.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace partrain::cuda {
 
 namespace {
+
+using kernels::check_same_bytes;
+using kernels::permutation;
 
 #define PARTRAIN_GRID_STRIDE(i, n)                                                                  \
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
@@ -31,19 +32,6 @@ void device_copy(cudaStream_t stream, void* destination, const void* source, std
 
 void device_zero(cudaStream_t stream, const Tensor& tensor) {
   if (tensor.nbytes() > 0) PARTRAIN_CUDA_CHECK(cudaMemsetAsync(bytes_of(tensor), 0, tensor.nbytes(), stream));
-}
-
-void check_same_bytes(const char* op, const Tensor& a, const Tensor& b) {
-  PARTRAIN_CHECK(a.dtype() == b.dtype() && a.numel() == b.numel(),
-                 op << ": tensors " << shape_string(a.shape()) << " " << dtype_name(a.dtype()) << " and "
-                    << shape_string(b.shape()) << " " << dtype_name(b.dtype()) << " do not match");
-}
-
-// Product of dims [begin, end).
-std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
-  std::int64_t count = 1;
-  for (std::size_t d = begin; d < end; ++d) count *= shape[d];
-  return count;
 }
 
 // Unsigned types of 1, 2, 4, 8 and 16 bytes: data is moved as opaque units of this size.
@@ -147,20 +135,6 @@ __global__ void find_bad_index_kernel(const Index* __restrict__ indices, std::in
   }
 }
 
-std::string position_string(std::int64_t flat, const Shape& shape) {
-  std::vector<std::int64_t> coordinates(shape.size());
-  std::int64_t rest = flat;
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    coordinates[d] = shape[d] > 0 ? rest % shape[d] : 0;
-    rest = shape[d] > 0 ? rest / shape[d] : 0;
-  }
-  std::ostringstream out;
-  out << '[';
-  for (std::size_t d = 0; d < coordinates.size(); ++d) out << (d ? ", " : "") << coordinates[d];
-  out << ']';
-  return out.str();
-}
-
 // Throws the CPU's error when an index is outside [0, vocabulary). The verdict has to reach the
 // host to throw, so this waits for the stream: the one host sync of Gather, accepted because
 // embedding lookups are few per step and sit at the start of the forward (end of the backward),
@@ -192,7 +166,7 @@ void check_indices(const CudaBackend& cuda, const Tensor& indices, std::int64_t 
     PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
     index = static_cast<std::int64_t>(value);
   });
-  PARTRAIN_FAIL("Gather index " << index << " at position " << position_string(position, indices.shape()) << " (flat "
+  PARTRAIN_FAIL("Gather index " << index << " at position " << kernels::position_string(position, indices.shape()) << " (flat "
                                 << position << ") of indices " << shape_string(indices.shape())
                                 << " is out of range [0, " << vocabulary << ")");
 }
@@ -408,22 +382,8 @@ void permute_device(const CudaBackend& backend, const Tensor& source, const Tens
 
   // Reduce as the CPU does: drop size-1 input axes, then merge output axes that are consecutive in
   // the input.
-  std::vector<int> renumber(in_shape.size(), -1);
-  Shape kept_shape;
-  for (std::size_t d = 0; d < in_shape.size(); ++d)
-    if (in_shape[d] != 1) {
-      renumber[d] = static_cast<int>(kept_shape.size());
-      kept_shape.push_back(in_shape[d]);
-    }
-  std::vector<int> kept_perm;
-  for (int p : perm)
-    if (renumber[p] >= 0) kept_perm.push_back(renumber[p]);
-  std::vector<std::pair<int, int>> groups;  // [first, last] input axis, in output order
-  for (int p : kept_perm) {
-    if (!groups.empty() && groups.back().second + 1 == p) groups.back().second = p;
-    else groups.emplace_back(p, p);
-  }
-  const int rank = static_cast<int>(groups.size());
+  const kernels::MergedPermutation merged = kernels::merge_permutation(in_shape, perm);
+  const int rank = static_cast<int>(merged.rank());
   if (rank <= 1) {  // the permutation does not move any data
     device_copy(stream, bytes_of(destination), bytes_of(source), source.nbytes());
     return;
@@ -431,18 +391,11 @@ void permute_device(const CudaBackend& backend, const Tensor& source, const Tens
   PARTRAIN_CHECK(rank <= kMaxPermuteRank, "Permute of " << shape_string(in_shape) << ": " << rank
                                                         << " axes after merging, the CUDA kernel takes at most "
                                                         << kMaxPermuteRank);
-  std::vector<int> order(rank);
-  for (int g = 0; g < rank; ++g) order[g] = g;
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return groups[a].first < groups[b].first; });
-  std::vector<std::int64_t> group_size(rank), group_stride(rank), out_stride(rank);
+  const std::vector<int>& order = merged.order;
+  const std::vector<std::int64_t>& group_size = merged.size;
+  const std::vector<std::int64_t>& group_stride = merged.in_stride;
+  std::vector<std::int64_t> out_stride(rank);
   std::int64_t stride = 1;
-  for (int k = rank; k-- > 0;) {
-    const auto& [first, last] = groups[order[k]];
-    group_size[order[k]] = product(kept_shape, first, last + 1);
-    group_stride[order[k]] = stride;
-    stride *= group_size[order[k]];
-  }
-  stride = 1;
   for (int g = rank; g-- > 0;) {
     out_stride[g] = stride;
     stride *= group_size[g];
@@ -497,11 +450,6 @@ void permute_device(const CudaBackend& backend, const Tensor& source, const Tens
 
 namespace {
 
-std::vector<int> permutation(const Attributes& attributes) {
-  const std::vector<std::int64_t>& perm = attributes.get_ints("perm");
-  return {perm.begin(), perm.end()};
-}
-
 void permute_forward(const KernelContext& context, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
   const std::vector<int> perm = permutation(context.attributes);
   permute_device(cuda_of(context), inputs[0], outputs[0], perm);
@@ -511,36 +459,21 @@ void permute_backward(const KernelContext& context, std::span<const Tensor>, std
                       std::span<const Tensor> output_grads, std::span<const Tensor> input_grads) {
   if (!input_grads[0].defined()) return;
   const std::vector<int> perm = permutation(context.attributes);
-  std::vector<int> inverse(perm.size());
-  for (std::size_t i = 0; i < perm.size(); ++i) {
+  for (std::size_t i = 0; i < perm.size(); ++i)
     PARTRAIN_CHECK(perm[i] >= 0 && perm[i] < static_cast<int>(perm.size()), "Permute backward: bad perm");
-    inverse[perm[i]] = static_cast<int>(i);
-  }
+  const std::vector<int> inverse = kernels::inverse_permutation(perm);
   permute_device(cuda_of(context), output_grads[0], input_grads[0], inverse);
 }
 
 // ---------------- Slice ----------------
-// `whole` viewed as [outer, dim, inner], `part` as [outer, length, inner]; part row j is whole row
-// start + j * step (as on the CPU).
-struct SliceLayout {
-  std::int64_t outer = 1, dim = 0, length = 0, inner = 1, start = 0, step = 1;
-};
+// kernels::slice_layout (the CPU's), after the rank check the CUDA kernels add.
+using kernels::SliceLayout;
 
 SliceLayout slice_layout(const Attributes& attributes, const Shape& whole, const Shape& part) {
-  const int axis = normalise_axis(attributes.get_int("axis"), whole.size());
+  normalise_axis(attributes.get_int("axis"), whole.size());  // its error first, as in kernels::slice_layout
   PARTRAIN_CHECK(part.size() == whole.size(), "Slice: output " << shape_string(part) << " and input "
                                                                << shape_string(whole) << " differ in rank");
-  SliceLayout layout;
-  layout.dim = whole[axis];
-  layout.length = part[axis];
-  layout.outer = product(whole, 0, axis);
-  layout.inner = product(whole, axis + 1, whole.size());
-  layout.step = attributes.get_int("step", 1);
-  const std::int64_t start = attributes.get_int("start", 0);
-  layout.start = std::clamp(start < 0 ? start + layout.dim : start, std::int64_t{0}, layout.dim);
-  PARTRAIN_CHECK(layout.length == 0 || layout.start + (layout.length - 1) * layout.step < layout.dim,
-                 "Slice: output " << shape_string(part) << " does not fit input " << shape_string(whole));
-  return layout;
+  return kernels::slice_layout(attributes, whole, part);
 }
 
 // into_part: whole -> part, else part -> whole.
@@ -595,29 +528,10 @@ void slice_backward(const KernelContext& context, std::span<const Tensor> inputs
 // whole -> parts. Undefined parts are skipped (no gradient wanted). One strided copy per part.
 void concat_copy(cudaStream_t stream, const Tensor& whole, std::span<const Tensor> layouts,
                  std::span<const Tensor> parts, std::int64_t axis_attribute, bool into_whole) {
-  const Shape& shape = whole.shape();
-  const int axis = normalise_axis(axis_attribute, shape.size());
-  const std::int64_t outer = product(shape, 0, axis);
-  const std::int64_t inner = product(shape, axis + 1, shape.size());
-  const auto element = static_cast<std::int64_t>(dtype_size(whole.dtype()));
-  const std::int64_t whole_row = shape[axis] * inner * element;
-  PARTRAIN_CHECK(layouts.size() == parts.size(), "Concat/Split: " << parts.size() << " parts, " << layouts.size() << " layouts");
-  std::vector<std::int64_t> part_row(parts.size()), part_offset(parts.size());
-  std::int64_t offset = 0;
-  for (std::size_t k = 0; k < parts.size(); ++k) {
-    const Shape& part_shape = layouts[k].shape();
-    bool fits = part_shape.size() == shape.size();
-    for (std::size_t d = 0; fits && d < shape.size(); ++d) fits = static_cast<int>(d) == axis || part_shape[d] == shape[d];
-    PARTRAIN_CHECK(fits, "Concat/Split: part " << k << " " << shape_string(part_shape) << " does not fit "
-                                               << shape_string(shape) << " along axis " << axis);
-    if (parts[k].defined()) check_same_bytes("Concat/Split", parts[k], layouts[k]);
-    PARTRAIN_CHECK(!parts[k].defined() || parts[k].dtype() == whole.dtype(), "Concat/Split: part " << k << " has dtype "
-                                                                                << dtype_name(parts[k].dtype()));
-    part_row[k] = part_shape[axis] * inner * element;
-    part_offset[k] = offset;
-    offset += part_row[k];
-  }
-  PARTRAIN_CHECK(offset == whole_row, "Concat/Split: parts do not add up to " << shape_string(shape) << " along axis " << axis);
+  const kernels::ConcatLayout layout = kernels::concat_layout(whole, layouts, parts, axis_attribute);
+  const std::int64_t outer = layout.outer, whole_row = layout.whole_row;
+  const std::vector<std::int64_t>& part_row = layout.part_row;        // bytes
+  const std::vector<std::int64_t>& part_offset = layout.part_offset;  // bytes
   if (whole.numel() == 0) return;
   char* base = bytes_of(whole);
   for (std::size_t k = 0; k < parts.size(); ++k) {

@@ -8,10 +8,11 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <sstream>
+#include <string>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/common/op_geometry.h"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -114,14 +115,10 @@ MaskIndex mask_index(const Shape& mask_shape, const Shape& x_shape) {
                                                                       << shape_string(x_shape));
   MaskIndex index;
   index.rank = static_cast<int>(x_shape.size());
-  const std::vector<std::int64_t> own = contiguous_strides(mask_shape);
-  const std::size_t shift = x_shape.size() - mask_shape.size();
+  const std::vector<std::int64_t> strides = kernels::broadcast_strides(mask_shape, x_shape);
   for (std::size_t d = 0; d < x_shape.size(); ++d) {
     index.shape[d] = x_shape[d];
-    if (d >= shift) {
-      const std::size_t m = d - shift;
-      index.strides[d] = (mask_shape[m] == 1 && x_shape[d] != 1) ? 0 : own[m];
-    }
+    index.strides[d] = strides[d];
   }
   index.column_stride = index.rank > 0 ? index.strides[index.rank - 1] : 0;
   return index;
@@ -392,17 +389,8 @@ void check_labels(CudaBackend& backend, const LabelScratch& scratch, const Tenso
       cudaMemcpyAsync(&label, device_data<L>(labels) + bad, sizeof label, cudaMemcpyDeviceToHost, stream));
   PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
   // Position as coordinates of the labels tensor, as the CPU reports it.
-  std::vector<std::int64_t> coordinates(labels.rank());
-  std::int64_t rest = static_cast<std::int64_t>(bad);
-  for (std::size_t d = labels.rank(); d-- > 0;) {
-    coordinates[d] = rest % labels.shape()[d];
-    rest /= labels.shape()[d];
-  }
-  std::ostringstream position;
-  position << '[';
-  for (std::size_t d = 0; d < coordinates.size(); ++d) position << (d ? ", " : "") << coordinates[d];
-  position << ']';
-  PARTRAIN_FAIL("SoftmaxCrossEntropy label " << static_cast<std::int64_t>(label) << " at position " << position.str()
+  const std::string position = kernels::position_string(static_cast<std::int64_t>(bad), labels.shape());
+  PARTRAIN_FAIL("SoftmaxCrossEntropy label " << static_cast<std::int64_t>(label) << " at position " << position
                                              << " (flat index " << bad << ") is outside [0, " << classes
                                              << ") and is not ignore_index " << ignore_index);
 }
@@ -415,9 +403,8 @@ void cross_entropy_forward(const KernelContext& context, std::span<const Tensor>
   const cudaStream_t stream = backend.stream();
   const Tensor& logits = inputs[0];
   const Tensor& labels = inputs[1];
-  const std::int64_t classes = logits.dim(-1);
-  const std::int64_t rows = labels.numel();
-  const std::int64_t ignore_index = context.attributes.get_int("ignore_index", -100);
+  const kernels::CrossEntropyShape dims = kernels::cross_entropy_shape(context.attributes, logits, labels);
+  const std::int64_t classes = dims.classes, rows = dims.rows, ignore_index = dims.ignore_index;
   float* loss = device_data<float>(outputs[0]);
   const LabelScratch scratch = make_label_scratch(backend);
   const Tensor row_loss = backend.empty({std::max<std::int64_t>(rows, 1)}, DType::F32);
@@ -452,9 +439,8 @@ void cross_entropy_backward(const KernelContext& context, std::span<const Tensor
   if (!input_grads[0].defined()) return;
   const Tensor& logits = inputs[0];
   const Tensor& labels = inputs[1];
-  const std::int64_t classes = logits.dim(-1);
-  const std::int64_t rows = labels.numel();
-  const std::int64_t ignore_index = context.attributes.get_int("ignore_index", -100);
+  const kernels::CrossEntropyShape dims = kernels::cross_entropy_shape(context.attributes, logits, labels);
+  const std::int64_t classes = dims.classes, rows = dims.rows, ignore_index = dims.ignore_index;
   const bool loss_grad_is_bf16 = output_grads[0].dtype() == DType::BF16;
   const void* loss_grad = loss_grad_is_bf16 ? static_cast<const void*>(device_data<__nv_bfloat16>(output_grads[0]))
                                             : static_cast<const void*>(device_data<float>(output_grads[0]));
