@@ -37,12 +37,9 @@ const Availability& availability() {
   return result;
 }
 
-// A copy of `tensor` with float values rounded to `dtype` (integers unchanged), on the host.
+// `tensor` with float values rounded to `dtype` (integers unchanged), on the host.
 Tensor as_dtype(const Tensor& tensor, DType dtype) {
-  if (!is_floating(tensor.dtype()) || tensor.dtype() == dtype) return tensor.clone();
-  Tensor result = Tensor::empty(tensor.shape(), dtype);
-  cpu_backend().convert(result, tensor);
-  return result;
+  return is_floating(tensor.dtype()) ? to_dtype(tensor, dtype, cpu_backend()) : tensor;
 }
 
 struct OpResults {

@@ -53,8 +53,11 @@ TEST(CudaBackend, ConvertAccumulateScaleAndSumOfSquaresMatchTheCpu) {
   gpu().scale(gpu_sum, 0.37);
   EXPECT_EQ(to_host(gpu_sum, gpu()).to_float_vector(), cpu_sum.to_float_vector());
 
-  EXPECT_NEAR(gpu().sum_of_squares(to_backend(b, gpu())), cpu_backend().sum_of_squares(b),
-              1e-9 * cpu_backend().sum_of_squares(b));
+  // A weighted list as the gradient norm uses it (undefined entries skipped).
+  const std::vector<Tensor> cpu_list = {b, Tensor(), a}, gpu_list = {to_backend(b, gpu()), Tensor(), to_backend(a, gpu())};
+  const std::vector<double> weights = {1.0, 1.0, 0.25};
+  const double expected = cpu_backend().sum_of_squares(cpu_list, weights);
+  EXPECT_NEAR(gpu().sum_of_squares(gpu_list, weights), expected, 1e-9 * expected);
 }
 
 TEST(CudaBackend, AdamWAndSgdUpdatesMatchTheCpu) {

@@ -73,16 +73,24 @@ void CpuBackend::convert(const Tensor& destination, const Tensor& source) {
   for (std::int64_t i = 0; i < n; ++i) store(destination, i, load(source, i));
 }
 
-double CpuBackend::sum_of_squares(const Tensor& tensor) {
-  check_host_float(tensor, "sum_of_squares");
-  const std::int64_t n = tensor.numel();
-  double sum = 0;
+double CpuBackend::sum_of_squares(std::span<const Tensor> tensors, std::span<const double> weights) {
+  PARTRAIN_CHECK(tensors.size() == weights.size(), "sum_of_squares: " << tensors.size() << " tensors, " << weights.size()
+                                                                      << " weights");
+  double total = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& tensor = tensors[i];
+    if (!tensor.defined()) continue;
+    check_host_float(tensor, "sum_of_squares");
+    const std::int64_t n = tensor.numel();
+    double sum = 0;
 #pragma omp parallel for reduction(+ : sum) schedule(static) if (n >= 32768)
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double x = load(tensor, k);
-    sum += x * x;
+    for (std::int64_t k = 0; k < n; ++k) {
+      const double x = load(tensor, k);
+      sum += x * x;
+    }
+    total += weights[i] * sum;
   }
-  return sum;
+  return total;
 }
 
 void CpuBackend::scale(const Tensor& tensor, double factor) {

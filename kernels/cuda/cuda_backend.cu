@@ -126,8 +126,8 @@ void CudaBackend::convert(const Tensor& destination, const Tensor& source) {
   launch_convert(stream_, destination, source);
 }
 
-double CudaBackend::sum_of_squares(const Tensor& tensor) {
-  return cuda::sum_of_squares(stream_, tensor, empty({1}, DType::I64));
+double CudaBackend::sum_of_squares(std::span<const Tensor> tensors, std::span<const double> weights) {
+  return cuda::sum_of_squares(stream_, tensors, weights, empty({1}, DType::I64));
 }
 
 void CudaBackend::scale(const Tensor& tensor, double factor) { launch_scale(stream_, tensor, static_cast<float>(factor)); }

@@ -48,7 +48,7 @@ class CudaBackend final : public Backend {
   /// accumulator (f32 or bf16) += value (f32 or bf16), fp32 arithmetic.
   void accumulate(const Tensor& accumulator, const Tensor& value) override;
   void convert(const Tensor& destination, const Tensor& source) override;
-  double sum_of_squares(const Tensor& tensor) override;
+  double sum_of_squares(std::span<const Tensor> tensors, std::span<const double> weights) override;
   void scale(const Tensor& tensor, double factor) override;
   void adamw_update(const Tensor& parameter, const Tensor& gradient, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                     const AdamWUpdate& update) override;

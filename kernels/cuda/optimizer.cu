@@ -53,7 +53,8 @@ __global__ void scale_kernel(T* __restrict__ data, std::int64_t n, float factor)
 
 // Per-block double partial sums, then one atomicAdd per block (double atomics exist on sm_60+).
 template <typename T>
-__global__ void sum_of_squares_kernel(const T* __restrict__ data, std::int64_t n, double* __restrict__ total) {
+__global__ void sum_of_squares_kernel(const T* __restrict__ data, std::int64_t n, double weight,
+                                      double* __restrict__ total) {
   __shared__ double partial[kThreadsPerBlock];
   double sum = 0;
   for (std::int64_t k = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; k < n; k += std::int64_t(gridDim.x) * blockDim.x) {
@@ -66,7 +67,7 @@ __global__ void sum_of_squares_kernel(const T* __restrict__ data, std::int64_t n
     if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
     __syncthreads();
   }
-  if (threadIdx.x == 0) atomicAdd(total, partial[0]);
+  if (threadIdx.x == 0) atomicAdd(total, weight * partial[0]);
 }
 
 void check_same(const Tensor& a, const Tensor& b, const char* what) {
@@ -134,16 +135,23 @@ void launch_scale(cudaStream_t stream, const Tensor& tensor, float factor) {
   PARTRAIN_CUDA_CHECK_LAUNCH();
 }
 
-double sum_of_squares(cudaStream_t stream, const Tensor& tensor, Tensor scratch_of_one_double) {
+double sum_of_squares(cudaStream_t stream, std::span<const Tensor> tensors, std::span<const double> weights,
+                      Tensor scratch_of_one_double) {
+  PARTRAIN_CHECK(tensors.size() == weights.size(), "sum_of_squares: " << tensors.size() << " tensors, " << weights.size()
+                                                                      << " weights");
   double* total = static_cast<double*>(scratch_of_one_double.raw_data());
   PARTRAIN_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(double), stream));
-  const std::int64_t n = tensor.numel();
-  const unsigned int blocks = std::min(blocks_for(n), 1024u);  // few atomics; the grid-stride loop covers the rest
-  dispatch_floating(tensor.dtype(), "sum_of_squares", [&](auto tag) {
-    using T = decltype(tag);
-    sum_of_squares_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(device_data<T>(tensor), n, total);
-  });
-  PARTRAIN_CUDA_CHECK_LAUNCH();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& tensor = tensors[i];
+    const std::int64_t n = tensor.defined() ? tensor.numel() : 0;
+    if (n == 0) continue;
+    const unsigned int blocks = std::min(blocks_for(n), 1024u);  // few atomics; the grid-stride loop covers the rest
+    dispatch_floating(tensor.dtype(), "sum_of_squares", [&](auto tag) {
+      using T = decltype(tag);
+      sum_of_squares_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(device_data<T>(tensor), n, weights[i], total);
+    });
+    PARTRAIN_CUDA_CHECK_LAUNCH();
+  }
   double result = 0;
   PARTRAIN_CUDA_CHECK(cudaMemcpyAsync(&result, total, sizeof(double), cudaMemcpyDeviceToHost, stream));
   PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));  // the caller needs the value on the host

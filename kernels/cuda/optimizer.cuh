@@ -20,7 +20,9 @@ void launch_convert(cudaStream_t stream, const Tensor& destination, const Tensor
 void launch_accumulate(cudaStream_t stream, const Tensor& accumulator, const Tensor& value);
 /// tensor *= factor.
 void launch_scale(cudaStream_t stream, const Tensor& tensor, float factor);
-/// Σ x² in double; waits for the stream (the value goes to the host).
-double sum_of_squares(cudaStream_t stream, const Tensor& tensor, Tensor scratch_of_one_double);
+/// Σᵢ weights[i] · Σ x² over tensors[i] (undefined ones skipped) in double, accumulated on the
+/// device; waits for the stream once (the value goes to the host).
+double sum_of_squares(cudaStream_t stream, std::span<const Tensor> tensors, std::span<const double> weights,
+                      Tensor scratch_of_one_double);
 
 }  // namespace partrain::cuda

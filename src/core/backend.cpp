@@ -17,9 +17,7 @@ std::vector<Tensor> widened(Backend& backend, std::span<const Tensor> tensors, b
   std::vector<Tensor> result(tensors.begin(), tensors.end());
   for (Tensor& tensor : result) {
     if (!tensor.defined() || tensor.dtype() != DType::BF16) continue;
-    Tensor wide = backend.empty(tensor.shape(), DType::F32);
-    if (copy_values) backend.convert(wide, tensor);
-    tensor = wide;
+    tensor = copy_values ? to_dtype(tensor, DType::F32, backend) : backend.empty(tensor.shape(), DType::F32);
   }
   return result;
 }
@@ -66,6 +64,13 @@ Tensor to_backend(const Tensor& tensor, Backend& backend) {
   Tensor copy = backend.empty(tensor.shape(), tensor.dtype());
   backend.copy(copy, tensor);
   return copy;
+}
+
+Tensor to_dtype(const Tensor& tensor, DType dtype, Backend& backend) {
+  if (!tensor.defined() || tensor.dtype() == dtype) return tensor;
+  Tensor converted = backend.empty(tensor.shape(), dtype);
+  backend.convert(converted, tensor);
+  return converted;
 }
 
 Tensor to_host(const Tensor& tensor, Backend& backend) {

@@ -74,9 +74,10 @@ class Backend {
   /// destination = source converted between f32 and bf16 (round to nearest even), same shape and
   /// device; equal dtypes copy.
   virtual void convert(const Tensor& destination, const Tensor& source) = 0;
-  /// Σ x² over the elements of a float tensor, accumulated in double on the host side (gradient
-  /// norms).
-  virtual double sum_of_squares(const Tensor& tensor) = 0;
+  /// Σᵢ weights[i] · Σ x² over the elements of tensors[i] (float tensors; undefined ones skipped),
+  /// accumulated in double: a rank's share of the squared global gradient norm. One device
+  /// synchronisation for the whole list on a GPU. Throws partrain::Error when the sizes differ.
+  virtual double sum_of_squares(std::span<const Tensor> tensors, std::span<const double> weights) = 0;
   /// tensor ← tensor · factor (float tensors).
   virtual void scale(const Tensor& tensor, double factor) = 0;
   /// One AdamW update of an f32 parameter from its f32 gradient and f32 state (all same shape).
@@ -118,5 +119,8 @@ class Backend {
 Tensor to_backend(const Tensor& tensor, Backend& backend);
 /// A host copy of `tensor` (the same handle when it is on the host already).
 Tensor to_host(const Tensor& tensor, Backend& backend);
+/// `tensor` (on `backend`'s device) in `dtype`: the same handle when it has that dtype already,
+/// else a converted copy (f32 <-> bf16).
+Tensor to_dtype(const Tensor& tensor, DType dtype, Backend& backend);
 
 }  // namespace partrain

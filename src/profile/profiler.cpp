@@ -93,12 +93,9 @@ Tensor synthetic_input(const Graph& graph, const Value& value, std::int64_t batc
   PARTRAIN_FAIL("profiler: input '" << value.name << "' has an unsupported dtype " << dtype_name(value.type.dtype));
 }
 
-// `tensor` converted to bf16 when `mixed` and it is f32 (the executor's working copies).
+// `tensor` in bf16 when `mixed` and it is f32 (the executor's working copies).
 Tensor in_compute_dtype(const Tensor& tensor, Backend& backend, bool mixed) {
-  if (!mixed || tensor.dtype() != DType::F32) return tensor;
-  Tensor converted = backend.empty(tensor.shape(), DType::BF16);
-  backend.convert(converted, tensor);
-  return converted;
+  return mixed && tensor.dtype() == DType::F32 ? to_dtype(tensor, DType::BF16, backend) : tensor;
 }
 
 Tensor ones_like(const Tensor& like, Backend& backend) {

@@ -72,6 +72,9 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   }
   mixed_precision_ = train.precision == "bf16";
   refresh_working_parameters();
+  // Constants (position ids) copied to the device once, not at every use.
+  for (const Value& value : graph.values())
+    if (value.kind == ValueKind::Const) constants_[value.id] = to_backend(graph.constant_data(value.id), backend_);
 
   // Parameters read by several stages (tied embeddings) are reduced over every rank of those stages.
   std::map<int, std::vector<int>> stages_of;  // parameter -> stages reading it
@@ -125,23 +128,12 @@ void PipelineExecutor::refresh_working_parameters() {
   working_.clear();
   for (const auto& [value, tensor] : state_) {
     const bool parameter = graph_.value(value).kind == ValueKind::Param;
-    if (!mixed_precision_ || !parameter) {
-      working_[value] = tensor;
-      continue;
-    }
-    Tensor working = backend_.empty(tensor.shape(), DType::BF16);
-    backend_.convert(working, tensor);
-    working_[value] = working;
+    working_[value] = parameter ? to_dtype(tensor, compute_dtype(tensor.dtype()), backend_) : tensor;
   }
 }
 
 Tensor PipelineExecutor::to_compute(const Tensor& host) const {
-  Tensor on_device = to_backend(host, backend_);
-  const DType dtype = compute_dtype(host.dtype());
-  if (dtype == host.dtype()) return on_device;
-  Tensor converted = backend_.empty(host.shape(), dtype);
-  backend_.convert(converted, on_device);
-  return converted;
+  return to_dtype(to_backend(host, backend_), compute_dtype(host.dtype()), backend_);
 }
 
 PipelineExecutor::~PipelineExecutor() = default;
@@ -161,6 +153,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
   };
   auto forward = [&](MicrobatchState& state, int microbatch) {
     for (const auto& [value, tensor] : working_) state.values[value] = tensor;
+    for (const auto& [value, tensor] : constants_) state.values[value] = tensor;
     run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch)});
   };
 
@@ -336,14 +329,13 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
     tied_group_->all_reduce_coalesced(tensors);
   }
   // Every holder of a parameter has the same reduced gradient: count it once over the world.
-  double local_square = 0;
   std::vector<Tensor> gradients;
+  std::vector<double> weights;
   for (std::size_t i = 0; i < parameter_order_.size(); ++i) {
-    const Tensor& gradient = gradients_.at(parameter_order_[i]);
-    gradients.push_back(gradient);
-    local_square += backend_.sum_of_squares(gradient) / holders_[i];
+    gradients.push_back(gradients_.at(parameter_order_[i]));
+    weights.push_back(1.0 / holders_[i]);
   }
-  const double grad_norm = std::sqrt(world_.all_reduce_scalar(local_square));
+  const double grad_norm = std::sqrt(world_.all_reduce_scalar(backend_.sum_of_squares(gradients, weights)));
   const double lr = lr_schedule_.at(step);
   optimizer_->step(gradients, lr, clip_scale(grad_norm, train_.grad_clip));
   if (mixed_precision_) refresh_working_parameters();

@@ -90,6 +90,7 @@ class PipelineExecutor {
   bool training_ = true;
   std::unordered_map<int, Tensor> state_;       // params and buffers (f32 masters)
   std::unordered_map<int, Tensor> working_;     // what forward/backward read: bf16 params under mixed precision
+  std::unordered_map<int, Tensor> constants_;   // the graph's Const values on the backend's device
   bool mixed_precision_ = false;                // [train] precision = "bf16"
   std::unordered_map<int, Tensor> gradients_;   // param value id -> accumulated gradient
   std::vector<int> parameter_order_;            // optimizer order (param value ids)

@@ -80,11 +80,7 @@ void Optimizer::set_state(const std::string& parameter_name, const std::string& 
                                       << shape_string(value.shape()) << ", the parameter "
                                       << shape_string(parameters_[i].value.shape()));
   if (state_[i].empty()) state_[i] = make_state(i);
-  if (value.device() == backend_.device() || value.device().is_cpu()) {
-    backend_.copy(state_[i][k], value);
-  } else {
-    backend_.copy(state_[i][k], to_host(value, backend_));
-  }
+  backend_.copy(state_[i][k], value);
 }
 
 void Optimizer::step(std::span<const Tensor> gradients, double lr, double grad_scale) {
@@ -171,10 +167,8 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& config, std::vector
 }
 
 double sum_of_squares(std::span<const Tensor> gradients, Backend& backend) {
-  double total = 0;
-  for (const Tensor& gradient : gradients)
-    if (gradient.defined()) total += backend.sum_of_squares(gradient);
-  return total;
+  const std::vector<double> ones(gradients.size(), 1.0);
+  return backend.sum_of_squares(gradients, ones);
 }
 
 double clip_scale(double global_norm, double max_norm) {

@@ -63,7 +63,7 @@ class Optimizer {
   /// The state tensor (shared storage: writes go to the optimizer). Throws partrain::Error for an
   /// unknown parameter or state name, or a parameter without state yet.
   Tensor state(const std::string& parameter_name, const std::string& state_name) const;
-  /// Copies `value` (same shape as the parameter, f32, host or device) into the named state, creating the
+  /// Copies `value` (same shape as the parameter, f32, on the host or the backend's device) into the named state, creating the
   /// parameter's state (zeros elsewhere) if needed. Throws partrain::Error on unknown names or shape.
   void set_state(const std::string& parameter_name, const std::string& state_name, const Tensor& value);
 
