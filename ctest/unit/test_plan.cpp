@@ -167,6 +167,44 @@ TEST(Plan, ValidationNamesTheProblem) {
       << message;
 }
 
+// A loss piece (BERT's MLM cross-entropy, a scalar per replica) may cross only between stages whose
+// replicas hold the same samples; the planners' shared step moves its producer after the cut instead.
+TEST(Plan, LossPiecesCrossOnlyBetweenEqualReplicas) {
+  const Graph graph = build_model(tiny_model_config("bert"));
+  std::vector<int> ordered;
+  for (const Task& task : graph.tasks())
+    if (!task.constant) ordered.push_back(task.id);
+  const auto mlm_loss = std::find_if(ordered.begin(), ordered.end(),
+                                     [&](int task) { return graph.task(task).name == "cls.predictions.loss"; });
+  ASSERT_NE(mlm_loss, ordered.end());
+  Plan plan;
+  plan.planner = "test";
+  plan.world_size = 3;
+  plan.global_batch = 4;
+  plan.microbatches = 2;
+  plan.stages.resize(2);
+  plan.stages[0].replicas = 2;
+  const std::vector<std::vector<int>> stages = attach_constant_tasks(
+      graph, {std::vector<int>(ordered.begin(), mlm_loss + 1), std::vector<int>(mlm_loss + 1, ordered.end())});
+  plan.stages[0].tasks = stages[0];
+  plan.stages[1].tasks = stages[1];
+  ASSERT_EQ(unbatched_crossings(graph, plan.stages).size(), 1u);
+  EXPECT_EQ(error_message([&] { plan.validate(graph); }),
+            "plan (test): cls.predictions.loss has no batch dimension (a reduction over a replica's samples) and "
+            "crosses from stage 0 (2 replicas) to stage 1 (1 replicas); it can only cross between stages with "
+            "equal replicas");
+  Plan equal = plan;
+  equal.stages[1].replicas = 2;
+  equal.world_size = 4;
+  EXPECT_NO_THROW(equal.validate(graph));  // exchanged whole between replicas with the same samples
+
+  EXPECT_TRUE(move_loss_pieces_off_unequal_boundaries(graph, plan));
+  EXPECT_NO_THROW(plan.validate(graph));
+  EXPECT_TRUE(unbatched_crossings(graph, plan.stages).empty());
+  EXPECT_TRUE(std::binary_search(plan.stages[1].tasks.begin(), plan.stages[1].tasks.end(), *mlm_loss));
+  EXPECT_FALSE(move_loss_pieces_off_unequal_boundaries(graph, plan));
+}
+
 TEST(Plan, JsonRoundTripThroughAFile) {
   const Graph graph = build_model(tiny_model_config("gpt"));
   Plan plan = two_stage_plan(graph);

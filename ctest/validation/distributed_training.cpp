@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <unistd.h>
@@ -18,7 +19,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/config.h"
 #include "io/hdf5_file.h"
+#include "models/model.h"
+#include "partition/plan.h"
+#include "partition/plan_builder.h"
 #include "support/partrain_runs.h"
 
 namespace partrain {
@@ -53,7 +58,8 @@ std::vector<std::string> model_settings(const std::string& model) {
 }
 
 // Runs partrain train on `ranks` ranks; returns the output directory.
-std::string run_training(const TrainingCase& c, int ranks, const std::string& directory, const std::vector<std::string>& extra) {
+std::string run_training(const TrainingCase& c, int ranks, const std::string& directory, const std::vector<std::string>& extra,
+                         const std::string& options = "") {
   std::ostringstream arguments;
   arguments << "train " << PARTRAIN_SOURCE_DIR << "/configs/" << c.model << "-tiny.toml"
             << " --set train.steps=" << kSteps << " --set train.global_batch=" << global_batch(c.model)
@@ -61,6 +67,7 @@ std::string run_training(const TrainingCase& c, int ranks, const std::string& di
             << " --set data.path=" << PARTRAIN_DATA_DIR << (c.model == "resnet" ? "/fashion_mnist.h5" : "/text.h5");
   for (const std::string& setting : model_settings(c.model)) arguments << " --set '" << setting << "'";
   for (const std::string& setting : extra) arguments << " --set '" << setting << "'";
+  if (!options.empty()) arguments << " " << options;
   std::filesystem::create_directories(directory);
   const testing::PartrainRun run = testing::run_partrain(ranks, arguments.str(), directory + ".log");
   EXPECT_EQ(run.status, 0) << run.command << "\n" << run.log;
@@ -84,25 +91,10 @@ std::string reference_run(const TrainingCase& c, int pieces, const std::string& 
   return directory;
 }
 
-TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
-  const TrainingCase& c = GetParam();
-  const std::string root = PARTRAIN_RUN_DIR;  // emptied by the CTest fixture before each ctest run
-  std::vector<std::string> settings = {"parallel.planner=" + c.planner, "parallel.schedule=" + c.schedule,
-                                       "parallel.recompute=" + std::string(c.recompute ? "boundaries" : "none")};
-  if (c.planner == "manual") {
-    std::string replicas;
-    for (int r : c.replicas) replicas += (replicas.empty() ? "" : ",") + std::to_string(r);
-    std::string boundaries;
-    for (const std::string& b : c.boundaries) boundaries += (boundaries.empty() ? "\"" : ",\"") + b + "\"";
-    settings.push_back("parallel.stages=" + std::to_string(c.replicas.size()));
-    settings.push_back("parallel.replicas=[" + replicas + "]");
-    settings.push_back("parallel.boundaries=[" + boundaries + "]");
-    settings.push_back("train.microbatches=" + std::to_string(kMicrobatches));
-  }
-  const std::string distributed = root + "/" + case_name(c) + "-" + std::to_string(::getpid());
-  run_training(c, 4, distributed, settings);
-  if (HasFailure()) return;
-
+// Compares the run in `distributed` (its plan.json says how it split the batch) with the single-rank
+// run over the same loss pieces: every step's loss within 1e-5 relative, the held-out losses, and the
+// final parameters within 1e-4. Skips (with the reason) plans no single-rank run can mirror.
+void expect_matches_single_rank(const TrainingCase& c, const std::string& distributed, const std::string& root) {
   // The loss pieces of the plan that ran: every pipeline copy's microbatches split over the last
   // stage's replicas. BatchNorm (ResNet) also needs the same grouping in every stage.
   const nlohmann::json plan = nlohmann::json::parse(std::ifstream(distributed + "/plan.json"));
@@ -148,6 +140,28 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
     ++compared;
   }
   EXPECT_GT(compared, 10);
+}
+
+TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
+  const TrainingCase& c = GetParam();
+  const std::string root = PARTRAIN_RUN_DIR;  // emptied by the CTest fixture before each ctest run
+  std::vector<std::string> settings = {"parallel.planner=" + c.planner, "parallel.schedule=" + c.schedule,
+                                       "parallel.recompute=" + std::string(c.recompute ? "boundaries" : "none")};
+  if (c.planner == "manual") {
+    std::string replicas;
+    for (int r : c.replicas) replicas += (replicas.empty() ? "" : ",") + std::to_string(r);
+    std::string boundaries;
+    for (const std::string& b : c.boundaries) boundaries += (boundaries.empty() ? "\"" : ",\"") + b + "\"";
+    settings.push_back("parallel.stages=" + std::to_string(c.replicas.size()));
+    settings.push_back("parallel.replicas=[" + replicas + "]");
+    settings.push_back("parallel.boundaries=[" + boundaries + "]");
+    settings.push_back("train.microbatches=" + std::to_string(kMicrobatches));
+  }
+  const std::string distributed = root + "/" + case_name(c) + "-" + std::to_string(::getpid());
+  run_training(c, 4, distributed, settings);
+  if (HasFailure()) return;
+
+  expect_matches_single_rank(c, distributed, root);
   std::filesystem::remove_all(distributed);
 }
 
@@ -268,6 +282,143 @@ TEST_P(MixedPrecision, TracksFp32AndDistributesLikeOneRank) {
   EXPECT_LE(relative, 5e-3);
   std::filesystem::remove_all(root);
 }
+
+// ---------------- every plan the validator accepts trains like one rank ----------------
+// A property test (issue 16): random plans for the tiny models — cuts at any task boundary (inside
+// layers and, half the time, among the last tasks: the heads and the loss), random replicas per stage
+// and pipeline copies on 2-4 ranks, random schedule, recompute per stage and microbatch count — each
+// accepted by Plan::validate and trained against the single-rank run over the same loss pieces.
+// PARTRAIN_RANDOM_PLAN_SEED (first seed) and PARTRAIN_RANDOM_PLAN_CASES (how many) choose the
+// cases; a failure prints the command that replays its seed alone.
+
+struct RandomPlan {
+  Plan plan;
+  std::string description;
+};
+
+std::int64_t environment_number(const char* name, std::int64_t fallback) {
+  const char* text = std::getenv(name);
+  return text && *text ? std::stoll(text) : fallback;
+}
+
+// Draws plans from `seed` until Plan::validate accepts one; `rejected` counts the others.
+RandomPlan draw_random_plan(const std::string& model, const Graph& graph, std::uint64_t seed, int& rejected) {
+  std::mt19937_64 random(seed);
+  auto uniform = [&](int low, int high) { return std::uniform_int_distribution<int>(low, high)(random); };
+  std::vector<int> ordered;  // non-constant tasks in id (topological) order: contiguous ranges are convex
+  for (const Task& task : graph.tasks())
+    if (!task.constant) ordered.push_back(task.id);
+  const int task_count = static_cast<int>(ordered.size());
+  for (rejected = 0;; ++rejected) {
+    RandomPlan drawn;
+    Plan& plan = drawn.plan;
+    plan.planner = "random";
+    plan.graph_hash = graph.hash();
+    plan.world_size = uniform(2, 4);
+    plan.global_batch = global_batch(model);
+    std::vector<int> copy_choices;
+    for (int copies = 1; copies <= plan.world_size; ++copies)
+      if (plan.world_size % copies == 0) copy_choices.push_back(copies);
+    // Mostly one pipeline copy and several stages: pipelines are what the planners' cuts exercise.
+    plan.pipeline_copies = uniform(0, 2) ? 1 : copy_choices[uniform(0, static_cast<int>(copy_choices.size()) - 1)];
+    const int devices = plan.world_size / plan.pipeline_copies;
+    const int stage_count = uniform(std::min(2, devices), devices);
+    std::vector<int> replicas(stage_count, 1);
+    if (model == "resnet") {  // BatchNorm: every stage must group samples alike (see expect_matches_single_rank)
+      if (devices % stage_count != 0) continue;
+      replicas.assign(stage_count, devices / stage_count);
+    } else {
+      for (int extra = devices - stage_count; extra > 0; --extra) ++replicas[uniform(0, stage_count - 1)];
+    }
+    std::vector<int> cuts;  // first task position of stages 1..S-1
+    while (static_cast<int>(cuts.size()) < stage_count - 1) {
+      const int cut = uniform(0, 1) ? uniform(std::max(1, task_count - 12), task_count - 1) : uniform(1, task_count - 1);
+      if (std::find(cuts.begin(), cuts.end(), cut) == cuts.end()) cuts.push_back(cut);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.insert(cuts.begin(), 0);
+    cuts.push_back(task_count);
+    std::vector<std::vector<int>> stages;
+    for (int s = 0; s < stage_count; ++s) stages.emplace_back(ordered.begin() + cuts[s], ordered.begin() + cuts[s + 1]);
+    stages = partition::attach_constant_tasks(graph, std::move(stages));
+    // Microbatches: the per-copy batch must split into them, each feeding every stage's replicas and
+    // splitting evenly over the last stage's (the single-rank reference's loss pieces).
+    const std::int64_t per_copy = plan.global_batch / plan.pipeline_copies;
+    std::vector<int> microbatch_choices;
+    for (int m = 1; m <= per_copy; ++m) {
+      const std::int64_t size = per_copy / m;
+      // ResNet: BatchNorm over fewer than 4 samples makes training chaotic (see global_batch).
+      const std::int64_t smallest_piece = model == "resnet" ? 4 : 1;
+      if (per_copy % m == 0 && size % replicas.back() == 0 && size / replicas.back() >= smallest_piece &&
+          size >= *std::max_element(replicas.begin(), replicas.end()))
+        microbatch_choices.push_back(m);
+    }
+    if (plan.global_batch % plan.pipeline_copies != 0 || microbatch_choices.empty()) continue;
+    plan.microbatches = microbatch_choices[uniform(0, static_cast<int>(microbatch_choices.size()) - 1)];
+    plan.schedule = std::vector<ScheduleKind>{ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward,
+                                              ScheduleKind::ShiftedCriticalPath}[uniform(0, 2)];
+    plan.device_memory_bytes = 16.0 * (1 << 30);
+    std::ostringstream description;
+    description << plan.pipeline_copies << " copies x stages [";
+    for (int s = 0; s < stage_count; ++s) {
+      PlanStage stage;
+      stage.tasks = stages[s];
+      stage.replicas = replicas[s];
+      stage.recompute = uniform(0, 1) ? RecomputePolicy::StageBoundaries : RecomputePolicy::None;
+      stage.summary = summarize_tasks(graph, stage.tasks);
+      description << (s ? "; " : "") << "tasks " << cuts[s] << "-" << cuts[s + 1] - 1 << " ("
+                  << graph.task(ordered[cuts[s]]).name << " .. " << graph.task(ordered[cuts[s + 1] - 1]).name
+                  << ") x" << stage.replicas << (stage.recompute == RecomputePolicy::None ? "" : " recompute");
+      plan.stages.push_back(std::move(stage));
+    }
+    description << "], " << plan.microbatches << " microbatches, " << schedule_name(plan.schedule);
+    drawn.description = description.str();
+    try {
+      plan.validate(graph);
+    } catch (const Error&) {
+      continue;  // e.g. a loss piece across stages of different replica counts
+    }
+    return drawn;
+  }
+}
+
+class RandomPlans : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RandomPlans, EveryValidPlanTrainsLikeOneRank) {
+  const std::string model = GetParam();
+  TrainingCase c;
+  c.model = model;
+  c.plan = "random";
+  std::vector<std::string> overrides = model_settings(model);
+  const ExperimentConfig config =
+      load_experiment(std::string(PARTRAIN_SOURCE_DIR) + "/configs/" + model + "-tiny.toml", overrides);
+  const Graph graph = build_model(config.model);
+  const std::uint64_t first_seed = static_cast<std::uint64_t>(environment_number("PARTRAIN_RANDOM_PLAN_SEED", 1));
+  const std::int64_t cases = environment_number("PARTRAIN_RANDOM_PLAN_CASES", 2);
+  const std::string root = PARTRAIN_RUN_DIR;
+  for (std::int64_t i = 0; i < cases; ++i) {
+    const std::uint64_t seed = first_seed + static_cast<std::uint64_t>(i);
+    int rejected = 0;
+    const RandomPlan drawn = draw_random_plan(model, graph, seed, rejected);
+    std::printf("%s seed %llu: %s (%d drawn plans rejected by the validator first)\n", model.c_str(),
+                static_cast<unsigned long long>(seed), drawn.description.c_str(), rejected);
+    std::fflush(stdout);
+    SCOPED_TRACE("random plan seed " + std::to_string(seed) + ": " + drawn.description +
+                 "\nreplay: PARTRAIN_RANDOM_PLAN_SEED=" + std::to_string(seed) +
+                 " PARTRAIN_RANDOM_PLAN_CASES=1 test_distributed_training --gtest_filter='RandomPlans/*/" + model + "'");
+    const std::string distributed = root + "/random-" + model + "-" + std::to_string(seed) + "-" + std::to_string(::getpid());
+    std::filesystem::create_directories(distributed);
+    drawn.plan.save(distributed + "/random-plan.json");
+    run_training(c, drawn.plan.world_size, distributed, {}, "--plan " + distributed + "/random-plan.json");
+    if (HasFailure()) return;
+    expect_matches_single_rank(c, distributed, root);
+    if (HasFailure()) return;
+    std::filesystem::remove_all(distributed);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Property, RandomPlans, ::testing::Values("bert", "gpt", "resnet"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Precision, MixedPrecision, ::testing::Values("bert", "gpt"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });

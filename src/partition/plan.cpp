@@ -110,6 +110,24 @@ int Plan::bottleneck_stage() const {
 
 // ---------------- validation ----------------
 
+std::vector<UnbatchedCrossing> unbatched_crossings(const Graph& graph, const std::vector<PlanStage>& stages) {
+  std::vector<int> stage_of(graph.tasks().size(), -1);
+  for (int s = 0; s < static_cast<int>(stages.size()); ++s)
+    for (int task : stages[s].tasks)
+      if (task >= 0 && task < static_cast<int>(stage_of.size()) && !graph.task(task).constant) stage_of[task] = s;
+  std::vector<UnbatchedCrossing> result;
+  for (const Value& value : graph.values()) {
+    if (value.kind != ValueKind::Activation || value.producer < 0 || has_batch_dim(value.type.shape)) continue;
+    const Task& producer = graph.task(value.producer);
+    if (producer.constant || stage_of[producer.id] < 0) continue;
+    UnbatchedCrossing crossing{value.id, stage_of[producer.id], stage_of[producer.id]};
+    for (int consumer : value.consumers)
+      if (!graph.task(consumer).constant) crossing.to_stage = std::max(crossing.to_stage, stage_of[consumer]);
+    if (crossing.to_stage > crossing.from_stage) result.push_back(crossing);
+  }
+  return result;
+}
+
 void Plan::validate(const Graph& graph) const {
   PARTRAIN_CHECK(!stages.empty(), "plan (" << planner << "): it has no stages");
   PARTRAIN_CHECK(graph_hash == 0 || graph_hash == graph.hash(),
@@ -167,6 +185,16 @@ void Plan::validate(const Graph& graph) const {
       }
     }
   }
+  // A loss piece (or any unbatched activation) is exchanged whole between replicas with the same
+  // samples: the stages it crosses must split every microbatch alike.
+  for (const UnbatchedCrossing& crossing : unbatched_crossings(graph, stages))
+    for (int s = crossing.from_stage + 1; s <= crossing.to_stage; ++s)
+      PARTRAIN_CHECK(stages[s].replicas == stages[crossing.from_stage].replicas,
+                     "plan (" << planner << "): " << graph.value(crossing.value).name
+                              << " has no batch dimension (a reduction over a replica's samples) and crosses from stage "
+                              << crossing.from_stage << " (" << stages[crossing.from_stage].replicas
+                              << " replicas) to stage " << s << " (" << stages[s].replicas
+                              << " replicas); it can only cross between stages with equal replicas");
   // A cloned constant task must feed something in each stage that holds it.
   for (const Task& task : graph.tasks()) {
     for (int s : constant_stages[task.id]) {

@@ -77,7 +77,8 @@ struct Plan {
   /// in no stage or in two, a constant task in a stage without a consumer of it, a stage that is not
   /// convex, stages out of pipeline order (an edge from a later stage to an earlier one), replica
   /// counts not positive, world_size ≠ copies × devices, a batch that does not divide into
-  /// copies × microbatches, a microbatch smaller than a stage's replica count, a graph hash mismatch.
+  /// copies × microbatches, a microbatch smaller than a stage's replica count, a graph hash mismatch,
+  /// an unbatched activation (a loss piece) crossing between stages of different replica counts.
   void validate(const Graph& graph) const;
 
   nlohmann::json to_json() const;
@@ -87,6 +88,20 @@ struct Plan {
   void save(const std::string& path) const;
   static Plan load(const std::string& path);
 };
+
+/// An activation without a batch dimension (a loss, or another reduction over a replica's samples)
+/// that stage `from_stage` computes and a later stage up to `to_stage` reads. Such a value cannot be
+/// split by samples: replicas exchange it whole, so it may only cross between stages whose replicas
+/// hold the same samples (equal replica counts from `from_stage` to `to_stage`).
+struct UnbatchedCrossing {
+  int value = -1;
+  int from_stage = 0;
+  int to_stage = 0;
+};
+
+/// Every unbatched activation that crosses a stage boundary of `stages` (non-constant tasks each in
+/// one stage; tasks in no stage are ignored), in value id order.
+std::vector<UnbatchedCrossing> unbatched_crossings(const Graph& graph, const std::vector<PlanStage>& stages);
 
 /// A readable summary of a task set: consecutive layers as ranges ("embeddings, encoder.layer.0-5")
 /// using the task names' layer (models' layer_of); op names when the set holds part of one layer.

@@ -217,6 +217,40 @@ double memory_excess_bytes(const Plan& plan, const CostModel& cost, const Planne
   return largest - options.usable_memory_bytes(cost.device());
 }
 
+bool move_loss_pieces_off_unequal_boundaries(const Graph& graph, Plan& plan) {
+  bool moved = false;
+  for (;;) {
+    const UnbatchedCrossing* offending = nullptr;
+    const std::vector<UnbatchedCrossing> crossings = unbatched_crossings(graph, plan.stages);
+    for (const UnbatchedCrossing& crossing : crossings)
+      for (int s = crossing.from_stage + 1; s <= crossing.to_stage && !offending; ++s)
+        if (plan.stages[s].replicas != plan.stages[crossing.from_stage].replicas) offending = &crossing;
+    if (!offending) break;
+    const int producer = graph.value(offending->value).producer;
+    int target = offending->to_stage;  // the first later stage that reads the value
+    for (int consumer : graph.value(offending->value).consumers)
+      for (int s = offending->from_stage + 1; s < target; ++s)
+        if (std::binary_search(plan.stages[s].tasks.begin(), plan.stages[s].tasks.end(), consumer)) target = s;
+    std::vector<std::vector<int>> stages;  // non-constant tasks, the producer moved
+    for (int s = 0; s < static_cast<int>(plan.stages.size()); ++s) {
+      std::vector<int> tasks;
+      for (int task : plan.stages[s].tasks)
+        if (!graph.task(task).constant && task != producer) tasks.push_back(task);
+      if (s == target) tasks.push_back(producer);
+      PARTRAIN_CHECK(!tasks.empty(), "plan (" << plan.planner << "): stage " << s << " holds only "
+                                              << graph.task(producer).name << ", whose output "
+                                              << graph.value(offending->value).name
+                                              << " cannot cross to a stage with another replica count");
+      stages.push_back(std::move(tasks));
+    }
+    stages = attach_constant_tasks(graph, std::move(stages));
+    for (int s : {offending->from_stage, target}) plan.stages[s].summary = summarize_tasks(graph, stages[s]);
+    for (std::size_t s = 0; s < stages.size(); ++s) plan.stages[s].tasks = std::move(stages[s]);
+    moved = true;
+  }
+  return moved;
+}
+
 std::vector<int> equal_replicas(int world_size, int stage_count) {
   PARTRAIN_CHECK(stage_count > 0 && stage_count <= world_size,
                  stage_count << " stages cannot be placed on " << world_size << " devices");

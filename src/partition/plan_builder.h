@@ -55,6 +55,14 @@ double memory_excess_bytes(const Plan& plan, const CostModel& cost, const Planne
 Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_tasks, std::vector<int> replicas,
                       const CostModel& cost, const PlannerOptions& options, const std::string& planner);
 
+/// Makes a plan's stages keep every loss piece (an activation without a batch dimension, e.g. one
+/// head's cross-entropy) away from boundaries between stages of different replica counts, which
+/// cannot split it by samples (Plan::validate): each task computing such a value moves into the
+/// first later stage that reads it (its batched inputs cross instead), until none is left; constant
+/// tasks are re-attached and the moved stages' summaries renewed. Returns whether a task moved (the
+/// caller then predicts the plan again). Throws partrain::Error when a stage would be left empty.
+bool move_loss_pieces_off_unequal_boundaries(const Graph& graph, Plan& plan);
+
 /// Equal replicas for S stages over the world: world_size / S each when S divides it, else 1 per
 /// stage and world_size / S pipeline copies when S divides that way; throws partrain::Error otherwise.
 std::vector<int> equal_replicas(int world_size, int stage_count);

@@ -138,6 +138,20 @@ Tensor PipelineExecutor::to_compute(const Tensor& host) const {
 
 PipelineExecutor::~PipelineExecutor() = default;
 
+Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const Action& action,
+                                          std::int64_t own_begin) const {
+  if (has_batch_dim(graph_.value(value).type.shape))
+    return tensor.slice_rows(action.sample_begin - own_begin, action.sample_end - own_begin);
+  // An unbatched value (a loss piece) travels whole; Plan::validate allows it only between replicas
+  // holding the same samples, so the transfer covers this replica's whole range.
+  const auto [begin, end] = plan_.replica_samples(placement_.stage, placement_.replica);
+  PARTRAIN_CHECK(action.sample_begin == begin && action.sample_end == end,
+                 "executor: " << graph_.value(value).name << " has no batch dimension but rank " << world_.rank()
+                              << " would exchange only samples [" << action.sample_begin << ", " << action.sample_end
+                              << ") of [" << begin << ", " << end << ") with rank " << action.peer);
+  return tensor;
+}
+
 void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::vector<MicrobatchState>& microbatches,
                                   std::vector<comm::Request>& pending, double& loss_sum) {
   const auto [own_begin, own_end] = plan_.replica_samples(placement_.stage, placement_.replica);
@@ -169,8 +183,8 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
         Tensor& tensor = into[value];
         if (!tensor.defined())
           tensor = backend_.empty(with_batch(graph_.value(value).type.shape, rows), compute_dtype(graph_.value(value).type.dtype));
-        requests.push_back(world_.receive(tensor.slice_rows(action.sample_begin - own_begin, action.sample_end - own_begin),
-                                          action.peer, message_tag(world_, action.microbatch, gradient)));
+        requests.push_back(world_.receive(transferred_part(tensor, value, action, own_begin), action.peer,
+                                          message_tag(world_, action.microbatch, gradient)));
       }
       comm::wait_all(requests);
       return;
@@ -183,8 +197,8 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       const TensorMap& from = gradient ? state.outgoing_gradients : state.outputs;
       for (int value : values) {
         const Tensor& tensor = from.at(value);
-        pending.push_back(world_.send(tensor.slice_rows(action.sample_begin - own_begin, action.sample_end - own_begin),
-                                      action.peer, message_tag(world_, action.microbatch, gradient)));
+        pending.push_back(world_.send(transferred_part(tensor, value, action, own_begin), action.peer,
+                                      message_tag(world_, action.microbatch, gradient)));
       }
       return;
     }
