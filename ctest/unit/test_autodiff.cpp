@@ -7,7 +7,7 @@
 
 #include "graph/autodiff.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "runtime/interpreter.h"
+#include "graph/interpreter.h"
 #include "support/gradient_check.h"
 
 namespace partrain {

@@ -12,7 +12,7 @@
 #include "io/config.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
-#include "runtime/interpreter.h"
+#include "graph/interpreter.h"
 
 namespace partrain {
 namespace {

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "graph/subgraph.h"
 #include "models/model.h"
-#include "partition/plan.h"
+#include "plan/plan.h"
 #include "partition/plan_builder.h"
 #include "partition/planner.h"
 #include "support/errors.h"

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "partition/plan.h"
-#include "runtime/schedule.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
+#include "plan/schedule_checker.h"
+#include "plan/schedule_simulator.h"
 #include "support/errors.h"
 
 namespace {

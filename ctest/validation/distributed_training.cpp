@@ -22,7 +22,7 @@
 #include "io/config.h"
 #include "io/hdf5_file.h"
 #include "models/model.h"
-#include "partition/plan.h"
+#include "plan/plan.h"
 #include "partition/plan_builder.h"
 #include "support/partrain_runs.h"
 

@@ -17,7 +17,7 @@
 
 #include "graph/graph.h"
 #include "partition/cost_model.h"
-#include "partition/plan.h"
+#include "plan/plan.h"
 #include "partition/planner.h"
 
 namespace partrain::partition {

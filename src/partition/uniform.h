@@ -10,7 +10,7 @@
 
 #include "graph/graph.h"
 #include "partition/cost_model.h"
-#include "partition/plan.h"
+#include "plan/plan.h"
 #include "partition/plan_builder.h"
 #include "partition/planner.h"
 

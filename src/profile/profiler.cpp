@@ -11,7 +11,7 @@
 #include "graph/autodiff.h"
 #include "graph/subgraph.h"
 #include "models/model.h"
-#include "runtime/interpreter.h"
+#include "graph/interpreter.h"
 
 namespace partrain::profile {
 

@@ -21,11 +21,11 @@
 #include "io/batch_source.h"
 #include "io/chrome_trace.h"
 #include "io/config.h"
-#include "partition/plan.h"
-#include "runtime/interpreter.h"
+#include "plan/plan.h"
+#include "graph/interpreter.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/optimizer.h"
-#include "runtime/schedule.h"
+#include "plan/schedule.h"
 #include "runtime/stage_program.h"
 
 namespace partrain::runtime {

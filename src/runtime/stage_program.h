@@ -8,7 +8,7 @@
 
 #include "graph/autodiff.h"
 #include "graph/subgraph.h"
-#include "partition/plan.h"
+#include "plan/plan.h"
 
 namespace partrain::runtime {
 

@@ -41,7 +41,7 @@
 #include "partition/cost_model.h"
 #include "partition/dpl.h"
 #include "partition/ideals_dp.h"
-#include "partition/plan.h"
+#include "plan/plan.h"
 #include "partition/plan_builder.h"
 #include "partition/planner.h"
 #include "partition/stage_dp.h"

@@ -1,4 +1,4 @@
-#include "runtime/interpreter.h"
+#include "graph/interpreter.h"
 
 #include <unordered_set>
 

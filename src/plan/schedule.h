@@ -1,9 +1,10 @@
 #pragma once
-// Pipeline schedules as data (DESIGN.md "Runtime"). A generator turns a Plan (its stages, replicas,
-// pipeline copies, microbatch count, schedule kind and recompute policies) into one list of actions
-// per rank; the executor runs a rank's list, the checker runs all lists together to prove them
-// deadlock-free and complete, and the timeline simulator runs them with per-stage costs to predict
-// the step time and the bubble fraction.
+// Pipeline schedules as data (DESIGN.md "Runtime"), the schedule IR of the plan layer. A generator
+// (schedule_generator.cpp) turns a Plan (its stages, replicas, pipeline copies, microbatch count,
+// schedule kind and recompute policies) into one list of actions per rank; the executor runs a
+// rank's list, the checker (schedule_checker.h) runs all lists together to prove them deadlock-free
+// and complete, and the timeline simulator (schedule_simulator.h) runs them with per-stage costs to
+// predict the step time and the bubble fraction.
 //
 // Communication semantics the lists are written for: sends are non-blocking (buffered: posting one
 // never waits for the receiver), receives block until the matching send was posted, and AllReduce is
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "partition/plan.h"
+#include "plan/plan.h"
 
 namespace partrain {
 
@@ -92,65 +93,8 @@ using Schedule = std::vector<std::vector<Action>>;
 /// world_size ≠ copies × devices, or a microbatch smaller than a stage's replica count.
 Schedule generate_schedule(const Plan& plan);
 
-/// Runs all ranks' lists together (sends buffered, receives blocking, AllReduce collective) and
-/// throws partrain::Error naming the first problem:
-///  * deadlock — the stuck ranks, where they sit in the plan and the actions they wait at;
-///  * a receive whose matching send carries a different sample range, or a send never received;
-///  * a rank whose list does not hold exactly one Forward and one Backward of every microbatch
-///    (Backward after Forward), a Recompute without a recomputed Forward (or missing, or misplaced),
-///    a receive after the compute needing it or a send before the compute producing it, transfers
-///    between ranks that are not neighbouring stages of the same pipeline copy, sample ranges that
-///    do not cover the rank's own samples, an AllReduce group that is not the stage's group;
-///  * a list whose last action is not Step, or with more than one Step.
-/// The number of lists must be plan.world_size.
-void check_schedule(const Plan& plan, const Schedule& schedule);
-
 /// Largest number of microbatches whose Forward has run and whose Backward has not, along the list
 /// (activation memory held at once; 1F1B: min(S-s, M) on stage s).
 int peak_in_flight(const std::vector<Action>& actions);
-
-/// Costs the timeline simulator charges (seconds).
-struct TimelineCosts {
-  /// Per stage: one microbatch's forward / backward (without recomputation) / recomputation on one
-  /// replica.
-  std::vector<double> forward_seconds;
-  std::vector<double> backward_seconds;
-  std::vector<double> recompute_seconds;
-  /// Seconds from posting a send of `samples` samples to its arrival at `to_rank`; empty: 0.
-  std::function<double(ActionKind kind, int from_rank, int to_rank, std::int64_t samples)> transfer_seconds;
-  /// Seconds of a stage's gradient all-reduce once all members arrived; empty: 0.
-  std::function<double(int stage)> all_reduce_seconds;
-  /// Seconds of the optimizer step.
-  double step_seconds = 0;
-
-  /// From the plan's predictions: forward = PlanStage::forward_seconds; for a recomputing stage
-  /// recompute = forward_seconds and backward = backward_seconds − forward_seconds (the plan's backward
-  /// includes the recomputation), otherwise recompute = 0 and backward = backward_seconds. No
-  /// transfer or all-reduce costs.
-  static TimelineCosts from_plan(const Plan& plan);
-};
-
-/// Start and end (seconds from the step's start) of one action on one rank.
-struct ActionTiming {
-  double start = 0;
-  double end = 0;
-};
-
-/// What simulate_schedule predicts for one optimizer step.
-struct TimelinePrediction {
-  double step_seconds = 0;      // until the last rank finished Step
-  double pipeline_seconds = 0;  // until the last Forward/Backward/Recompute ended on any rank
-  /// 1 − (Σ over ranks of compute seconds) / (ranks × pipeline_seconds): the idle share of the
-  /// pipeline phase (GPipe, equal stage times, free transfers: (S−1)/(M+S−1)).
-  double bubble_fraction = 0;
-  std::vector<double> rank_compute_seconds;       // per rank: Σ of its compute actions
-  std::vector<std::vector<ActionTiming>> timing;  // per rank and action (for trace timelines)
-};
-
-/// Runs the lists with the costs: a compute action occupies its rank, a send costs its rank nothing
-/// and arrives transfer_seconds later, a receive waits for the arrival, an AllReduce starts when the
-/// last member arrives. Throws partrain::Error as check_schedule does on a deadlock, and when the cost
-/// vectors are not one entry per stage or a cost is negative.
-TimelinePrediction simulate_schedule(const Plan& plan, const Schedule& schedule, const TimelineCosts& costs);
 
 }  // namespace partrain

@@ -1,4 +1,4 @@
-#include "partition/plan.h"
+#include "plan/plan.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,0 +1,167 @@
+// The schedule IR's actions and the generators of gpipe, 1f1b and scp action lists (plan/schedule.h).
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+#include "plan/schedule.h"
+#include "plan/schedule_topology.h"
+
+namespace partrain {
+
+// ---------------- actions ----------------
+
+const char* action_kind_name(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::Forward: return "Forward";
+    case ActionKind::Backward: return "Backward";
+    case ActionKind::Recompute: return "Recompute";
+    case ActionKind::SendActivation: return "SendActivation";
+    case ActionKind::ReceiveActivation: return "ReceiveActivation";
+    case ActionKind::SendGradient: return "SendGradient";
+    case ActionKind::ReceiveGradient: return "ReceiveGradient";
+    case ActionKind::AllReduce: return "AllReduce";
+    case ActionKind::Step: return "Step";
+  }
+  return "?";
+}
+
+Action Action::forward(int microbatch, std::int64_t begin, std::int64_t end, bool recomputed) {
+  Action action;
+  action.kind = ActionKind::Forward;
+  action.microbatch = microbatch;
+  action.sample_begin = begin;
+  action.sample_end = end;
+  action.recomputed = recomputed;
+  return action;
+}
+
+Action Action::backward(int microbatch, std::int64_t begin, std::int64_t end) {
+  Action action = forward(microbatch, begin, end, false);
+  action.kind = ActionKind::Backward;
+  return action;
+}
+
+Action Action::recompute(int microbatch, std::int64_t begin, std::int64_t end) {
+  Action action = forward(microbatch, begin, end, false);
+  action.kind = ActionKind::Recompute;
+  return action;
+}
+
+Action Action::transfer(ActionKind kind, int microbatch, int peer, std::int64_t begin, std::int64_t end) {
+  Action action = forward(microbatch, begin, end, false);
+  action.kind = kind;
+  action.peer = peer;
+  PARTRAIN_CHECK(action.is_send() || action.is_receive(),
+                 "Action::transfer: " << action_kind_name(kind) << " is not a send or receive");
+  return action;
+}
+
+Action Action::all_reduce(std::vector<int> group) {
+  Action action;
+  action.kind = ActionKind::AllReduce;
+  action.group = std::move(group);
+  return action;
+}
+
+Action Action::step() { return Action{}; }
+
+bool Action::is_compute() const {
+  return kind == ActionKind::Forward || kind == ActionKind::Backward || kind == ActionKind::Recompute;
+}
+bool Action::is_send() const { return kind == ActionKind::SendActivation || kind == ActionKind::SendGradient; }
+bool Action::is_receive() const {
+  return kind == ActionKind::ReceiveActivation || kind == ActionKind::ReceiveGradient;
+}
+
+std::string Action::to_string() const {
+  std::ostringstream out;
+  out << action_kind_name(kind);
+  if (kind == ActionKind::Step) return out.str();
+  if (kind == ActionKind::AllReduce) {
+    out << "(ranks ";
+    for (std::size_t k = 0; k < group.size(); ++k) out << (k ? "," : "") << group[k];
+    out << ")";
+    return out.str();
+  }
+  out << "(mb " << microbatch;
+  if (is_send()) out << ", to " << peer;
+  if (is_receive()) out << ", from " << peer;
+  out << ", samples [" << sample_begin << "," << sample_end << ")";
+  if (kind == ActionKind::Forward && recomputed) out << ", recomputed";
+  out << ")";
+  return out.str();
+}
+
+// ---------------- generation ----------------
+
+namespace {
+
+std::vector<Action> generate_rank(const Plan& plan, int rank) {
+  const Placement place = plan.placement_of(rank);
+  const int S = static_cast<int>(plan.stages.size());
+  const int M = plan.microbatches;
+  const int s = place.stage;
+  const auto [begin, end] = plan.replica_samples(s, place.replica);
+  const std::vector<Link> previous = links_to(plan, place.copy, s - 1, begin, end);
+  const std::vector<Link> next = links_to(plan, place.copy, s + 1, begin, end);
+  const ScheduleKind kind = plan.schedule;
+  const bool scp = kind == ScheduleKind::ShiftedCriticalPath;
+  const bool recompute =
+      plan.stages[s].recompute != RecomputePolicy::None && !(scp && s == S - 1);
+
+  std::vector<Action> list;
+  auto emit_forward = [&](int mb) {
+    for (const Link& link : previous)
+      list.push_back(Action::transfer(ActionKind::ReceiveActivation, mb, link.rank, link.begin, link.end));
+    list.push_back(Action::forward(mb, begin, end, recompute));
+    for (const Link& link : next)
+      list.push_back(Action::transfer(ActionKind::SendActivation, mb, link.rank, link.begin, link.end));
+  };
+  auto emit_backward = [&](int mb) {
+    if (recompute && scp) list.push_back(Action::recompute(mb, begin, end));
+    for (const Link& link : next)
+      list.push_back(Action::transfer(ActionKind::ReceiveGradient, mb, link.rank, link.begin, link.end));
+    if (recompute && !scp) list.push_back(Action::recompute(mb, begin, end));
+    list.push_back(Action::backward(mb, begin, end));
+    for (const Link& link : previous)
+      list.push_back(Action::transfer(ActionKind::SendGradient, mb, link.rank, link.begin, link.end));
+  };
+
+  if (kind == ScheduleKind::GPipe) {
+    for (int mb = 0; mb < M; ++mb) emit_forward(mb);
+    for (int mb = M - 1; mb >= 0; --mb) emit_backward(mb);
+  } else {
+    const int warmup = std::min(S - s - 1, M);
+    for (int mb = 0; mb < warmup; ++mb) emit_forward(mb);
+    for (int k = 0; k < M - warmup; ++k) {
+      emit_forward(warmup + k);
+      emit_backward(k);
+    }
+    for (int mb = M - warmup; mb < M; ++mb) emit_backward(mb);
+  }
+
+  std::vector<int> group = stage_group(plan, s);
+  if (group.size() > 1) list.push_back(Action::all_reduce(std::move(group)));
+  list.push_back(Action::step());
+  return list;
+}
+
+}  // namespace
+
+Schedule generate_schedule(const Plan& plan) {
+  check_plan_shape(plan);
+  Schedule schedule(plan.world_size);
+  for (int rank = 0; rank < plan.world_size; ++rank) schedule[rank] = generate_rank(plan, rank);
+  return schedule;
+}
+
+int peak_in_flight(const std::vector<Action>& actions) {
+  int in_flight = 0, peak = 0;
+  for (const Action& action : actions) {
+    if (action.kind == ActionKind::Forward) peak = std::max(peak, ++in_flight);
+    if (action.kind == ActionKind::Backward) --in_flight;
+  }
+  return peak;
+}
+
+}  // namespace partrain

@@ -1,0 +1,66 @@
+#include "plan/schedule_simulator.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "plan/schedule_runner.h"
+#include "plan/schedule_topology.h"
+
+namespace partrain {
+namespace {
+
+void check_costs(const Plan& plan, const TimelineCosts& costs) {
+  const std::size_t S = plan.stages.size();
+  PARTRAIN_CHECK(costs.forward_seconds.size() == S && costs.backward_seconds.size() == S &&
+                     costs.recompute_seconds.size() == S,
+                 "simulate_schedule: costs need one entry per stage (" << S << "), got forward "
+                                                                       << costs.forward_seconds.size() << ", backward "
+                                                                       << costs.backward_seconds.size() << ", recompute "
+                                                                       << costs.recompute_seconds.size());
+  for (std::size_t s = 0; s < S; ++s)
+    PARTRAIN_CHECK(costs.forward_seconds[s] >= 0 && costs.backward_seconds[s] >= 0 && costs.recompute_seconds[s] >= 0,
+                   "simulate_schedule: negative cost for stage " << s);
+  PARTRAIN_CHECK(costs.step_seconds >= 0, "simulate_schedule: negative step time");
+}
+
+}  // namespace
+
+TimelineCosts TimelineCosts::from_plan(const Plan& plan) {
+  TimelineCosts costs;
+  for (const PlanStage& stage : plan.stages) {
+    const bool recomputes = stage.recompute != RecomputePolicy::None;
+    costs.forward_seconds.push_back(stage.forward_seconds);
+    costs.recompute_seconds.push_back(recomputes ? stage.forward_seconds : 0.0);
+    costs.backward_seconds.push_back(
+        recomputes ? std::max(0.0, stage.backward_seconds - stage.forward_seconds) : stage.backward_seconds);
+  }
+  return costs;
+}
+
+TimelinePrediction simulate_schedule(const Plan& plan, const Schedule& schedule, const TimelineCosts& costs) {
+  check_plan_shape(plan);
+  check_costs(plan, costs);
+  Runner runner(plan, schedule, &costs);
+  runner.run();
+
+  TimelinePrediction prediction;
+  const std::size_t ranks = schedule.size();
+  prediction.rank_compute_seconds.assign(ranks, 0.0);
+  double busy = 0;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    prediction.step_seconds = std::max(prediction.step_seconds, runner.clock[r]);
+    for (std::size_t k = 0; k < schedule[r].size(); ++k) {
+      if (!schedule[r][k].is_compute()) continue;
+      const ActionTiming& t = runner.timing[r][k];
+      prediction.rank_compute_seconds[r] += t.end - t.start;
+      prediction.pipeline_seconds = std::max(prediction.pipeline_seconds, t.end);
+    }
+    busy += prediction.rank_compute_seconds[r];
+  }
+  if (prediction.pipeline_seconds > 0)
+    prediction.bubble_fraction = 1.0 - busy / (static_cast<double>(ranks) * prediction.pipeline_seconds);
+  prediction.timing = std::move(runner.timing);
+  return prediction;
+}
+
+}  // namespace partrain

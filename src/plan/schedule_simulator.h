@@ -1,0 +1,57 @@
+#pragma once
+// The timeline simulator: every rank's action list run together with per-stage compute costs,
+// transfer and all-reduce costs, predicting one optimizer step's time and its bubble fraction.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "plan/plan.h"
+#include "plan/schedule.h"
+
+namespace partrain {
+
+/// Costs the timeline simulator charges (seconds).
+struct TimelineCosts {
+  /// Per stage: one microbatch's forward / backward (without recomputation) / recomputation on one
+  /// replica.
+  std::vector<double> forward_seconds;
+  std::vector<double> backward_seconds;
+  std::vector<double> recompute_seconds;
+  /// Seconds from posting a send of `samples` samples to its arrival at `to_rank`; empty: 0.
+  std::function<double(ActionKind kind, int from_rank, int to_rank, std::int64_t samples)> transfer_seconds;
+  /// Seconds of a stage's gradient all-reduce once all members arrived; empty: 0.
+  std::function<double(int stage)> all_reduce_seconds;
+  /// Seconds of the optimizer step.
+  double step_seconds = 0;
+
+  /// From the plan's predictions: forward = PlanStage::forward_seconds; for a recomputing stage
+  /// recompute = forward_seconds and backward = backward_seconds − forward_seconds (the plan's backward
+  /// includes the recomputation), otherwise recompute = 0 and backward = backward_seconds. No
+  /// transfer or all-reduce costs.
+  static TimelineCosts from_plan(const Plan& plan);
+};
+
+/// Start and end (seconds from the step's start) of one action on one rank.
+struct ActionTiming {
+  double start = 0;
+  double end = 0;
+};
+
+/// What simulate_schedule predicts for one optimizer step.
+struct TimelinePrediction {
+  double step_seconds = 0;      // until the last rank finished Step
+  double pipeline_seconds = 0;  // until the last Forward/Backward/Recompute ended on any rank
+  /// 1 − (Σ over ranks of compute seconds) / (ranks × pipeline_seconds): the idle share of the
+  /// pipeline phase (GPipe, equal stage times, free transfers: (S−1)/(M+S−1)).
+  double bubble_fraction = 0;
+  std::vector<double> rank_compute_seconds;       // per rank: Σ of its compute actions
+  std::vector<std::vector<ActionTiming>> timing;  // per rank and action (for trace timelines)
+};
+
+/// Runs the lists with the costs: a compute action occupies its rank, a send costs its rank nothing
+/// and arrives transfer_seconds later, a receive waits for the arrival, an AllReduce starts when the
+/// last member arrives. Throws partrain::Error as check_schedule does on a deadlock, and when the cost
+/// vectors are not one entry per stage or a cost is negative.
+TimelinePrediction simulate_schedule(const Plan& plan, const Schedule& schedule, const TimelineCosts& costs);
+
+}  // namespace partrain

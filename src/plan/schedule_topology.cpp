@@ -1,0 +1,44 @@
+#include "plan/schedule_topology.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace partrain {
+
+void check_plan_shape(const Plan& plan) {
+  PARTRAIN_CHECK(!plan.stages.empty(), "schedule: the plan has no stages");
+  for (std::size_t s = 0; s < plan.stages.size(); ++s)
+    PARTRAIN_CHECK(plan.stages[s].replicas > 0,
+                   "schedule: stage " << s << " has " << plan.stages[s].replicas << " replicas");
+  PARTRAIN_CHECK(plan.pipeline_copies > 0, "schedule: " << plan.pipeline_copies << " pipeline copies");
+  PARTRAIN_CHECK(plan.microbatches > 0, "schedule: " << plan.microbatches << " microbatches");
+  PARTRAIN_CHECK(plan.world_size == plan.pipeline_copies * plan.devices_per_copy(),
+                 "schedule: world size " << plan.world_size << " is not " << plan.pipeline_copies
+                                         << " pipeline copies x " << plan.devices_per_copy() << " devices");
+  for (std::size_t s = 0; s < plan.stages.size(); ++s)
+    PARTRAIN_CHECK(plan.microbatch_size() >= plan.stages[s].replicas,
+                   "schedule: a microbatch of " << plan.microbatch_size() << " samples cannot feed the "
+                                                << plan.stages[s].replicas << " replicas of stage " << s);
+}
+
+
+std::vector<Link> links_to(const Plan& plan, int copy, int other_stage, std::int64_t begin, std::int64_t end) {
+  std::vector<Link> links;
+  if (other_stage < 0 || other_stage >= static_cast<int>(plan.stages.size())) return links;
+  for (int q = 0; q < plan.stages[other_stage].replicas; ++q) {
+    auto [b, e] = plan.replica_samples(other_stage, q);
+    const std::int64_t lo = std::max(b, begin), hi = std::min(e, end);
+    if (lo < hi) links.push_back({plan.rank_of({copy, other_stage, q}), lo, hi});
+  }
+  return links;
+}
+
+std::vector<int> stage_group(const Plan& plan, int stage) {
+  std::vector<int> group;
+  for (int c = 0; c < plan.pipeline_copies; ++c)
+    for (int r = 0; r < plan.stages[stage].replicas; ++r) group.push_back(plan.rank_of({c, stage, r}));
+  return group;
+}
+
+}  // namespace partrain

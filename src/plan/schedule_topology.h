@@ -1,0 +1,28 @@
+#pragma once
+// What the schedule generator and checker both derive from a plan: its shape checks, the replicas of
+// a neighbouring stage a replica exchanges samples with, and a stage's data-parallel group.
+#include <cstdint>
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace partrain {
+
+/// Throws partrain::Error when the plan has no stages, a non-positive replica, copy or microbatch
+/// count, world_size ≠ copies × devices, or a microbatch smaller than a stage's replica count.
+void check_plan_shape(const Plan& plan);
+
+/// A rank of a neighbouring stage and the samples [begin, end) exchanged with it.
+struct Link {
+  int rank;
+  std::int64_t begin, end;
+};
+
+/// The replicas of `other_stage` (same copy) whose samples intersect [begin, end), with the
+/// intersections, in replica order (none when other_stage is outside the plan).
+std::vector<Link> links_to(const Plan& plan, int copy, int other_stage, std::int64_t begin, std::int64_t end);
+
+/// The stage's data-parallel group: its replicas in every pipeline copy, ascending.
+std::vector<int> stage_group(const Plan& plan, int stage);
+
+}  // namespace partrain
