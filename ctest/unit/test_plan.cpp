@@ -213,6 +213,9 @@ TEST(Plan, JsonRoundTripThroughAFile) {
   plan.stages[1].forward_seconds = 0.25;
   plan.stages[1].memory_bytes = 12345;
   plan.predicted_step_seconds = 1.5;
+  plan.precision = Precision::Bf16;
+  plan.optimizer = "sgd";
+  plan.optimizer_state_copies = 1;
   const std::string path = (std::filesystem::temp_directory_path() / "partrain_test_plan.json").string();
   plan.save(path);
   const Plan loaded = Plan::load(path);
@@ -222,7 +225,18 @@ TEST(Plan, JsonRoundTripThroughAFile) {
   EXPECT_EQ(loaded.schedule, ScheduleKind::GPipe);
   EXPECT_EQ(loaded.stages[0].recompute, RecomputePolicy::StageBoundaries);
   EXPECT_EQ(loaded.stages[1].tasks, plan.stages[1].tasks);
+  EXPECT_EQ(loaded.precision, Precision::Bf16);
+  EXPECT_EQ(loaded.optimizer, "sgd");
+  EXPECT_EQ(loaded.optimizer_state_copies, 1);
   EXPECT_NO_THROW(loaded.validate(graph));
+  Plan inconsistent = loaded;
+  inconsistent.optimizer_state_copies = 2;  // SGD keeps one state tensor per parameter
+  EXPECT_NE(error_message([&] { inconsistent.validate(graph); }).find("optimizer 'sgd' with 2 state copies"),
+            std::string::npos);
+  nlohmann::json old = plan.to_json();
+  old["version"] = 1;
+  EXPECT_NE(error_message([&] { Plan::from_json(old, "old.json"); }).find("old.json: a plan of format version 1"),
+            std::string::npos);
   EXPECT_NE(error_message([] { Plan::from_json(nlohmann::json{{"format", "other"}}, "x.json"); }).find("x.json: not a partrain plan"),
             std::string::npos);
   EXPECT_NE(error_message([&] { loaded.validate(build_model(tiny_model_config("bert"))); }).find("another model"), std::string::npos);

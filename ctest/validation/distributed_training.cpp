@@ -302,7 +302,8 @@ std::int64_t environment_number(const char* name, std::int64_t fallback) {
 }
 
 // Draws plans from `seed` until Plan::validate accepts one; `rejected` counts the others.
-RandomPlan draw_random_plan(const std::string& model, const Graph& graph, std::uint64_t seed, int& rejected) {
+RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& config, const Graph& graph,
+                            std::uint64_t seed, int& rejected) {
   std::mt19937_64 random(seed);
   auto uniform = [&](int low, int high) { return std::uniform_int_distribution<int>(low, high)(random); };
   std::vector<int> ordered;  // non-constant tasks in id (topological) order: contiguous ranges are convex
@@ -358,6 +359,9 @@ RandomPlan draw_random_plan(const std::string& model, const Graph& graph, std::u
     plan.schedule = std::vector<ScheduleKind>{ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward,
                                               ScheduleKind::ShiftedCriticalPath}[uniform(0, 2)];
     plan.device_memory_bytes = 16.0 * (1 << 30);
+    plan.precision = parse_precision(config.train.precision);
+    plan.optimizer = config.train.optimizer;
+    plan.optimizer_state_copies = state_copies_of_optimizer(plan.optimizer);
     std::ostringstream description;
     description << plan.pipeline_copies << " copies x stages [";
     for (int s = 0; s < stage_count; ++s) {
@@ -399,7 +403,7 @@ TEST_P(RandomPlans, EveryValidPlanTrainsLikeOneRank) {
   for (std::int64_t i = 0; i < cases; ++i) {
     const std::uint64_t seed = first_seed + static_cast<std::uint64_t>(i);
     int rejected = 0;
-    const RandomPlan drawn = draw_random_plan(model, graph, seed, rejected);
+    const RandomPlan drawn = draw_random_plan(model, config, graph, seed, rejected);
     std::printf("%s seed %llu: %s (%d drawn plans rejected by the validator first)\n", model.c_str(),
                 static_cast<unsigned long long>(seed), drawn.description.c_str(), rejected);
     std::fflush(stdout);

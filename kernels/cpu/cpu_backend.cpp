@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/backend_registry.h"
+
 namespace partrain {
 
 namespace {
@@ -150,5 +152,7 @@ CpuBackend& cpu_backend() {
   static CpuBackend* backend = new CpuBackend();  // never destroyed: used until exit
   return *backend;
 }
+
+void cpu::install() { register_cpu_backend(cpu_backend()); }
 
 }  // namespace partrain

@@ -27,6 +27,12 @@ class CpuBackend final : public Backend {
 /// The process-wide CPU backend.
 CpuBackend& cpu_backend();
 
+namespace cpu {
+/// Registers cpu_backend() with core/backend_registry so that select_backend can return it (main()
+/// calls this, as a CUDA build calls cuda::install()).
+void install();
+}  // namespace cpu
+
 // Each kernels/cpu/<family>.cpp installs its kernels (called once by the CpuBackend constructor).
 void register_cpu_gemm_kernels(Backend& backend);
 void register_cpu_elementwise_kernels(Backend& backend);

@@ -10,12 +10,14 @@
 
 #include "app/commands.h"
 #include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
 #if defined(PARTRAIN_WITH_CUDA)
 #include "kernels/cuda/cuda_backend.cuh"
 #endif
 
 int main(int argc, char** argv) {
   using namespace partrain::app;
+  partrain::cpu::install();
 #if defined(PARTRAIN_WITH_CUDA)
   partrain::cuda::install();  // [train] device = "auto" | "cuda" can then pick the GPU and NCCL
 #endif

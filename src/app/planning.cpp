@@ -23,7 +23,8 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.schedule = parse_schedule(parallel.schedule);
   options.recompute = parallel.recompute;
   options.memory_margin = parallel.memory_margin;
-  options.optimizer_state_copies = config.train.optimizer == "adamw" ? 2 : 1;
+  options.optimizer = config.train.optimizer;
+  options.optimizer_state_copies = state_copies_of_optimizer(config.train.optimizer);
   options.mixed_precision = config.train.precision == "bf16";
   options.blocks = static_cast<int>(parallel.blocks);
   options.max_microbatches = static_cast<int>(parallel.max_microbatches);
@@ -32,6 +33,35 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.replicas = parallel.replicas;
   options.boundaries = parallel.boundaries;
   return setup;
+}
+
+void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config, const std::string& plan_file) {
+  const TrainConfig& train = config.train;
+  PARTRAIN_CHECK(plan.global_batch == train.global_batch,
+                 plan_file << " was made for a global batch of " << plan.global_batch << ", but " << config.path
+                           << " sets [train] global_batch = " << train.global_batch);
+  PARTRAIN_CHECK(precision_name(plan.precision) == train.precision,
+                 plan_file << " was made for precision " << precision_name(plan.precision) << ", but "
+                           << config.path << " sets [train] precision = \"" << train.precision << "\"");
+  PARTRAIN_CHECK(plan.optimizer == train.optimizer,
+                 plan_file << " was made for optimizer " << plan.optimizer << ", but " << config.path
+                           << " sets [train] optimizer = \"" << train.optimizer << "\"");
+  PARTRAIN_CHECK(train.microbatches == 0 || train.microbatches == plan.microbatches,
+                 plan_file << " was made for " << plan.microbatches << " microbatches, but " << config.path
+                           << " sets [train] microbatches = " << train.microbatches);
+}
+
+runtime::RuntimeOptions runtime_options(const TrainConfig& train) {
+  runtime::RuntimeOptions options;
+  options.seed = static_cast<std::uint64_t>(train.seed);
+  options.optimizer.beta1 = train.beta1;
+  options.optimizer.beta2 = train.beta2;
+  options.optimizer.eps = train.eps;
+  options.optimizer.weight_decay = train.weight_decay;
+  options.optimizer.momentum = train.momentum;
+  options.lr_schedule = LearningRateSchedule(train);
+  options.grad_clip = train.grad_clip;
+  return options;
 }
 
 }  // namespace partrain::app

@@ -6,6 +6,8 @@
 #include "io/config.h"
 #include "partition/cost_model.h"
 #include "partition/planner.h"
+#include "plan/plan.h"
+#include "runtime/runtime_options.h"
 
 namespace partrain::app {
 
@@ -18,5 +20,14 @@ struct PlanningSetup {
 /// non-empty `planner` override the config. Throws partrain::Error on inconsistent values.
 PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, double device_memory_bytes = 0,
                              const std::string& planner = "");
+
+/// Throws partrain::Error naming both values when `plan` (loaded from `plan_file`) was made for
+/// another global batch, precision, optimizer or (when [train] microbatches is set) microbatch count
+/// than `config` asks for: the plan's memory and time predictions hold only for what it recorded.
+void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config, const std::string& plan_file);
+
+/// The executor's run settings from the [train] section (seed, optimizer hyper-parameters, learning
+/// rate schedule, clipping). Throws partrain::Error for a bad learning-rate schedule.
+runtime::RuntimeOptions runtime_options(const TrainConfig& train);
 
 }  // namespace partrain::app

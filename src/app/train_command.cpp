@@ -25,7 +25,6 @@
 #include "io/hdf5_file.h"
 #include "io/config.h"
 #include "io/progress_bar.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
 #include "partition/planner.h"
 #include "partition/calibrated_cost_model.h"
@@ -122,9 +121,7 @@ Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const Tra
     PARTRAIN_CHECK(plan.world_size == world.size(), (arguments.plan_file.empty() ? "the plan" : arguments.plan_file)
                                                         << " is for " << plan.world_size << " ranks, but "
                                                         << world.size() << " are running");
-    PARTRAIN_CHECK(plan.global_batch == config.train.global_batch,
-                   arguments.plan_file << ": the plan's global batch " << plan.global_batch
-                                       << " differs from [train] global_batch " << config.train.global_batch);
+    if (!arguments.plan_file.empty()) check_plan_matches_config(plan, config, arguments.plan_file);
     plan.validate(graph);
     return plan.to_json().dump();
   });
@@ -252,7 +249,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
 
   const std::unordered_map<int, Tensor> initial = initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed),
                                                                         config.model.initializer_range);
-  runtime::PipelineExecutor executor(graph, plan, run_world, backend, *data, initial, config.train);
+  runtime::PipelineExecutor executor(graph, plan, run_world, backend, *data, initial, runtime_options(config.train));
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
 

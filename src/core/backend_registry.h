@@ -1,6 +1,7 @@
 #pragma once
-// How code compiled without CUDA (the app, the runtime) reaches the GPU backend: a CUDA build's
-// main() calls cuda::install(), which registers a provider here; a CPU build has none.
+// How code outside kernels/ (the app, the runtime) reaches the backends without including them:
+// main() calls cpu::install(), which registers the CPU backend here, and in a CUDA build
+// cuda::install(), which registers the GPU provider; a CPU build has none.
 #include <functional>
 #include <string>
 
@@ -17,6 +18,11 @@ struct GpuBackendProvider {
   /// The GPU's product name ("NVIDIA H100 80GB HBM3").
   std::function<std::string(int index)> device_name;
 };
+
+/// Installs the CPU backend (cpu::install()).
+void register_cpu_backend(Backend& backend);
+/// The installed CPU backend; throws partrain::Error when none was installed.
+Backend& registered_cpu_backend();
 
 /// Installs the GPU backend provider (cuda::install()).
 void register_gpu_backend(GpuBackendProvider provider);

@@ -20,8 +20,9 @@ struct PlannerOptions {
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
   std::string recompute = "auto";        // auto (boundaries when S > 1), none, boundaries, stage_aware
   double memory_margin = 0.1;            // usable memory = device memory × (1 − margin)
-  int optimizer_state_copies = 2;        // AdamW 2, SGD 1
-  bool mixed_precision = false;
+  std::string optimizer = "adamw";       // recorded in the plan; its state copies count in memory
+  int optimizer_state_copies = 2;        // AdamW 2, SGD 1 (state_copies_of_optimizer)
+  bool mixed_precision = false;          // bf16 mixed precision (recorded in the plan)
   int blocks = 32;                       // RaNNC block count k
   int max_microbatches = 64;             // RaNNC Algorithm 2: microbatch doubling bound
   std::size_t max_ideals = 200000;       // ideals planner

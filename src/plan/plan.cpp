@@ -15,6 +15,26 @@ namespace partrain {
 
 // ---------------- names ----------------
 
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Bf16: return "bf16";
+  }
+  return "?";
+}
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::Fp32;
+  if (name == "bf16") return Precision::Bf16;
+  PARTRAIN_FAIL("unknown precision '" << name << "' (expected fp32 or bf16)");
+}
+
+int state_copies_of_optimizer(const std::string& optimizer) {
+  if (optimizer == "adamw") return 2;
+  if (optimizer == "sgd") return 1;
+  PARTRAIN_FAIL("optimizer '" << optimizer << "' is unknown (adamw, sgd)");
+}
+
 const char* schedule_name(ScheduleKind kind) {
   switch (kind) {
     case ScheduleKind::GPipe: return "gpipe";
@@ -208,6 +228,9 @@ void Plan::validate(const Graph& graph) const {
                                     << ", which does not use it");
     }
   }
+  PARTRAIN_CHECK((optimizer == "adamw" || optimizer == "sgd") && optimizer_state_copies == state_copies_of_optimizer(optimizer),
+                 "plan (" << planner << "): optimizer '" << optimizer << "' with " << optimizer_state_copies
+                          << " state copies (expected adamw with 2 or sgd with 1)");
   PARTRAIN_CHECK(pipeline_copies > 0 && microbatches > 0,
                  "plan (" << planner << "): pipeline copies and microbatches must be positive");
   PARTRAIN_CHECK(world_size == pipeline_copies * devices_per_copy(),
@@ -241,7 +264,7 @@ nlohmann::json Plan::to_json() const {
                           {"tasks", stage.tasks}});
   }
   return {{"format", "partrain-plan"},
-          {"version", 1},
+          {"version", 2},
           {"planner", planner},
           {"graph_hash", hash_hex(graph_hash)},
           {"world_size", world_size},
@@ -249,6 +272,9 @@ nlohmann::json Plan::to_json() const {
           {"global_batch", global_batch},
           {"microbatches", microbatches},
           {"schedule", schedule_name(schedule)},
+          {"precision", precision_name(precision)},
+          {"optimizer", optimizer},
+          {"optimizer_state_copies", optimizer_state_copies},
           {"device_memory_bytes", device_memory_bytes},
           {"predicted_step_seconds", predicted_step_seconds},
           {"cost_model", cost_model},
@@ -259,7 +285,10 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
   try {
     PARTRAIN_CHECK(document.is_object() && document.value("format", "") == "partrain-plan",
                    source_name << ": not a partrain plan (key 'format' is not \"partrain-plan\")");
-    PARTRAIN_CHECK(document.at("version").get<int>() == 1,
+    PARTRAIN_CHECK(document.at("version").get<int>() != 1,
+                   source_name << ": a plan of format version 1, which does not record the precision and optimizer "
+                                  "it was made for; make it again with partrain plan --save");
+    PARTRAIN_CHECK(document.at("version").get<int>() == 2,
                    source_name << ": plan version " << document.at("version") << " is not supported");
     Plan plan;
     plan.planner = document.at("planner").get<std::string>();
@@ -269,6 +298,9 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
     plan.global_batch = document.at("global_batch").get<std::int64_t>();
     plan.microbatches = document.at("microbatches").get<int>();
     plan.schedule = parse_schedule(document.at("schedule").get<std::string>());
+    plan.precision = parse_precision(document.at("precision").get<std::string>());
+    plan.optimizer = document.at("optimizer").get<std::string>();
+    plan.optimizer_state_copies = document.at("optimizer_state_copies").get<int>();
     plan.device_memory_bytes = document.value("device_memory_bytes", 0.0);
     plan.predicted_step_seconds = document.value("predicted_step_seconds", 0.0);
     plan.cost_model = document.value("cost_model", std::string());

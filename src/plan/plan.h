@@ -21,6 +21,15 @@ enum class ScheduleKind { GPipe, OneForwardOneBackward, ShiftedCriticalPath };
 /// only the stage's inputs are kept per microbatch), or Merak's stage-aware policy.
 enum class RecomputePolicy { None, StageBoundaries, StageAware };
 
+/// Numeric precision a plan is made for: fp32, or bf16 mixed precision (bf16 working parameters and
+/// activations; fp32 master weights, gradients and optimizer state).
+enum class Precision { Fp32, Bf16 };
+
+const char* precision_name(Precision precision);         // "fp32", "bf16"
+Precision parse_precision(const std::string& name);      // throws partrain::Error on an unknown name
+/// fp32 state tensors per parameter `optimizer` keeps: "adamw" 2 (exp_avg, exp_avg_sq), "sgd" 1
+/// (momentum buffer). Throws partrain::Error for another name.
+int state_copies_of_optimizer(const std::string& optimizer);
 const char* schedule_name(ScheduleKind kind);            // "gpipe", "1f1b", "scp"
 ScheduleKind parse_schedule(const std::string& name);    // throws partrain::Error on an unknown name
 const char* recompute_name(RecomputePolicy policy);      // "none", "boundaries", "stage_aware"
@@ -53,6 +62,10 @@ struct Plan {
   int microbatches = 1;                // per step and pipeline copy
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
   double device_memory_bytes = 0;      // memory per device it was planned for
+  // What the plan's memory was predicted for; the executor runs exactly this.
+  Precision precision = Precision::Fp32;
+  std::string optimizer = "adamw";     // "adamw" or "sgd"
+  int optimizer_state_copies = 2;      // fp32 state tensors per parameter (AdamW 2, SGD 1)
   std::vector<PlanStage> stages;
   double predicted_step_seconds = 0;   // one optimizer step (pipeline + all-reduce)
   std::string cost_model;              // description of the cost model used
@@ -82,7 +95,8 @@ struct Plan {
   void validate(const Graph& graph) const;
 
   nlohmann::json to_json() const;
-  /// Parses to_json()'s form; `source_name` names the file in errors.
+  /// Parses to_json()'s form (format version 2); `source_name` names the file in errors. A version 1
+  /// plan (which did not record precision and optimizer) is an error asking to plan again.
   static Plan from_json(const nlohmann::json& document, const std::string& source_name);
   /// Writes JSON through a temporary file and a rename.
   void save(const std::string& path) const;

@@ -41,9 +41,9 @@ struct PipelineExecutor::MicrobatchState {
 
 PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::Communicator& world, Backend& backend,
                                    const io::BatchSource& data, const std::unordered_map<int, Tensor>& initial_values,
-                                   const TrainConfig& train)
-    : graph_(graph), plan_(plan), world_(world), backend_(backend), data_(data), train_(train),
-      lr_schedule_(train), clock_origin_(now_us()) {
+                                   const RuntimeOptions& options)
+    : graph_(graph), plan_(plan), world_(world), backend_(backend), data_(data), options_(options),
+      lr_schedule_(options.lr_schedule), clock_origin_(now_us()) {
   PARTRAIN_CHECK(world.size() == plan.world_size,
                  "the plan is for " << plan.world_size << " ranks, but " << world.size() << " are running");
   placement_ = plan.placement_of(world.rank());
@@ -70,7 +70,7 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for buffer " << graph.value(value).name);
     state_[value] = copy_to(found->second, backend_);
   }
-  mixed_precision_ = train.precision == "bf16";
+  mixed_precision_ = plan.precision == Precision::Bf16;
   refresh_working_parameters();
   // Constants (position ids) copied to the device once, not at every use.
   for (const Value& value : graph.values())
@@ -115,7 +115,7 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     // No weight decay for biases and normalisation weights (1-D), as in Hugging Face and Megatron.
     parameters.push_back({graph.value(value).name, state_[value], state_[value].rank() > 1});
   }
-  optimizer_ = make_optimizer(train, std::move(parameters), backend_);
+  optimizer_ = make_optimizer(plan.optimizer, options.optimizer, std::move(parameters), backend_);
 }
 
 DType PipelineExecutor::compute_dtype(DType dtype) const {
@@ -159,7 +159,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
   const std::int64_t per_copy = plan_.global_batch / plan_.pipeline_copies;
   auto random_context = [&](int microbatch) {
     RandomContext random;
-    random.seed = static_cast<std::uint64_t>(train_.seed);
+    random.seed = options_.seed;
     random.step = static_cast<std::uint32_t>(step);
     // Keyed by the sample's index in the step, so any plan draws the same masks for it.
     random.first_sample = static_cast<std::uint32_t>(placement_.copy * per_copy + microbatch * plan_.microbatch_size() + own_begin);
@@ -351,7 +351,7 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   }
   const double grad_norm = std::sqrt(world_.all_reduce_scalar(backend_.sum_of_squares(gradients, weights)));
   const double lr = lr_schedule_.at(step);
-  optimizer_->step(gradients, lr, clip_scale(grad_norm, train_.grad_clip));
+  optimizer_->step(gradients, lr, clip_scale(grad_norm, options_.grad_clip));
   if (mixed_precision_) refresh_working_parameters();
   backend_.synchronise();  // the step's time includes the device's work
   trace_.push_back({"Step", "optimizer", step_start - clock_origin_, now_us() - step_start, step});

@@ -20,12 +20,12 @@
 #include "core/backend.h"
 #include "io/batch_source.h"
 #include "io/chrome_trace.h"
-#include "io/config.h"
-#include "plan/plan.h"
 #include "graph/interpreter.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/optimizer.h"
-#include "plan/schedule.h"
+#include "runtime/runtime_options.h"
 #include "runtime/stage_program.h"
 
 namespace partrain::runtime {
@@ -45,10 +45,11 @@ class PipelineExecutor {
   /// Sets up rank `world.rank()` of `plan`: its stage program, its share of `initial_values` (every
   /// Param and Buffer of the graph by value id; only this stage's are kept, copied), the optimizer
   /// and the communicators of its groups (collective over `world`: every rank constructs its
-  /// executor at the same time). Throws partrain::Error when the world size differs from the plan's.
+  /// executor at the same time). The plan says what runs (its precision and optimizer included);
+  /// `options` only tune it. Throws partrain::Error when the world size differs from the plan's.
   PipelineExecutor(const Graph& graph, const Plan& plan, comm::Communicator& world, Backend& backend,
                    const io::BatchSource& data, const std::unordered_map<int, Tensor>& initial_values,
-                   const TrainConfig& train);
+                   const RuntimeOptions& options);
   ~PipelineExecutor();
 
   /// Runs optimizer step `step` (0-based) on samples [step · B, (step + 1) · B) of the data stream.
@@ -81,7 +82,7 @@ class PipelineExecutor {
   comm::Communicator& world_;
   Backend& backend_;
   const io::BatchSource& data_;
-  TrainConfig train_;
+  RuntimeOptions options_;
   Placement placement_;
   StageProgram program_;
   std::vector<Action> actions_;
@@ -91,7 +92,7 @@ class PipelineExecutor {
   std::unordered_map<int, Tensor> state_;       // params and buffers (f32 masters)
   std::unordered_map<int, Tensor> working_;     // what forward/backward read: bf16 params under mixed precision
   std::unordered_map<int, Tensor> constants_;   // the graph's Const values on the backend's device
-  bool mixed_precision_ = false;                // [train] precision = "bf16"
+  bool mixed_precision_ = false;                // the plan's precision is bf16
   std::unordered_map<int, Tensor> gradients_;   // param value id -> accumulated gradient
   std::vector<int> parameter_order_;            // optimizer order (param value ids)
   std::vector<double> holders_;                 // per parameter_order_: ranks holding the parameter

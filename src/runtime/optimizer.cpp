@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "io/config.h"
 
 namespace partrain {
 
@@ -156,14 +155,13 @@ void Sgd::update(std::size_t index, const Tensor& gradient, float grad_scale, st
 
 // ---------------- helpers ----------------
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& config, std::vector<OptimizerParameter> parameters,
-                                          Backend& backend) {
-  if (config.optimizer == "adamw")
-    return std::make_unique<AdamW>(std::move(parameters), config.beta1, config.beta2, config.eps, config.weight_decay,
-                                   backend);
-  if (config.optimizer == "sgd")
-    return std::make_unique<Sgd>(std::move(parameters), config.momentum, config.weight_decay, backend);
-  PARTRAIN_FAIL("optimizer '" << config.optimizer << "' is unknown (adamw, sgd)");
+std::unique_ptr<Optimizer> make_optimizer(const std::string& kind, const OptimizerSettings& settings,
+                                          std::vector<OptimizerParameter> parameters, Backend& backend) {
+  if (kind == "adamw")
+    return std::make_unique<AdamW>(std::move(parameters), settings.beta1, settings.beta2, settings.eps,
+                                   settings.weight_decay, backend);
+  if (kind == "sgd") return std::make_unique<Sgd>(std::move(parameters), settings.momentum, settings.weight_decay, backend);
+  PARTRAIN_FAIL("optimizer '" << kind << "' is unknown (adamw, sgd)");
 }
 
 double sum_of_squares(std::span<const Tensor> gradients, Backend& backend) {

@@ -12,11 +12,9 @@
 
 #include "core/backend.h"
 #include "core/tensor.h"
-#include "kernels/cpu/cpu_backend.h"
 
 namespace partrain {
 
-struct TrainConfig;
 
 /// A parameter the optimizer updates in place.
 struct OptimizerParameter {
@@ -32,7 +30,7 @@ class Optimizer {
   /// The updates run on `backend` (kernels/<backend> adamw_update / sgd_update), where every
   /// parameter, gradient and state tensor lives. Throws partrain::Error for an undefined or non-f32
   /// parameter, one on another device, or a repeated name.
-  explicit Optimizer(std::vector<OptimizerParameter> parameters, Backend& backend = cpu_backend());
+  explicit Optimizer(std::vector<OptimizerParameter> parameters, Backend& backend);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -92,7 +90,7 @@ class AdamW final : public Optimizer {
  public:
   /// Throws partrain::Error for betas outside [0, 1), a negative eps or weight decay.
   AdamW(std::vector<OptimizerParameter> parameters, double beta1, double beta2, double eps, double weight_decay,
-        Backend& backend = cpu_backend());
+        Backend& backend);
   const char* name() const override { return "adamw"; }
   /// {"exp_avg", "exp_avg_sq"}.
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
@@ -111,7 +109,7 @@ class AdamW final : public Optimizer {
 class Sgd final : public Optimizer {
  public:
   /// Throws partrain::Error for a negative momentum or weight decay.
-  Sgd(std::vector<OptimizerParameter> parameters, double momentum, double weight_decay, Backend& backend = cpu_backend());
+  Sgd(std::vector<OptimizerParameter> parameters, double momentum, double weight_decay, Backend& backend);
   const char* name() const override { return "sgd"; }
   /// {"momentum_buffer"}, or none when momentum is 0.
   std::vector<std::string> state_names() const override;
@@ -124,14 +122,24 @@ class Sgd final : public Optimizer {
   double momentum_, weight_decay_;
 };
 
-/// The optimizer TrainConfig::optimizer names ("adamw": beta1, beta2, eps, weight_decay; "sgd":
-/// momentum, weight_decay). Throws partrain::Error for another name.
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& config, std::vector<OptimizerParameter> parameters,
-                                          Backend& backend = cpu_backend());
+/// Hyper-parameters of the optimizers. Which optimizer runs is the Plan's choice (its state is part
+/// of the memory the plan was made for); these only tune it.
+struct OptimizerSettings {
+  double beta1 = 0.9;          // AdamW
+  double beta2 = 0.999;        // AdamW
+  double eps = 1e-8;           // AdamW
+  double weight_decay = 0.01;  // decoupled (AdamW) / L2 added to the gradient (SGD)
+  double momentum = 0.9;       // SGD
+};
+
+/// The optimizer `kind` names ("adamw": beta1, beta2, eps, weight_decay; "sgd": momentum,
+/// weight_decay) over `parameters` on `backend`. Throws partrain::Error for another name.
+std::unique_ptr<Optimizer> make_optimizer(const std::string& kind, const OptimizerSettings& settings,
+                                          std::vector<OptimizerParameter> parameters, Backend& backend);
 
 /// Σ of squared elements over the (defined, float) gradients on `backend`, accumulated in double:
 /// this rank's share of the squared global gradient norm (sum it over the stages, then take the root).
-double sum_of_squares(std::span<const Tensor> gradients, Backend& backend = cpu_backend());
+double sum_of_squares(std::span<const Tensor> gradients, Backend& backend);
 
 /// The factor torch.nn.utils.clip_grad_norm_ multiplies every gradient by:
 /// min(1, max_norm / (global_norm + 1e-6)). Returns 1 when max_norm <= 0 (clipping off); a

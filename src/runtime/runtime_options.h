@@ -1,0 +1,19 @@
+#pragma once
+// What the executor needs besides the Plan. The Plan fixes everything the run was planned for
+// (stages, replicas, schedule, microbatches, recomputation, precision, optimizer kind); these
+// settings only tune the run and change no memory or time prediction.
+#include <cstdint>
+
+#include "runtime/lr_schedule.h"
+#include "runtime/optimizer.h"
+
+namespace partrain::runtime {
+
+struct RuntimeOptions {
+  std::uint64_t seed = 1234;     // dropout masks, keyed by (seed, step, microbatch, sample)
+  OptimizerSettings optimizer;   // hyper-parameters of the plan's optimizer
+  LearningRateSchedule lr_schedule{1e-3, 0.0, 0, 1, LearningRateSchedule::Decay::Constant};
+  double grad_clip = 1.0;        // global-norm clipping threshold; 0: off
+};
+
+}  // namespace partrain::runtime
