@@ -250,30 +250,48 @@ TEST(Plan, SummariesNameLayerRanges) {
   EXPECT_NE(summarize_tasks(graph, part).find("encoder.layer.0 (3 of "), std::string::npos);
 }
 
-TEST(PlanBuilder, PredictionsFollowTheCostModelAndTheBubbleFormula) {
+// Two stages, stage 1 (the MLM head over all 3 samples of a microbatch) much slower than stage 0
+// (2 of the 3 samples, on 2 replicas). By hand, with M = 4 and free transfers: stage 1 runs its M
+// forwards and M backwards back to back once the first microbatch arrives (after stage 0's f0),
+// and stage 0's last backward ends b0 after stage 1's last one; then stage 0's all-reduce. GPipe and
+// 1F1B have this same step time; the closed form (M + S − 1) · max(f + b) would overestimate it.
+TEST(PlanBuilder, PredictionsSimulateTheScheduleWithTheCostModel) {
   const Graph graph = build_model(tiny_model_config("bert"));
   const TaskSumCostModel cost(graph, 1e12);
-  PlannerOptions options;
-  options.world_size = 3;
-  options.global_batch = 12;
-  options.microbatches = 4;
-  options.recompute = "none";
   const std::vector<LayerGroup> groups = layer_groups(graph);
   const std::vector<std::vector<int>> stages = {join_groups(groups, 0, 2), join_groups(groups, 2, groups.size())};
-  const Plan plan = plan_from_stages(graph, stages, {2, 1}, cost, options, "test");
-  ASSERT_EQ(plan.microbatches, 4);
-  ASSERT_EQ(plan.microbatch_size(), 3);
-  // Stage 0 replica 0 gets 2 of the 3 samples, stage 1 all 3.
   const profile::Measurement first = cost.measure(stages[0], 2), second = cost.measure(stages[1], 3);
-  EXPECT_DOUBLE_EQ(plan.stages[0].forward_seconds, first.forward_seconds);
-  EXPECT_DOUBLE_EQ(plan.stages[1].backward_seconds, second.backward_seconds);
-  const double slowest = std::max(3 * first.forward_seconds, 3 * second.forward_seconds);
-  const double allreduce = first.parameter_bytes / 1e9;  // stage 0 has 2 replicas
-  EXPECT_NEAR(plan.predicted_step_seconds, (4 + 2 - 1) * slowest + allreduce, 1e-12);
-  // 1F1B: stage 0 keeps min(S - 0, M) = 2 microbatches in flight, stage 1 one; AdamW: 4 state bytes per byte.
-  EXPECT_NEAR(plan.stages[0].memory_bytes, first.parameter_bytes * 4 + 2 * first.activation_bytes, 1e-3);
-  EXPECT_NEAR(plan.stages[1].memory_bytes, second.parameter_bytes * 4 + 1 * second.activation_bytes, 1e-3);
-  EXPECT_EQ(plan.stages[0].summary, "embeddings, encoder.layer.0");
+  ASSERT_GT(second.forward_seconds, first.forward_seconds);
+  for (const ScheduleKind schedule : {ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward}) {
+    SCOPED_TRACE(schedule_name(schedule));
+    PlannerOptions options;
+    options.world_size = 3;
+    options.global_batch = 12;
+    options.microbatches = 4;
+    options.recompute = "none";
+    options.schedule = schedule;
+    const Plan plan = plan_from_stages(graph, stages, {2, 1}, cost, options, "test");
+    ASSERT_EQ(plan.microbatches, 4);
+    ASSERT_EQ(plan.microbatch_size(), 3);
+    EXPECT_DOUBLE_EQ(plan.stages[0].forward_seconds, first.forward_seconds);
+    EXPECT_DOUBLE_EQ(plan.stages[1].backward_seconds, second.backward_seconds);
+    const double allreduce = first.parameter_bytes / 1e9;  // stage 0 has 2 replicas
+    EXPECT_DOUBLE_EQ(plan.stages[0].allreduce_seconds, allreduce);
+    EXPECT_DOUBLE_EQ(plan.stages[1].allreduce_seconds, 0.0);
+    const double by_hand = first.forward_seconds + 4 * (second.forward_seconds + second.backward_seconds) +
+                           first.backward_seconds + allreduce;
+    EXPECT_NEAR(plan.predicted_step_seconds, by_hand, 1e-12);
+    // Stage 1 is busy 4 (f1 + b1) of the pipeline phase, stage 0's two replicas 4 (f0 + b0) each.
+    const double pipeline = by_hand - allreduce;
+    const double busy = 4 * (second.forward_seconds + second.backward_seconds) +
+                        2 * 4 * (first.forward_seconds + first.backward_seconds);
+    EXPECT_NEAR(plan.predicted_bubble_fraction, 1 - busy / (3 * pipeline), 1e-9);
+    // 1F1B: stage 0 keeps min(S - 0, M) = 2 microbatches in flight, stage 1 one; GPipe all 4.
+    // AdamW: 4 state bytes per byte.
+    const double in_flight = schedule == ScheduleKind::GPipe ? 4 : 2;
+    EXPECT_NEAR(plan.stages[0].memory_bytes, first.parameter_bytes * 4 + in_flight * first.activation_bytes, 1e-3);
+    EXPECT_EQ(plan.stages[0].summary, "embeddings, encoder.layer.0");
+  }
 }
 
 TEST(PlanBuilder, StageAwareRecomputationOnlyWhereMemoryNeedsIt) {

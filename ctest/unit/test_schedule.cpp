@@ -420,6 +420,23 @@ TEST(Schedule, GPipeBubbleFractionWithEqualStageTimes) {
       }
 }
 
+// Why predictions simulate instead of using (M + S − 1) · max(f + b): a stage slow in forward before
+// one slow in backward. GPipe, M = 2, f = (10, 1), b = (1, 10): stage 0 forwards at 0-10 and 10-20,
+// stage 1 at 10-11 and 20-21, then its backwards 21-31 and 31-41, stage 0's last backward 41-42.
+// The closed form says 3 · 11 = 33. 1F1B interleaves: s1 F0 10-11, B0 11-21, F1 21-22 (s0 sent it at
+// 20), B1 22-32; s0 B0 21-22, B1 32-33: 33.
+TEST(Schedule, SimulatorSeesWhatTheClosedFormMisses) {
+  for (const auto& [kind, expected] : {std::pair{ScheduleKind::GPipe, 42.0}, std::pair{ScheduleKind::OneForwardOneBackward, 33.0}}) {
+    const Plan plan = make_plan({1, 1}, 1, 2, kind);
+    partrain::TimelineCosts costs;
+    costs.forward_seconds = {10.0, 1.0};
+    costs.backward_seconds = {1.0, 10.0};
+    costs.recompute_seconds = {0.0, 0.0};
+    const auto prediction = partrain::simulate_schedule(plan, partrain::generate_schedule(plan), costs);
+    EXPECT_DOUBLE_EQ(prediction.step_seconds, expected) << schedule_name(kind);
+  }
+}
+
 TEST(Schedule, SimulatorChargesTransfersAllReduceAndStep) {
   // Two stages, two copies, one microbatch: F0 | send 0.5 | F1, B1 | send 0.5 | B0, all-reduce, step.
   const Plan plan = make_plan({1, 1}, 2, 1, ScheduleKind::OneForwardOneBackward);
@@ -451,6 +468,9 @@ TEST(Schedule, CostsFromPlanSplitTheRecomputation) {
   EXPECT_EQ(costs.forward_seconds, (std::vector<double>{1.0, 2.0}));
   EXPECT_EQ(costs.backward_seconds, (std::vector<double>{2.0, 4.0}));
   EXPECT_EQ(costs.recompute_seconds, (std::vector<double>{1.0, 0.0}));
+  EXPECT_DOUBLE_EQ(costs.all_reduce_seconds(1), 0.0);
+  plan.stages[1].allreduce_seconds = 0.5;
+  EXPECT_DOUBLE_EQ(partrain::TimelineCosts::from_plan(plan).all_reduce_seconds(1), 0.5);
 }
 
 TEST(Schedule, GeneratorRejectsInconsistentPlans) {

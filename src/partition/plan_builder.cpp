@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "plan/schedule.h"
+#include "plan/schedule_simulator.h"
 #include "models/model.h"
 
 namespace partrain::partition {
@@ -181,7 +183,7 @@ bool spans_nodes(const CostModel& cost, int devices) { return devices > cost.dev
 void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const int stage_count = static_cast<int>(plan.stages.size());
   const bool across_nodes = spans_nodes(cost, plan.devices_per_copy());
-  double slowest = 0.0, allreduce = 0.0;
+  plan.world_size = plan.pipeline_copies * plan.devices_per_copy();
   for (int s = 0; s < stage_count; ++s) {
     PlanStage& stage = plan.stages[s];
     auto [begin, end] = plan.replica_samples(s, 0);  // replica 0 holds the largest share
@@ -202,11 +204,14 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
                              (policy.recompute ? m.forward_seconds : 0.0);
     stage.memory_bytes = profile::stage_memory_bytes(m, policy);
     if (stage.summary.empty()) stage.summary = summarize_tasks(graph, stage.tasks);
-    slowest = std::max(slowest, stage.forward_seconds + stage.backward_seconds);
     const int group = stage.replicas * plan.pipeline_copies;
-    allreduce = std::max(allreduce, cost.allreduce_seconds(m.parameter_bytes, group, spans_nodes(cost, group)));
+    stage.allreduce_seconds = cost.allreduce_seconds(m.parameter_bytes, group, spans_nodes(cost, group));
   }
-  plan.predicted_step_seconds = (plan.microbatches + stage_count - 1) * slowest + allreduce;
+  // The step time is the schedule's own action lists simulated with these costs: gpipe, 1f1b and
+  // scp get their own bubbles, and each stage's all-reduce starts when that stage's backwards end.
+  const TimelinePrediction prediction = simulate_schedule(plan, generate_schedule(plan), TimelineCosts::from_plan(plan));
+  plan.predicted_step_seconds = prediction.step_seconds;
+  plan.predicted_bubble_fraction = prediction.bubble_fraction;
   plan.device_memory_bytes = cost.device().memory_bytes;
   plan.cost_model = cost.description();
 }

@@ -40,8 +40,9 @@ RecomputePolicy recompute_policy(const PlannerOptions& options, int stage_count)
 
 /// Fills a plan's per-stage predictions (forward/backward seconds at the per-replica microbatch,
 /// memory) and recompute policies (stage_aware: a stage recomputes at its boundaries only when it
-/// would not fit in memory otherwise) and predicted_step_seconds = (M + S − 1) · max_s (fwd_s + bwd_s) + the largest stage
-/// all-reduce, using `cost`. Requires stages, replicas, copies, batch and microbatches set.
+/// would not fit in memory otherwise), each stage's all-reduce, and predicted_step_seconds and
+/// predicted_bubble_fraction from simulating the plan's schedule (plan/schedule_simulator.h) with
+/// those costs, using `cost`. Requires stages, replicas, copies, batch and microbatches set.
 void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options);
 
 /// The largest predicted stage memory minus the usable device memory (≤ 0 when the plan fits).

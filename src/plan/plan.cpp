@@ -261,6 +261,7 @@ nlohmann::json Plan::to_json() const {
     stage_list.push_back({{"summary", stage.summary}, {"replicas", stage.replicas},
                           {"recompute", recompute_name(stage.recompute)}, {"forward_seconds", stage.forward_seconds},
                           {"backward_seconds", stage.backward_seconds}, {"memory_bytes", stage.memory_bytes},
+                          {"allreduce_seconds", stage.allreduce_seconds},
                           {"tasks", stage.tasks}});
   }
   return {{"format", "partrain-plan"},
@@ -277,6 +278,7 @@ nlohmann::json Plan::to_json() const {
           {"optimizer_state_copies", optimizer_state_copies},
           {"device_memory_bytes", device_memory_bytes},
           {"predicted_step_seconds", predicted_step_seconds},
+          {"predicted_bubble_fraction", predicted_bubble_fraction},
           {"cost_model", cost_model},
           {"stages", stage_list}};
 }
@@ -303,6 +305,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
     plan.optimizer_state_copies = document.at("optimizer_state_copies").get<int>();
     plan.device_memory_bytes = document.value("device_memory_bytes", 0.0);
     plan.predicted_step_seconds = document.value("predicted_step_seconds", 0.0);
+    plan.predicted_bubble_fraction = document.value("predicted_bubble_fraction", 0.0);
     plan.cost_model = document.value("cost_model", std::string());
     for (const nlohmann::json& entry : document.at("stages")) {
       PlanStage stage;
@@ -312,6 +315,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
       stage.forward_seconds = entry.value("forward_seconds", 0.0);
       stage.backward_seconds = entry.value("backward_seconds", 0.0);
       stage.memory_bytes = entry.value("memory_bytes", 0.0);
+      stage.allreduce_seconds = entry.value("allreduce_seconds", 0.0);
       stage.tasks = entry.at("tasks").get<std::vector<int>>();
       plan.stages.push_back(std::move(stage));
     }
@@ -397,8 +401,9 @@ std::string format_plan_table(const Plan& plan) {
     out << line;
   }
   if (plan.predicted_step_seconds > 0) {
-    std::snprintf(line, sizeof line, "predicted: %.3f ms per step, %.1f samples/s\n", plan.predicted_step_seconds * 1e3,
-                  plan.predicted_samples_per_second());
+    std::snprintf(line, sizeof line, "predicted: %.3f ms per step, %.1f samples/s, bubble %.1f%% (%s simulated)\n",
+                  plan.predicted_step_seconds * 1e3, plan.predicted_samples_per_second(),
+                  plan.predicted_bubble_fraction * 100, schedule_name(plan.schedule));
     out << line;
   }
   return out.str();

@@ -44,6 +44,7 @@ struct PlanStage {
   double forward_seconds = 0;   // predicted: one microbatch on one replica
   double backward_seconds = 0;  // predicted: one microbatch on one replica (incl. recomputation)
   double memory_bytes = 0;      // predicted peak bytes per device
+  double allreduce_seconds = 0; // predicted: the stage's gradient all-reduce over its data-parallel group
 };
 
 /// Where a rank sits in the plan.
@@ -67,7 +68,8 @@ struct Plan {
   std::string optimizer = "adamw";     // "adamw" or "sgd"
   int optimizer_state_copies = 2;      // fp32 state tensors per parameter (AdamW 2, SGD 1)
   std::vector<PlanStage> stages;
-  double predicted_step_seconds = 0;   // one optimizer step (pipeline + all-reduce)
+  double predicted_step_seconds = 0;   // one optimizer step: the schedule simulated with the stage costs
+  double predicted_bubble_fraction = 0;  // idle share of the pipeline phase in that simulation
   std::string cost_model;              // description of the cost model used
 
   /// Σ replicas over the stages (devices of one pipeline copy).

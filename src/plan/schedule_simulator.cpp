@@ -27,13 +27,16 @@ void check_costs(const Plan& plan, const TimelineCosts& costs) {
 
 TimelineCosts TimelineCosts::from_plan(const Plan& plan) {
   TimelineCosts costs;
+  std::vector<double> all_reduce;
   for (const PlanStage& stage : plan.stages) {
+    all_reduce.push_back(stage.allreduce_seconds);
     const bool recomputes = stage.recompute != RecomputePolicy::None;
     costs.forward_seconds.push_back(stage.forward_seconds);
     costs.recompute_seconds.push_back(recomputes ? stage.forward_seconds : 0.0);
     costs.backward_seconds.push_back(
         recomputes ? std::max(0.0, stage.backward_seconds - stage.forward_seconds) : stage.backward_seconds);
   }
+  costs.all_reduce_seconds = [all_reduce](int stage) { return all_reduce.at(stage); };
   return costs;
 }
 
@@ -58,7 +61,7 @@ TimelinePrediction simulate_schedule(const Plan& plan, const Schedule& schedule,
     busy += prediction.rank_compute_seconds[r];
   }
   if (prediction.pipeline_seconds > 0)
-    prediction.bubble_fraction = 1.0 - busy / (static_cast<double>(ranks) * prediction.pipeline_seconds);
+    prediction.bubble_fraction = std::max(0.0, 1.0 - busy / (static_cast<double>(ranks) * prediction.pipeline_seconds));
   prediction.timing = std::move(runner.timing);
   return prediction;
 }
