@@ -14,6 +14,7 @@
 
 #include "app/commands.h"
 #include "app/planning.h"
+#include "app/prediction_report.h"
 #include "comm/mpi_communicator.h"
 #include "comm/device_communicator.h"
 #include "core/allocator.h"
@@ -266,8 +267,13 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   }
   const double flops_per_sample = training_flops_per_sample(graph);
   double first_loss = NAN, last_loss = NAN;
+  std::vector<double> step_seconds, measured_peak_bytes(static_cast<std::size_t>(world.size()), 0.0);
   for (std::int64_t step = first_step; step < config.train.steps; ++step) {
     const runtime::StepResult result = executor.train_step(step);
+    // Every rank's own peak (collective), for the row and the end-of-run prediction check.
+    const std::vector<std::string> rank_peaks = world.gather_bytes(std::to_string(result.rank_peak_memory_bytes), 0);
+    std::vector<double> rank_peak_bytes;
+    for (const std::string& peak : rank_peaks) rank_peak_bytes.push_back(std::stod(peak));
     PARTRAIN_CHECK(std::isfinite(result.loss), "step " << step << ": the loss is not finite (" << result.loss << ")");
     if (step == first_step) first_loss = result.loss;
     last_loss = result.loss;
@@ -287,16 +293,21 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
                               {"samples_per_second", samples_per_second},
                               {"tokens_per_second", tokens_per_second},
                               {"tflops", tflops},
-                              {"peak_memory_bytes", result.peak_memory_bytes}};
+                              {"peak_memory_bytes", result.peak_memory_bytes},
+                              {"predicted_seconds", plan.predicted_step_seconds},
+                              {"rank_peak_memory_bytes", rank_peak_bytes}};
+    step_seconds.push_back(result.seconds);
+    for (std::size_t rank = 0; rank < rank_peak_bytes.size(); ++rank)
+      measured_peak_bytes[rank] = std::max(measured_peak_bytes[rank], rank_peak_bytes[rank]);
     if (evaluate) record["eval_loss"] = eval_loss;
     metrics << record.dump() << '\n';
     metrics.flush();
     if ((step + 1) % config.log.every == 0 || step + 1 == config.train.steps) {
       std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.1f samples/s | %.0f tokens/s | "
-                  "%.4f TFLOP/s | peak %.1f MiB\n",
+                  "%.4f TFLOP/s | peak %.1f MiB | predicted %.3f s/step\n",
                   static_cast<long long>(step + 1), static_cast<long long>(config.train.steps), result.loss, result.lr,
                   result.grad_norm, samples_per_second, tokens_per_second, tflops,
-                  result.peak_memory_bytes / (1 << 20));
+                  result.peak_memory_bytes / (1 << 20), plan.predicted_step_seconds);
       std::fflush(stdout);
     }
     if (evaluate) {
@@ -318,6 +329,8 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   if (leader && config.train.steps > first_step)
     std::printf("first loss %.6f, last loss %.6f after %lld steps\n", first_loss, last_loss,
                 static_cast<long long>(config.train.steps));
+  if (leader && !step_seconds.empty())
+    std::printf("%s\n", prediction_error_line(plan, step_seconds, stage_peak_bytes(plan, measured_peak_bytes)).c_str());
   return 0;
 }
 

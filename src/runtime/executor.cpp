@@ -362,7 +362,8 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   result.grad_norm = grad_norm;
   result.lr = lr;
   result.seconds = world_.all_reduce_scalar((now_us() - start) * 1e-6, comm::ReduceOp::Max);
-  result.peak_memory_bytes = world_.all_reduce_scalar(static_cast<double>(allocator.peak_bytes()), comm::ReduceOp::Max);
+  result.rank_peak_memory_bytes = static_cast<double>(allocator.peak_bytes());
+  result.peak_memory_bytes = world_.all_reduce_scalar(result.rank_peak_memory_bytes, comm::ReduceOp::Max);
   return result;
 }
 

@@ -38,6 +38,7 @@ struct StepResult {
   double lr = 0;
   double seconds = 0;         // wall time of the step (max over ranks)
   double peak_memory_bytes = 0;  // max over ranks of the allocator's high-water mark
+  double rank_peak_memory_bytes = 0;  // this rank's allocator high-water mark during the step
 };
 
 class PipelineExecutor {

@@ -1,0 +1,60 @@
+#include "app/prediction_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace partrain::app {
+
+double typical_step_seconds(std::vector<double> step_seconds) {
+  if (step_seconds.size() > 1) step_seconds.erase(step_seconds.begin());
+  if (step_seconds.empty()) return 0;
+  const std::size_t middle = step_seconds.size() / 2;
+  std::nth_element(step_seconds.begin(), step_seconds.begin() + middle, step_seconds.end());
+  double median = step_seconds[middle];
+  if (step_seconds.size() % 2 == 0)
+    median = (median + *std::max_element(step_seconds.begin(), step_seconds.begin() + middle)) / 2;
+  return median;
+}
+
+std::vector<double> stage_peak_bytes(const Plan& plan, const std::vector<double>& rank_peak_bytes) {
+  PARTRAIN_CHECK(static_cast<int>(rank_peak_bytes.size()) == plan.world_size,
+                 "stage_peak_bytes: " << rank_peak_bytes.size() << " ranks measured, the plan has " << plan.world_size);
+  std::vector<double> peaks(plan.stages.size(), 0.0);
+  for (int rank = 0; rank < plan.world_size; ++rank) {
+    double& peak = peaks[plan.placement_of(rank).stage];
+    peak = std::max(peak, rank_peak_bytes[rank]);
+  }
+  return peaks;
+}
+
+namespace {
+std::string relative_error(double measured, double predicted) {
+  if (!(predicted > 0)) return "not predicted";
+  char text[32];
+  std::snprintf(text, sizeof text, "%+.1f%%", 100.0 * (measured - predicted) / predicted);
+  return text;
+}
+}  // namespace
+
+std::string prediction_error_line(const Plan& plan, const std::vector<double>& step_seconds,
+                                  const std::vector<double>& stage_peak_bytes) {
+  const double measured = typical_step_seconds(step_seconds);
+  const std::size_t counted = step_seconds.size() > 1 ? step_seconds.size() - 1 : step_seconds.size();
+  std::ostringstream line;
+  char text[160];
+  std::snprintf(text, sizeof text, " (measured %.4f s, median of %zu steps; predicted %.4f s)", measured, counted,
+                plan.predicted_step_seconds);
+  line << "prediction error: step time " << relative_error(measured, plan.predicted_step_seconds) << text
+       << "; peak memory per stage:";
+  for (std::size_t s = 0; s < plan.stages.size() && s < stage_peak_bytes.size(); ++s) {
+    std::snprintf(text, sizeof text, " (%.1f of %.1f MiB predicted)", stage_peak_bytes[s] / (1 << 20),
+                  plan.stages[s].memory_bytes / (1 << 20));
+    line << (s ? ", " : " ") << s << " " << relative_error(stage_peak_bytes[s], plan.stages[s].memory_bytes) << text;
+  }
+  return line.str();
+}
+
+}  // namespace partrain::app
