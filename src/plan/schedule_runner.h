@@ -49,8 +49,9 @@ struct Runner {
 
   int stage_of(int rank) const { return plan.placement_of(rank).stage; }
 
-  double compute_cost(int rank, const Action& action) const {
+  double compute_cost(int rank, std::size_t index, const Action& action) const {
     if (!costs) return 0;
+    if (costs->action_seconds) return costs->action_seconds(rank, index);
     const int s = stage_of(rank);
     switch (action.kind) {
       case ActionKind::Forward: return costs->forward_seconds[s];
@@ -94,7 +95,7 @@ struct Runner {
             {action.sample_begin, action.sample_end, now + transfer, index});
         timing[rank][index] = {now, now};
       } else {
-        const double cost = compute_cost(rank, action);
+        const double cost = compute_cost(rank, index, action);
         timing[rank][index] = {now, now + cost};
         now += cost;
       }

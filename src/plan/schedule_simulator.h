@@ -23,6 +23,9 @@ struct TimelineCosts {
   std::function<double(int stage)> all_reduce_seconds;
   /// Seconds of the optimizer step.
   double step_seconds = 0;
+  /// Optional: seconds of compute or Step action `index` of `rank`'s list, replacing the per-stage
+  /// costs above (e.g. the durations a run's trace measured).
+  std::function<double(int rank, std::size_t index)> action_seconds;
 
   /// From the plan's predictions: forward = PlanStage::forward_seconds; for a recomputing stage
   /// recompute = forward_seconds and backward = backward_seconds − forward_seconds (the plan's backward
