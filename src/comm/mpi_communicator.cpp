@@ -271,6 +271,17 @@ int MpiCommunicator::node_local_rank() {
   return rank;
 }
 
+int MpiCommunicator::node_local_size() {
+  PARTRAIN_CHECK(MpiSession::active(), "MpiCommunicator::node_local_size: MPI is not initialised");
+  MPI_Comm node = MPI_COMM_NULL;
+  PARTRAIN_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int size = 0;
+  const int status = MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  PARTRAIN_MPI(status);
+  return size;
+}
+
 MpiCommunicator::MpiCommunicator(MPI_Comm communicator) : communicator_(communicator) {
   PARTRAIN_CHECK(communicator != MPI_COMM_NULL, "MpiCommunicator: MPI_COMM_NULL");
   PARTRAIN_MPI(MPI_Comm_set_errhandler(communicator_, MPI_ERRORS_RETURN));
