@@ -32,7 +32,8 @@ class MetricsFileTest : public ::testing::Test {
 TEST_F(MetricsFileTest, DropsRowsPastTheStepAndATornRow) {
   const fs::path path = directory_ / "metrics.jsonl";
   std::string kept;
-  for (int step = 1; step <= 5; ++step) kept += "{\"step\":" + std::to_string(step) + ",\"loss\":" + std::to_string(10 - step) + "}\n";
+  for (int step = 1; step <= 5; ++step)
+    kept += "{\"step\":" + std::to_string(step) + ",\"loss\":" + std::to_string(10 - step) + "}\n";
   std::ofstream(path) << kept << "{\"step\":6,\"loss\":4}\n{\"step\":7,\"loss\":3}\n{\"step\":8,\"lo";
   EXPECT_EQ(partrain::io::drop_metrics_after(path.string(), 5), 3);
   EXPECT_EQ(read_text(path), kept);

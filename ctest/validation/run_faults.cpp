@@ -52,8 +52,8 @@ std::string read_text(const std::string& path) {
 // The partrain command line (ranks > 1: under mpiexec), output to `log`.
 std::string command_line(int ranks, const std::string& arguments, const std::string& log) {
   std::ostringstream command;
-  command << "exec " << MPIEXEC << " -n " << ranks << " " << MPIEXEC_FLAGS << " " << PARTRAIN_BINARY << " "
-          << arguments << " > " << log << " 2>&1";
+  command << "exec " << MPIEXEC << " -n " << ranks << " " << MPIEXEC_FLAGS << " " << PARTRAIN_BINARY << " " << arguments
+          << " > " << log << " 2>&1";
   return command.str();
 }
 
@@ -155,14 +155,15 @@ bool process_gone(pid_t pid) {
 // gpt-tiny for `steps` steps on 4 ranks (2 stages x 2 replicas) or 2 ranks (dpl), checkpoints every
 // `every` steps, outputs in `directory`.
 std::string gpt_arguments(int ranks, const std::string& directory, int steps, int every) {
-  std::string arguments = std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml" +
-                          " --set train.steps=" + std::to_string(steps) +
-                          " --set train.global_batch=8 --set model.seq_len=32 --set checkpoint.every=" +
-                          std::to_string(every) + " --set log.dir=" + directory + " --set data.path=" +
-                          PARTRAIN_DATA_DIR + "/text.h5";
+  std::string arguments =
+      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml" +
+      " --set train.steps=" + std::to_string(steps) +
+      " --set train.global_batch=8 --set model.seq_len=32 --set checkpoint.every=" + std::to_string(every) +
+      " --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5";
   if (ranks == 4) {
-    arguments += " --set parallel.planner=manual --set parallel.stages=2 --set 'parallel.replicas=[2,2]'"
-                 " --set 'parallel.boundaries=[\"h.1\"]' --set train.microbatches=2";
+    arguments +=
+        " --set parallel.planner=manual --set parallel.stages=2 --set 'parallel.replicas=[2,2]'"
+        " --set 'parallel.boundaries=[\"h.1\"]' --set train.microbatches=2";
   } else {
     arguments += " --set parallel.planner=dpl";
   }
@@ -189,15 +190,18 @@ TEST(RunLock, SecondRunIntoTheSameDirectoryFailsAtOnce) {
   const std::string pid = holder.substr(at, holder.find('\n', at) - at);
 
   const auto start = Clock::now();
-  const testing::PartrainRun second = testing::run_partrain(2, gpt_arguments(2, directory, kSteps, 20), directory + "-second.log");
+  const testing::PartrainRun second =
+      testing::run_partrain(2, gpt_arguments(2, directory, kSteps, 20), directory + "-second.log");
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const bool first_still_running = running(first);
   EXPECT_NE(second.status, 0) << second.log;
   EXPECT_LT(seconds, 30) << "the second run should stop at start\n" << second.log;
   EXPECT_NE(second.log.find("partrain: error: " + directory + " is in use by another run (host "), std::string::npos)
       << second.log;
-  EXPECT_NE(second.log.find(", pid " + pid + ", started "), std::string::npos) << "holder pid " << pid << "\n" << second.log;
-  EXPECT_EQ(second.log.find("partrain: error:"), second.log.rfind("partrain: error:")) << "one error line\n" << second.log;
+  EXPECT_NE(second.log.find(", pid " + pid + ", started "), std::string::npos) << "holder pid " << pid << "\n"
+                                                                               << second.log;
+  EXPECT_EQ(second.log.find("partrain: error:"), second.log.rfind("partrain: error:")) << "one error line\n"
+                                                                                       << second.log;
   EXPECT_EQ(second.log.find("profil"), std::string::npos) << "stopped before profiling\n" << second.log;
   ASSERT_TRUE(first_still_running) << "the first run ended before the second was refused: give it more steps";
 
@@ -208,7 +212,8 @@ TEST(RunLock, SecondRunIntoTheSameDirectoryFailsAtOnce) {
   for (int step = 1; step <= kSteps; ++step) expected.push_back(step);
   EXPECT_EQ(logged_steps(directory), expected);
   std::vector<std::string> skipped;
-  EXPECT_EQ(io::latest_valid_checkpoint(directory + "/checkpoints", &skipped), directory + "/checkpoints/step_000040.h5");
+  EXPECT_EQ(io::latest_valid_checkpoint(directory + "/checkpoints", &skipped),
+            directory + "/checkpoints/step_000040.h5");
   EXPECT_TRUE(skipped.empty());
   EXPECT_TRUE(fs::exists(directory + "/plan.json"));
   EXPECT_EQ(fs::file_size(directory + "/.lock"), 0u) << "a run that ends normally empties its lock file";
@@ -228,7 +233,8 @@ TEST(KillAndResume, EveryStepOnceWithTheLossesOfAnUninterruptedRun) {
 
   // The same run, killed (one rank, SIGKILL) once step kKillAfter is logged: the checkpoint of
   // step 4 is written, steps past it are in metrics.jsonl.
-  const pid_t job = spawn(command_line(kRanks, gpt_arguments(kRanks, resumed, kSteps, kEvery), resumed + "-killed.log"));
+  const pid_t job =
+      spawn(command_line(kRanks, gpt_arguments(kRanks, resumed, kSteps, kEvery), resumed + "-killed.log"));
   const JobGuard guard{job};
   ASSERT_TRUE(eventually([&] { return logged_steps(resumed).size() >= kKillAfter; }, 180))
       << read_text(resumed + "-killed.log");
@@ -237,7 +243,8 @@ TEST(KillAndResume, EveryStepOnceWithTheLossesOfAnUninterruptedRun) {
   ASSERT_EQ(::kill(ranks[kVictim], SIGKILL), 0);
   const auto killed = Clock::now();
   const std::optional<int> status = wait_for(job, kKillBound);
-  ASSERT_TRUE(status.has_value()) << "mpiexec still runs " << kKillBound << " s after rank " << kVictim << " was killed";
+  ASSERT_TRUE(status.has_value()) << "mpiexec still runs " << kKillBound << " s after rank " << kVictim
+                                  << " was killed";
   ASSERT_TRUE(eventually([&] { return std::all_of(ranks.begin(), ranks.end(), process_gone); },
                          kKillBound - std::chrono::duration<double>(Clock::now() - killed).count()))
       << "a rank outlived the job by more than " << kKillBound << " s";
@@ -249,8 +256,8 @@ TEST(KillAndResume, EveryStepOnceWithTheLossesOfAnUninterruptedRun) {
 
   // Resume into the same directory: it takes over the lock the killed run left, drops the rows past
   // the checkpoint, and logs every step once more.
-  const testing::PartrainRun run =
-      testing::run_partrain(kRanks, gpt_arguments(kRanks, resumed, kSteps, kEvery) + " --resume latest", resumed + ".log");
+  const testing::PartrainRun run = testing::run_partrain(
+      kRanks, gpt_arguments(kRanks, resumed, kSteps, kEvery) + " --resume latest", resumed + ".log");
   ASSERT_EQ(run.status, 0) << run.log;
   const std::size_t at = run.log.find("resume: " + resumed + "/checkpoints/step_");
   ASSERT_NE(at, std::string::npos) << run.log;
@@ -259,7 +266,8 @@ TEST(KillAndResume, EveryStepOnceWithTheLossesOfAnUninterruptedRun) {
   EXPECT_NE(run.log.find("resume: dropped " + std::to_string(logged_before.back() - resumed_step) + " rows"),
             std::string::npos)
       << run.log;
-  EXPECT_NE(run.log.find("warning: " + resumed + "/.lock was left by a run that is gone"), std::string::npos) << run.log;
+  EXPECT_NE(run.log.find("warning: " + resumed + "/.lock was left by a run that is gone"), std::string::npos)
+      << run.log;
   std::vector<std::int64_t> every_step;
   for (int step = 1; step <= kSteps; ++step) every_step.push_back(step);
   EXPECT_EQ(logged_steps(resumed), every_step);

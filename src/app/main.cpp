@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
   plan->add_option("--world-size", plan_arguments.world_size, "number of devices to plan for")->check(at_least(1));
   plan->add_option("--device-memory", plan_arguments.device_memory, "memory per device, e.g. 80GiB");
   plan->add_option("--profile-db", plan_arguments.profile_db, "saved ProfileDB to plan with (default: analytic costs)");
-  plan->add_option("--accelerators", plan_arguments.accelerators, "workload mode: number of accelerators")->check(at_least(0));
+  plan->add_option("--accelerators", plan_arguments.accelerators, "workload mode: number of accelerators")
+      ->check(at_least(0));
   plan->add_option("--cpus", plan_arguments.cpus, "workload mode: number of CPUs")->check(at_least(0));
   plan->add_option("--max-ideals", plan_arguments.max_ideals,
                    "ideals planner: stop with an error (suggesting dpl) beyond this many ideals")

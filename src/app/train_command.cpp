@@ -215,8 +215,8 @@ void save_checkpoint(const ExperimentConfig& config, const std::string& director
 }
 
 // The checkpoint to resume from: `resume` "latest" is the newest valid checkpoint in `directory`
-// (rank 0 says which damaged ones it skipped), else a path that must be a readable file. Decided on
-// rank 0 before profiling and planning, so a wrong --resume stops the run at once.
+// (rank 0 says which damaged ones it skipped), else the path itself (check_train_request found it).
+// Decided on rank 0 before profiling and planning, so a run with nothing to resume stops at once.
 std::string resume_path(const std::string& resume, const std::string& directory, comm::Communicator& world) {
   return decide_on_rank0(world, [&] {
     if (resume != "latest") return resume;  // checked by check_train_request
@@ -245,12 +245,16 @@ std::int64_t resume_from(const std::string& path, const Graph& graph, runtime::P
 // world_size other than the MPI world size, nothing to train, a --plan or --resume file that is not
 // there (looked for on rank 0).
 void check_train_request(const ExperimentConfig& config, const TrainArguments& arguments, comm::Communicator& world) {
-  PARTRAIN_CHECK(config.parallel.world_size == 0 || config.parallel.world_size == world.size(),
-                 "[parallel] world_size = " << config.parallel.world_size << " (" << config.path << ") but the MPI world has "
-                                            << world.size() << (world.size() == 1 ? " rank" : " ranks") << ": start " << config.parallel.world_size
+  const long long world_size = world.size();
+  PARTRAIN_CHECK(config.parallel.world_size == 0 || config.parallel.world_size == world_size,
+                 "[parallel] world_size = " << config.parallel.world_size << " (" << config.path
+                                            << ") but the MPI world has " << world_size
+                                            << (world_size == 1 ? " rank" : " ranks") << ": start "
+                                            << config.parallel.world_size
                                             << " ranks or set parallel.world_size=0 (the MPI world size)");
-  PARTRAIN_CHECK(config.train.steps > 0, "[train] steps = 0 (" << config.path << "): nothing to train; to see the plan "
-                                                                   "without training use `partrain plan "
+  PARTRAIN_CHECK(config.train.steps > 0, "[train] steps = 0 (" << config.path
+                                                               << "): nothing to train; to see the plan without "
+                                                                  "training use `partrain plan "
                                                                << config.path << "`");
   const std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
   decide_on_rank0(world, [&] {
@@ -298,7 +302,8 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const bool checkpoint_elsewhere = !config.checkpoint.dir.empty() &&
                                     (config.checkpoint.every > 0 || resume == "latest") &&
                                     !is_within(checkpoint_directory, directory);
-  const std::vector<io::RunLock> locks = lock_run_directories(directory, checkpoint_directory, checkpoint_elsewhere, world);
+  const std::vector<io::RunLock> locks =
+      lock_run_directories(directory, checkpoint_directory, checkpoint_elsewhere, world);
   const std::string checkpoint_path = resume.empty() ? "" : resume_path(resume, checkpoint_directory, world);
   const Graph graph = build_model(config.model);
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);

@@ -84,10 +84,10 @@ RunLock RunLock::acquire(const std::string& directory) {
     lock.previous_ = parse_holder(previous);
   }
   const RunLockHolder holder = this_process();
-  const std::string record = "host=" + holder.host + "\npid=" + std::to_string(holder.pid) +
-                             "\nstarted=" + holder.started + "\n";
-  const bool written = ::ftruncate(lock.descriptor_, 0) == 0 && ::pwrite(lock.descriptor_, record.data(), record.size(), 0) ==
-                                                                    static_cast<ssize_t>(record.size());
+  const std::string record =
+      "host=" + holder.host + "\npid=" + std::to_string(holder.pid) + "\nstarted=" + holder.started + "\n";
+  const bool written = ::ftruncate(lock.descriptor_, 0) == 0 && ::pwrite(lock.descriptor_, record.data(), record.size(),
+                                                                         0) == static_cast<ssize_t>(record.size());
   PARTRAIN_CHECK(written, "cannot write the lock file " << lock.path_ << ": " << std::strerror(errno));
   return lock;
 }
