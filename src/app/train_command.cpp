@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "app/commands.h"
 #include "app/planning.h"
@@ -25,7 +26,9 @@
 #include "io/chrome_trace.h"
 #include "io/hdf5_file.h"
 #include "io/config.h"
+#include "io/metrics_file.h"
 #include "io/progress_bar.h"
+#include "io/run_lock.h"
 #include "models/model.h"
 #include "partition/planner.h"
 #include "partition/calibrated_cost_model.h"
@@ -134,6 +137,14 @@ std::string output_directory(const ExperimentConfig& config) {
   return "runs/" + std::filesystem::path(config.path).stem().string();
 }
 
+// Whether `path` is `directory` or lies below it (lexically, after making both absolute).
+bool is_within(const std::string& path, const std::string& directory) {
+  const std::filesystem::path inner = std::filesystem::absolute(path).lexically_normal();
+  const std::filesystem::path outer = std::filesystem::absolute(directory).lexically_normal();
+  const std::filesystem::path relative = inner.lexically_relative(outer);
+  return !relative.empty() && *relative.begin() != "..";
+}
+
 // Training FLOPs of one sample: forward FLOPs of the batch-dependent tasks × 3 (backward ≈ 2 × forward).
 double training_flops_per_sample(const Graph& graph) {
   double flops = 0;
@@ -201,19 +212,23 @@ void save_checkpoint(const ExperimentConfig& config, const std::string& director
   }
 }
 
-// Restores the run from `resume` ("latest": the newest valid checkpoint in `directory`, saying which
-// damaged ones were skipped; else a path). Every rank reads the file; returns the step to continue at.
-std::int64_t resume_from(const std::string& resume, const std::string& directory, const Graph& graph,
-                         runtime::PipelineExecutor& executor, comm::Communicator& world) {
-  std::string path = resume;
-  if (resume == "latest") {
-    path = decide_on_rank0(world, [&] {
-      std::vector<std::string> skipped;
-      std::string chosen = io::latest_valid_checkpoint(directory, &skipped);
-      for (const std::string& reason : skipped) std::printf("resume: skipping %s\n", reason.c_str());
-      return chosen;
-    });
-  }
+// The checkpoint to resume from: `resume` "latest" is the newest valid checkpoint in `directory`
+// (rank 0 says which damaged ones it skipped), else the path itself (check_train_request found it).
+// Decided on rank 0 before profiling and planning, so a run with nothing to resume stops at once.
+std::string resume_path(const std::string& resume, const std::string& directory, comm::Communicator& world) {
+  return decide_on_rank0(world, [&] {
+    if (resume != "latest") return resume;  // checked by check_train_request
+    std::vector<std::string> skipped;
+    std::string chosen = io::latest_valid_checkpoint(directory, &skipped);
+    for (const std::string& reason : skipped) std::printf("resume: skipping %s\n", reason.c_str());
+    return chosen;
+  });
+}
+
+// Restores the run from the checkpoint at `path` (every rank reads the file); returns the step to
+// continue at.
+std::int64_t resume_from(const std::string& path, const Graph& graph, runtime::PipelineExecutor& executor,
+                         comm::Communicator& world) {
   const io::Checkpoint checkpoint =
       io::read_checkpoint(path, runtime::required_checkpoint_tensors(graph, executor.optimizer().state_names()));
   runtime::restore_checkpoint(checkpoint, graph, executor);
@@ -224,9 +239,70 @@ std::int64_t resume_from(const std::string& resume, const std::string& directory
   return checkpoint.info.step;
 }
 
+// Requests refused before any work (and before the run directory is touched): a [parallel]
+// world_size other than the MPI world size, nothing to train, a --plan or --resume file that is not
+// there (looked for on rank 0).
+void check_train_request(const ExperimentConfig& config, const TrainArguments& arguments, comm::Communicator& world) {
+  const long long world_size = world.size();
+  PARTRAIN_CHECK(config.parallel.world_size == 0 || config.parallel.world_size == world_size,
+                 "[parallel] world_size = " << config.parallel.world_size << " (" << config.path
+                                            << ") but the MPI world has " << world_size
+                                            << (world_size == 1 ? " rank" : " ranks") << ": start "
+                                            << config.parallel.world_size
+                                            << " ranks or set parallel.world_size=0 (the MPI world size)");
+  PARTRAIN_CHECK(config.train.steps > 0, "[train] steps = 0 (" << config.path
+                                                               << "): nothing to train; to see the plan without "
+                                                                  "training use `partrain plan "
+                                                               << config.path << "`");
+  const std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
+  decide_on_rank0(world, [&] {
+    const auto readable = [](const std::string& path) {
+      return std::filesystem::is_regular_file(path) && std::ifstream(path).good();
+    };
+    PARTRAIN_CHECK(arguments.plan_file.empty() || readable(arguments.plan_file),
+                   "--plan " << arguments.plan_file << ": no such readable plan file (make one with `partrain plan "
+                             << config.path << " --save FILE`)");
+    PARTRAIN_CHECK(resume.empty() || resume == "latest" || readable(resume),
+                   "--resume " << resume << ": no such readable checkpoint file (give a step_NNNNNN.h5 or latest)");
+    return std::string();
+  });
+}
+
+// One run per directory (io/run_lock.h): rank 0 locks the run directory, and the checkpoint
+// directory when it lies elsewhere and this run writes or searches it; a directory in use stops
+// every rank. The locks live as long as the returned vector (empty on other ranks).
+std::vector<io::RunLock> lock_run_directories(const std::string& directory, const std::string& checkpoint_directory,
+                                              bool checkpoint_elsewhere, comm::Communicator& world) {
+  std::vector<io::RunLock> locks;
+  decide_on_rank0(world, [&] {
+    std::vector<std::string> directories{directory};
+    if (checkpoint_elsewhere) directories.push_back(checkpoint_directory);
+    for (const std::string& path : directories) {
+      locks.push_back(io::RunLock::acquire(path));
+      if (locks.back().took_over())
+        std::printf("warning: %s was left by a run that is gone (%s); taking it over\n", locks.back().path().c_str(),
+                    locks.back().previous_holder().describe().c_str());
+    }
+    std::fflush(stdout);
+    return std::string();
+  });
+  return locks;
+}
+
 int train(const TrainArguments& arguments, comm::Communicator& world, bool& training_started) {
   const bool leader = world.rank() == 0;
   const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
+  check_train_request(config, arguments, world);
+  const std::string directory = output_directory(config);
+  const std::string checkpoint_directory =
+      config.checkpoint.dir.empty() ? directory + "/checkpoints" : config.checkpoint.dir;
+  const std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
+  const bool checkpoint_elsewhere = !config.checkpoint.dir.empty() &&
+                                    (config.checkpoint.every > 0 || resume == "latest") &&
+                                    !is_within(checkpoint_directory, directory);
+  const std::vector<io::RunLock> locks =
+      lock_run_directories(directory, checkpoint_directory, checkpoint_elsewhere, world);
+  const std::string checkpoint_path = resume.empty() ? "" : resume_path(resume, checkpoint_directory, world);
   const Graph graph = build_model(config.model);
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
   // Every rank computes on its node's GPU (one per rank, NCCL between them) or on the CPU (MPI).
@@ -235,9 +311,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   comm::Communicator& run_world = device_world ? *device_world : world;
   const Plan plan = agree_on_plan(config, graph, arguments, world, backend);
 
-  const std::string directory = output_directory(config);
   if (leader) {
-    std::filesystem::create_directories(directory);
     std::printf("model: %s (%s, %lld parameters), data: %s (%lld samples per epoch)\n", config.path.c_str(),
                 config.model.type.c_str(), static_cast<long long>(graph.parameter_count()), data->path().c_str(),
                 static_cast<long long>(data->samples_per_epoch()));
@@ -254,14 +328,17 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
 
-  const std::string checkpoint_directory =
-      config.checkpoint.dir.empty() ? directory + "/checkpoints" : config.checkpoint.dir;
-  const std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
-  const std::int64_t first_step = resume.empty() ? 0 : resume_from(resume, checkpoint_directory, graph, executor, world);
+  const std::int64_t first_step = checkpoint_path.empty() ? 0 : resume_from(checkpoint_path, graph, executor, world);
   training_started = true;
 
   std::ofstream metrics;
-  if (leader) {  // a resumed run appends to the metrics of the run it continues
+  if (leader) {  // a resumed run appends to the metrics of the run it continues, less the steps it redoes
+    if (first_step > 0) {
+      const std::int64_t dropped = io::drop_metrics_after(directory + "/metrics.jsonl", first_step);
+      if (dropped > 0)
+        std::printf("resume: dropped %lld rows of %s/metrics.jsonl past step %lld\n", static_cast<long long>(dropped),
+                    directory.c_str(), static_cast<long long>(first_step));
+    }
     metrics.open(directory + "/metrics.jsonl", first_step > 0 ? std::ios::app : std::ios::trunc);
     PARTRAIN_CHECK(metrics, directory << "/metrics.jsonl: cannot write");
   }
