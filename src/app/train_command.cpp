@@ -10,6 +10,8 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+
+#include <omp.h>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,7 @@
 #include "models/model.h"
 #include "partition/planner.h"
 #include "partition/calibrated_cost_model.h"
+#include "profile/communication_profile.h"
 #include "profile/distributed_profiler.h"
 #include "runtime/checkpointing.h"
 #include "runtime/executor.h"
@@ -57,17 +60,21 @@ std::string decide_on_rank0(comm::Communicator& world, const std::function<std::
   return text;
 }
 
-// The ProfileDB backend key: measurements of one GPU model are not reused on another.
+// The ProfileDB backend key: what changes a measurement. One GPU model's measurements are not
+// reused on another; on the CPU the ranks of a node share its cores, so the key holds how many ranks
+// run per node and with how many threads each (a cache measured by 4 ranks on 2 cores would price a
+// 2-rank plan at oversubscribed speed). Collective over MPI_COMM_WORLD.
 std::string profile_backend_name(const Backend& backend) {
-  if (backend.device().is_cpu()) return "cpu";
-  return "cuda:" + gpu_backend()->device_name(backend.device().index);
+  const int ranks_per_node = comm::MpiCommunicator::node_local_size();
+  if (!backend.device().is_cpu()) return "cuda:" + gpu_backend()->device_name(backend.device().index);
+  return "cpu-" + std::to_string(ranks_per_node) + "ranks-" + std::to_string(omp_get_max_threads()) + "threads";
 }
 
 // Distributed profiling (DESIGN.md "Profiling"): rank 0 lists every layer at microbatch sizes 1, 2,
 // 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
 // every rank measures its share. Collective over `world`; returns the complete DB on every rank.
 profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& graph, comm::Communicator& world,
-                                  Backend& backend) {
+                                  comm::Communicator& device_world, Backend& backend) {
   const std::string backend_name = profile_backend_name(backend);
   profile::ProfileDB database(graph.hash(), backend_name, config.train.precision);
   const std::string cache = config.profile.cache_dir + "/" +
@@ -93,6 +100,24 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   const profile::DistributedProfileReport report = profile::profile_distributed(
       graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });
   progress.finish();
+  // Point-to-point and all-reduce costs on the communicator training uses, once per cache.
+  std::string measure = "0";
+  if (world.rank() == 0) {
+    const auto& groups = database.communication().allreduce;
+    measure = world.size() > 1 && (groups.empty() || groups.rbegin()->first < world.size()) ? "1" : "0";
+  }
+  world.broadcast_bytes(measure, 0);
+  if (measure == "1") {
+    profile::CommunicationProfile communication = profile::measure_communication(device_world, backend);
+    if (world.rank() == 0) {
+      std::printf("profile: communication (%s): p2p %.1f us + %.2f GB/s; all-reduce over %d ranks %.1f us + %.2f GB/s\n",
+                  communication.communicator.c_str(), communication.within_node.latency_seconds * 1e6,
+                  communication.within_node.bytes_per_second / 1e9, communication.allreduce.rbegin()->first,
+                  communication.allreduce.rbegin()->second.latency_seconds * 1e6,
+                  communication.allreduce.rbegin()->second.bytes_per_second / 1e9);
+      database.set_communication(std::move(communication));
+    }
+  }
   if (world.rank() == 0) {
     std::filesystem::create_directories(config.profile.cache_dir);
     database.save(cache);
@@ -105,9 +130,10 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
 // Rank 0 plans (on profiled or analytic costs) or loads --plan, and broadcasts the plan as JSON; a
 // planning error on rank 0 becomes the same error on every rank, so all ranks stop cleanly.
 Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const TrainArguments& arguments,
-                   comm::Communicator& world, Backend& backend) {
+                   comm::Communicator& world, comm::Communicator& device_world, Backend& backend) {
   const bool profiling = config.profile.enabled && arguments.plan_file.empty();
-  const profile::ProfileDB database = profiling ? profile_layers(config, graph, world, backend) : profile::ProfileDB();
+  const profile::ProfileDB database =
+      profiling ? profile_layers(config, graph, world, device_world, backend) : profile::ProfileDB();
   const std::string text = decide_on_rank0(world, [&] {
     Plan plan;
     if (!arguments.plan_file.empty()) {
@@ -309,7 +335,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
   const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
   comm::Communicator& run_world = device_world ? *device_world : world;
-  const Plan plan = agree_on_plan(config, graph, arguments, world, backend);
+  const Plan plan = agree_on_plan(config, graph, arguments, world, run_world, backend);
 
   if (leader) {
     std::printf("model: %s (%s, %lld parameters), data: %s (%lld samples per epoch)\n", config.path.c_str(),
@@ -322,9 +348,12 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     std::fflush(stdout);
   }
 
-  const std::unordered_map<int, Tensor> initial = initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed),
-                                                                        config.model.initializer_range);
-  runtime::PipelineExecutor executor(graph, plan, run_world, backend, *data, initial, runtime_options(config.train));
+  // The initial values are a temporary: the executor keeps its own stage's copy, so the whole model's
+  // host copy does not sit in the allocator (and in the measured peak) for the whole run.
+  runtime::PipelineExecutor executor(
+      graph, plan, run_world, backend, *data,
+      initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range),
+      runtime_options(config.train));
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
 
