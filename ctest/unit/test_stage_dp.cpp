@@ -34,6 +34,7 @@ using partrain::partition::PipeDreamNode;
 using partrain::partition::PipeDreamProfile;
 using partrain::partition::PlannerOptions;
 using partrain::partition::StageDpConfig;
+using partrain::testing::closed_form_step_seconds;
 using partrain::testing::compositions;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -182,19 +183,6 @@ struct BruteResult {
 };
 
 // Scores every split of the blocks into `stages` stages and of `devices` devices over them.
-// RaNNC's objective, which the stage DP minimises (Algorithms 1-2): (M + S − 1) × the slowest stage
-// + the largest stage all-reduce. The plan's predicted step time simulates the schedule instead,
-// which can be lower (all-reduces overlap other stages' backwards) or higher (a stage slow in
-// forward before one slow in backward: GPipe with f = (10, 1), b = (1, 10), M = 2 takes 42, not 33).
-double closed_form_step_seconds(const Plan& plan) {
-  double slowest = 0, allreduce = 0;
-  for (const PlanStage& stage : plan.stages) {
-    slowest = std::max(slowest, stage.forward_seconds + stage.backward_seconds);
-    allreduce = std::max(allreduce, stage.allreduce_seconds);
-  }
-  return (plan.microbatches + static_cast<double>(plan.stages.size()) - 1) * slowest + allreduce;
-}
-
 void brute_force_config(const Chain& chain, const PlannerOptions& options, const StageDpConfig& config,
                         BruteResult& result) {
   const int k = static_cast<int>(chain.blocks.size());
