@@ -106,6 +106,17 @@ TEST(Config, InvalidValuesAreErrors) {
             std::string::npos);
 }
 
+TEST(Config, CheckpointOnErrorIsStopOrContinue) {
+  const auto checkpoint = [](const std::string& text) {
+    return read_checkpoint_config(ConfigDocument::parse(text, "configs/x.toml", {}));
+  };
+  EXPECT_EQ(checkpoint("[checkpoint]\nevery = 2\n").on_error, "stop");
+  EXPECT_EQ(checkpoint("[checkpoint]\non_error = \"continue\"\n").on_error, "continue");
+  const std::string message = error_message([&] { checkpoint("[checkpoint]\non_error = \"retry\"\n"); });
+  EXPECT_NE(message.find("configs/x.toml:2: [checkpoint] key 'on_error'"), std::string::npos) << message;
+  EXPECT_NE(message.find("continue"), std::string::npos) << message;
+}
+
 TEST(Config, UnknownSectionAndSyntaxErrorsNameTheLine) {
   EXPECT_EQ(error_message([] { read("[model]\ntype = \"bert\"\n[trian]\nsteps = 1\n"); }),
             "configs/x.toml:3: section [trian] is unknown");

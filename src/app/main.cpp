@@ -1,9 +1,10 @@
 // partrain: the command-line program.
-//   partrain train CONFIG.toml [--set section.key=value ...] [--plan FILE] [--resume latest|PATH]
+//   partrain train CONFIG.toml [--set section.key=value ...] [--plan FILE] [--resume latest|auto|PATH]
 //   partrain plan CONFIG.toml [--world-size N] [--device-memory 80GiB] [--planner P] [--profile-db FILE] [--save PLAN.json]
 //   partrain plan --workload GRAPH.json --planner ideals|dpl [--accelerators K] [--cpus L] [--device-memory SIZE]
 //   partrain inspect CONFIG.toml | CHECKPOINT.h5
-// User mistakes end with one "partrain: error: ..." line and exit code 1, never a backtrace.
+// User mistakes end with one "partrain: error: ..." line and exit code 1, never a backtrace. A
+// training run that SIGUSR1/SIGTERM stopped after writing a checkpoint exits with 3 (app/stop_signals.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
   train->add_option("config", train_arguments.config, "experiment file (TOML)")->required()->check(CLI::ExistingFile);
   train->add_option("--set", train_arguments.overrides, "override one setting: section.key=value (repeatable)");
   train->add_option("--plan", train_arguments.plan_file, "use a saved plan (JSON) instead of planning");
-  train->add_option("--resume", train_arguments.resume, "resume from a checkpoint: latest or a path");
+  train->add_option("--resume", train_arguments.resume, "resume from a checkpoint: latest, a path, or auto (latest if there is one)");
 
   PlanArguments plan_arguments;
   CLI::App* plan = app.add_subcommand("plan", "plan a run (stages, replicas, microbatches) without training");

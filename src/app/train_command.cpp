@@ -18,10 +18,12 @@
 #include "app/commands.h"
 #include "app/planning.h"
 #include "app/prediction_report.h"
+#include "app/stop_signals.h"
 #include "comm/mpi_communicator.h"
 #include "comm/device_communicator.h"
 #include "core/allocator.h"
 #include "core/backend_registry.h"
+#include "core/collective_error.h"
 #include "core/error.h"
 #include "io/batch_source.h"
 #include "io/checkpoint.h"
@@ -228,13 +230,30 @@ void save_checkpoint(const ExperimentConfig& config, const std::string& director
   info.config_toml = config.text;
   info.plan_json = plan.to_json().dump();
   info.optimizer = config.train.optimizer;
-  if (world.rank() == 0) std::filesystem::create_directories(directory);
-  world.barrier();
   const std::string path = io::write_checkpoint(world, directory, info, runtime::checkpoint_tensors(graph, plan, executor),
                                                 static_cast<int>(config.checkpoint.keep));
   if (world.rank() == 0) {
     std::printf("checkpoint: %s\n", path.c_str());
     std::fflush(stdout);
+  }
+}
+
+// save_checkpoint under [checkpoint] on_error: a write that failed on any rank (the same
+// CollectiveError on every rank) stops the run ("stop"), or is a warning on rank 0 and training goes
+// on ("continue"). Returns whether the checkpoint was written.
+bool checkpoint_or_warn(const ExperimentConfig& config, const std::string& directory, std::int64_t step,
+                        const Graph& graph, const Plan& plan, const runtime::PipelineExecutor& executor,
+                        comm::Communicator& world) {
+  try {
+    save_checkpoint(config, directory, step, graph, plan, executor, world);
+    return true;
+  } catch (const CollectiveError& error) {
+    if (config.checkpoint.on_error != "continue") throw;
+    if (world.rank() == 0) {
+      std::printf("warning: %s; training goes on ([checkpoint] on_error = \"continue\")\n", error.message().c_str());
+      std::fflush(stdout);
+    }
+    return false;
   }
 }
 
@@ -288,8 +307,9 @@ void check_train_request(const ExperimentConfig& config, const TrainArguments& a
     PARTRAIN_CHECK(arguments.plan_file.empty() || readable(arguments.plan_file),
                    "--plan " << arguments.plan_file << ": no such readable plan file (make one with `partrain plan "
                              << config.path << " --save FILE`)");
-    PARTRAIN_CHECK(resume.empty() || resume == "latest" || readable(resume),
-                   "--resume " << resume << ": no such readable checkpoint file (give a step_NNNNNN.h5 or latest)");
+    PARTRAIN_CHECK(resume.empty() || resume == "latest" || resume == "auto" || readable(resume),
+                   "--resume " << resume
+                               << ": no such readable checkpoint file (give a step_NNNNNN.h5, latest or auto)");
     return std::string();
   });
 }
@@ -322,7 +342,11 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const std::string directory = output_directory(config);
   const std::string checkpoint_directory =
       config.checkpoint.dir.empty() ? directory + "/checkpoints" : config.checkpoint.dir;
-  const std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
+  std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
+  if (resume == "auto")  // a requeued job: resume when an earlier run of it left a checkpoint
+    resume = decide_on_rank0(world, [&] {
+      return io::list_checkpoints(checkpoint_directory).empty() ? std::string() : std::string("latest");
+    });
   const bool checkpoint_elsewhere = !config.checkpoint.dir.empty() &&
                                     (config.checkpoint.every > 0 || resume == "latest") &&
                                     !is_within(checkpoint_directory, directory);
@@ -374,7 +398,24 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const double flops_per_sample = training_flops_per_sample(graph);
   double first_loss = NAN, last_loss = NAN;
   std::vector<double> step_seconds, measured_peak_bytes(static_cast<std::size_t>(world.size()), 0.0);
+  std::int64_t checkpointed_step = first_step;  // the step of the newest checkpoint on disk
+  int stop_signal = 0;
   for (std::int64_t step = first_step; step < config.train.steps; ++step) {
+    // SIGUSR1/SIGTERM on any rank: every rank stops at the same step boundary (one all-reduce).
+    if (step > first_step) {
+      stop_signal = static_cast<int>(world.all_reduce_scalar(received_stop_signal(), comm::ReduceOp::Max));
+      if (stop_signal != 0) {
+        const std::string path = (std::filesystem::path(checkpoint_directory) / io::checkpoint_file_name(step)).string();
+        if (checkpointed_step != step) save_checkpoint(config, checkpoint_directory, step, graph, plan, executor, world);
+        if (leader) {
+          std::printf("stopped by %s after step %lld of %lld: checkpoint %s; resume with --resume latest (exit code %d)\n",
+                      stop_signal_name(stop_signal), static_cast<long long>(step),
+                      static_cast<long long>(config.train.steps), path.c_str(), kExitStoppedBySignal);
+          std::fflush(stdout);
+        }
+        break;
+      }
+    }
     const runtime::StepResult result = executor.train_step(step);
     // Every rank's own peak (collective), for the row and the end-of-run prediction check.
     const std::vector<std::string> rank_peaks = world.gather_bytes(std::to_string(result.rank_peak_memory_bytes), 0);
@@ -386,7 +427,8 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     const bool evaluate = heldout && ((step + 1) % config.train.eval_every == 0 || step + 1 == config.train.steps);
     const double eval_loss = evaluate ? executor.evaluate(*heldout, config.train.eval_batches) : NAN;
     if (config.checkpoint.every > 0 && ((step + 1) % config.checkpoint.every == 0 || step + 1 == config.train.steps))
-      save_checkpoint(config, checkpoint_directory, step + 1, graph, plan, executor, world);
+      if (checkpoint_or_warn(config, checkpoint_directory, step + 1, graph, plan, executor, world))
+        checkpointed_step = step + 1;
     if (!leader) continue;
     const double samples_per_second = config.train.global_batch / result.seconds;
     const double tokens_per_second = samples_per_second * data->tokens_per_sample();
@@ -432,12 +474,12 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     }
   }
   if (config.log.save_parameters) save_parameters(directory + "/parameters.h5", graph, executor, world);
-  if (leader && config.train.steps > first_step)
+  if (leader && config.train.steps > first_step && stop_signal == 0)
     std::printf("first loss %.6f, last loss %.6f after %lld steps\n", first_loss, last_loss,
                 static_cast<long long>(config.train.steps));
   if (leader && !step_seconds.empty())
     std::printf("%s\n", prediction_error_line(plan, step_seconds, stage_peak_bytes(plan, measured_peak_bytes)).c_str());
-  return 0;
+  return stop_signal != 0 ? kExitStoppedBySignal : 0;
 }
 
 }  // namespace
@@ -445,9 +487,14 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
 int run_train(const TrainArguments& arguments) {
   comm::MpiSession session;
   std::unique_ptr<comm::Communicator> world = comm::MpiCommunicator::world();
+  install_stop_signal_handlers();
   bool training_started = false;
   try {
     return train(arguments, *world, training_started);
+  } catch (const CollectiveError& error) {
+    // Every rank has this error (agreed collectively): one line, and every rank ends normally.
+    if (world->rank() == 0) std::fprintf(stderr, "partrain: error: %s\n", error.message().c_str());
+    return 1;
   } catch (const Error& error) {
     if (training_started && world->size() > 1) {
       // Past setup an error may be one rank's alone (a damaged file, a full disk) while the others

@@ -3,15 +3,24 @@
 #include <hdf5.h>
 #include <mpi.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <regex>
 #include <sstream>
 
 #include "comm/mpi_communicator.h"
+#include "core/collective_error.h"
 #include "core/error.h"
+#include "core/watchdog.h"
 #include "io/hdf5_file.h"
 
 namespace partrain::io {
@@ -53,6 +62,89 @@ std::string hdf5_error_detail() {
 std::string with_detail(const std::string& message) {
   const std::string detail = hdf5_error_detail();
   return detail.empty() ? message : message + " (" + detail + ")";
+}
+
+/// with_detail, and the OS error (strerror(errno)) when the failed call left one: "No space left
+/// on device" is what a user can act on.
+std::string with_os_detail(const std::string& message) {
+  const int code = errno;
+  const std::string described = with_detail(message);
+  if (code == 0) return described;
+  return described + ": " + std::strerror(code);
+}
+
+/// An upper bound of the checkpoint file's size: the data, a Fletcher32 checksum per chunk, 8 KiB of
+/// object header and chunk index per dataset, the attributes twice, and 1 MiB.
+std::int64_t reserved_bytes(const std::vector<CheckpointTensor>& tensors, const CheckpointInfo& info) {
+  std::int64_t bytes = std::int64_t{1} << 20;
+  bytes += 2 * static_cast<std::int64_t>(info.config_toml.size() + info.plan_json.size() + info.optimizer.size());
+  for (const CheckpointTensor& tensor : tensors) {
+    const std::int64_t count = numel(tensor.shape);
+    bytes += 4 * count + 4 * (count / kChunkElements + 1) + 8192;
+  }
+  return bytes;
+}
+
+/// Allocates the first `bytes` of `path` on disk (rank 0, once HDF5 created it): parallel HDF5
+/// cannot recover from a write that fails on one rank inside a collective transfer (it hangs), so a
+/// full disk must show up here, before any data is written, as one local error. "" or the error.
+std::string reserve_space(const std::string& path, std::int64_t bytes) {
+  const int descriptor = ::open(path.c_str(), O_WRONLY);
+  if (descriptor < 0) return path + ": cannot open it to reserve space: " + std::strerror(errno);
+  const int code = ::posix_fallocate(descriptor, 0, static_cast<off_t>(bytes));
+  ::close(descriptor);
+  if (code == 0) return {};
+  return path + ": cannot reserve " + std::to_string(bytes >> 20) + " MiB for the checkpoint: " + std::strerror(code);
+}
+
+/// Cuts the space reserve_space allocated beyond the end of the HDF5 file that was written (the
+/// end-of-file address of superblock version 2 and 3, at byte 28). Leaves other files alone.
+void trim_reserved_space(const std::string& path) {
+  const int descriptor = ::open(path.c_str(), O_RDWR);
+  if (descriptor < 0) return;
+  unsigned char superblock[36] = {0};
+  if (::pread(descriptor, superblock, sizeof superblock, 0) == static_cast<ssize_t>(sizeof superblock) &&
+      std::memcmp(superblock, "\x89HDF\r\n\x1a\n", 8) == 0 && (superblock[8] == 2 || superblock[8] == 3) &&
+      superblock[9] == 8) {
+    std::uint64_t end = 0;
+    for (int i = 7; i >= 0; --i) end = (end << 8) | superblock[28 + i];
+    struct stat status {};
+    if (::fstat(descriptor, &status) == 0 && end > 0 && static_cast<std::uint64_t>(status.st_size) > end)
+      (void)::ftruncate(descriptor, static_cast<off_t>(end));
+  }
+  ::close(descriptor);
+}
+
+/// How long closing a checkpoint file after a failed write may take before the rank gives up.
+constexpr double kCloseSeconds = 30;
+
+/// Every rank's error of one step, agreed: "" when every rank succeeded, else "rank R: message"
+/// of the lowest failing rank - the same string on every rank. Collective over `world`.
+std::string agree_on_error(comm::Communicator& world, const std::string& local_error) {
+  if (world.all_reduce_scalar(local_error.empty() ? 0.0 : 1.0, comm::ReduceOp::Max) == 0.0) return {};
+  const std::vector<std::string> errors = world.all_gather_bytes(local_error);
+  for (std::size_t rank = 0; rank < errors.size(); ++rank)
+    if (!errors[rank].empty()) return "rank " + std::to_string(rank) + ": " + errors[rank];
+  return "an unknown rank failed";
+}
+
+/// The rank on which the test hook PARTRAIN_FAULT_INJECT=checkpoint_write:RANK[:STEP] fails the
+/// writing of checkpoint `step` (every step when STEP is left out); -1 when not set for it.
+int injected_fault_rank(std::int64_t step) {
+  const char* value = std::getenv(kFaultInjectVariable);
+  if (value == nullptr) return -1;
+  const std::string text = value;
+  const std::string prefix = "checkpoint_write:";
+  if (text.rfind(prefix, 0) != 0) return -1;
+  const std::string rest = text.substr(prefix.size());
+  const std::size_t colon = rest.find(':');
+  try {
+    const int rank = std::stoi(rest.substr(0, colon));
+    if (colon != std::string::npos && std::stoll(rest.substr(colon + 1)) != step) return -1;
+    return rank;
+  } catch (const std::exception&) {
+    PARTRAIN_FAIL(kFaultInjectVariable << "=" << text << ": expected checkpoint_write:RANK[:STEP]");
+  }
 }
 
 bool starts_with_any(const std::string& name, const std::vector<std::string>& prefixes) {
@@ -330,7 +422,7 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
               std::to_string(ranks[1]) + " (exactly one rank must write it)";
     else writer_of[i] = ranks[0];
   }
-  PARTRAIN_CHECK(error.empty(), "cannot write checkpoint " << prefix << error);
+  if (!error.empty()) PARTRAIN_FAIL_COLLECTIVE("cannot write checkpoint " << prefix << error);
 
   // 2. The directory (rank 0), then the file, collectively.
   std::string directory_error;
@@ -340,24 +432,50 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
     if (code) directory_error = "cannot create checkpoint directory '" + directory + "': " + code.message();
   }
   world.broadcast_bytes(directory_error, 0);
-  PARTRAIN_CHECK(directory_error.empty(), directory_error);
+  if (!directory_error.empty()) PARTRAIN_FAIL_COLLECTIVE(directory_error);
 
-  std::string write_error;
-  try {
-    Hdf5Handle access(H5Pcreate(H5P_FILE_ACCESS));
+  // Every HDF5 step below that can fail on one rank alone (a full disk shows up on whichever rank
+  // writes the block that does not fit) is followed by agree(): all ranks learn the first failing
+  // rank's message and skip the remaining steps together, so no rank waits in a collective that
+  // another has left. Then every rank closes the file in the same order.
+  std::string error_text;  // agreed: identical on every rank
+  auto step = [&](const std::function<void()>& body) {
+    if (!error_text.empty()) return;
+    std::string local;
+    try {
+      errno = 0;
+      body();
+    } catch (const Error& caught) {
+      local = caught.message();
+    }
+    error_text = agree_on_error(world, local);
+  };
+  const int injected_rank = injected_fault_rank(info.step);
+  Hdf5Handle access, file, link_create, transfer;
+  step([&] {
+    access = Hdf5Handle(H5Pcreate(H5P_FILE_ACCESS));
     PARTRAIN_CHECK(H5Pset_fapl_mpio(access.get(), mpi->native(), MPI_INFO_NULL) >= 0,
                    with_detail(temporary_path + ": H5Pset_fapl_mpio failed"));
     // Format >= 1.8: attributes larger than 64 KiB (config, plan) go to dense storage.
     H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V110);
-    Hdf5Handle file(H5Fcreate(temporary_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()));
-    PARTRAIN_CHECK(file.valid(), with_detail(temporary_path + ": cannot create the checkpoint file"));
+    file = Hdf5Handle(H5Fcreate(temporary_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()));
+    PARTRAIN_CHECK(file.valid(), with_os_detail(temporary_path + ": cannot create the checkpoint file"));
+  });
+  step([&] {
+    if (world.rank() == 0) {
+      const std::string problem = reserve_space(temporary_path, reserved_bytes(tensors, info));
+      PARTRAIN_CHECK(problem.empty(), problem);
+    }
+  });
+  step([&] {
     write_info(file.get(), info, temporary_path);
-
-    Hdf5Handle link_create(H5Pcreate(H5P_LINK_CREATE));
+    link_create = Hdf5Handle(H5Pcreate(H5P_LINK_CREATE));
     H5Pset_create_intermediate_group(link_create.get(), 1);
-    Hdf5Handle transfer(H5Pcreate(H5P_DATASET_XFER));
+    transfer = Hdf5Handle(H5Pcreate(H5P_DATASET_XFER));
     H5Pset_dxpl_mpio(transfer.get(), H5FD_MPIO_COLLECTIVE);
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
+  });
+  for (std::size_t i = 0; i < tensors.size() && error_text.empty(); ++i) {
+    step([&] {
       const CheckpointTensor& tensor = tensors[i];
       const std::string what = temporary_path + ": dataset '" + tensor.name + "'";
       const int rank = static_cast<int>(tensor.shape.size());
@@ -381,8 +499,8 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
       }
       Hdf5Handle dataset(H5Dcreate2(file.get(), tensor.name.c_str(), H5T_IEEE_F32LE, space.get(),
                                     link_create.get(), create.get(), H5P_DEFAULT));
-      PARTRAIN_CHECK(dataset.valid(), with_detail(what + ": cannot create it"));
-      if (count == 0) continue;
+      PARTRAIN_CHECK(dataset.valid(), with_os_detail(what + ": cannot create it"));
+      if (count == 0) return;
       const bool writer = writer_of[i] == world.rank();
       const hsize_t memory_count = static_cast<hsize_t>(count);
       Hdf5Handle memory_space(H5Screate_simple(1, &memory_count, nullptr));
@@ -401,27 +519,51 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
         H5Sselect_none(memory_space.get());
         H5Sselect_none(file_space.get());
       }
-      PARTRAIN_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(),
-                              transfer.get(), buffer) >= 0,
-                     with_detail(what + ": writing failed"));
-    }
-    PARTRAIN_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, with_detail(temporary_path + ": flush failed"));
-    file.reset();
-    // H5Fclose returns void through reset(); a failed close shows up as a damaged file on read.
-  } catch (const Error& caught) {
-    write_error = caught.message();
+      const herr_t status =
+          H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), transfer.get(), buffer);
+      PARTRAIN_CHECK(status >= 0, with_os_detail(what + ": writing failed"));
+      // The test hook fails the collective write on one rank after it completed everywhere, like a
+      // disk error that only that rank's share of the write met.
+      PARTRAIN_CHECK(injected_rank != world.rank(),
+                     what << ": writing failed (fault injected by " << kFaultInjectVariable << ")");
+    });
   }
+  step([&] {
+    PARTRAIN_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, with_os_detail(temporary_path + ": flush failed"));
+  });
+  if (error_text.empty()) {
+    // Everything is on disk: closing only rewrites the superblock, collectively on every rank.
+    std::string local;
+    if (H5Fclose(file.get()) < 0) local = with_os_detail(temporary_path + ": closing failed");
+    (void)file.release();
+    error_text = agree_on_error(world, local);
+  } else if (file.valid()) {
+    // After a failure HDF5 still holds unwritten metadata that closing tries to write. Rank 0 frees
+    // the file's blocks first (a full disk then has room for it); every rank closes in the same
+    // order; and a close that still hangs inside HDF5 ends the process rather than the job waiting.
+    if (world.rank() == 0) ::truncate(temporary_path.c_str(), 0);
+    world.barrier();
+    const Watchdog watchdog(kCloseSeconds, "cannot write checkpoint " + final_path + ": " + error_text +
+                                               "; closing the damaged file did not end within " +
+                                               std::to_string(static_cast<int>(kCloseSeconds)) + " s on rank " +
+                                               std::to_string(world.rank()));
+    H5Fclose(file.get());
+    (void)file.release();
+    H5Eclear2(H5E_DEFAULT);
+    world.barrier();
+  }
+  transfer.reset();
+  link_create.reset();
+  access.reset();
 
-  // 3. Every rank has closed the file (all_gather is the barrier): rank 0 renames and cleans up.
-  const std::vector<std::string> write_errors = world.all_gather_bytes(write_error);
-  std::string final_error;
-  for (std::size_t r = 0; r < write_errors.size() && final_error.empty(); ++r)
-    if (!write_errors[r].empty()) final_error = "rank " + std::to_string(r) + ": " + write_errors[r];
+  // 3. Every rank has closed the file: rank 0 renames and cleans up.
+  std::string final_error = error_text;
   if (world.rank() == 0) {
     std::error_code code;
     if (!final_error.empty()) {
       fs::remove(temporary_path, code);
     } else {
+      trim_reserved_space(temporary_path);
       fs::rename(temporary_path, final_path, code);
       if (code) {
         final_error = "cannot rename " + temporary_path + " to " + final_path + ": " + code.message();
@@ -443,7 +585,7 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
     }
   }
   world.broadcast_bytes(final_error, 0);
-  PARTRAIN_CHECK(final_error.empty(), "cannot write checkpoint " << final_path << ": " << final_error);
+  if (!final_error.empty()) PARTRAIN_FAIL_COLLECTIVE("cannot write checkpoint " << final_path << ": " << final_error);
   return final_path;
 }
 

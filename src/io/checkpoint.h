@@ -44,6 +44,11 @@ struct CheckpointInfo {
   std::string optimizer;              // "adamw" / "sgd"
 };
 
+/// Test hook (documented in README "Faults"): PARTRAIN_FAULT_INJECT=checkpoint_write:RANK[:STEP]
+/// makes the collective write of the first dataset fail on RANK alone (of checkpoint STEP only,
+/// when given), as a disk error on that rank would; every rank then stops with the same error.
+inline constexpr const char* kFaultInjectVariable = "PARTRAIN_FAULT_INJECT";
+
 /// "step_000042.h5".
 std::string checkpoint_file_name(std::int64_t step);
 
@@ -54,7 +59,14 @@ std::string checkpoint_file_name(std::int64_t step);
 /// tensor): all ranks throw the same partrain::Error. Writes `step_XXXXXX.h5.tmp` with parallel HDF5
 /// (MPI-IO, collective transfers), flushes and closes it, renames it (rank 0, after a barrier), then
 /// deletes all but the newest `keep` step_*.h5 files (keep <= 0: keep all) and stale *.h5.tmp files.
-/// Returns the final path. Errors name the file and the dataset.
+/// Returns the final path. Every HDF5 step that can fail on one rank alone (create, attributes,
+/// each dataset, flush, close) is followed by an agreement over `world`, so a failure on any rank
+/// (a full disk) becomes a partrain::CollectiveError with the same message on every rank, naming
+/// the file, the failing rank, the dataset and the OS error; the .tmp file is then removed and the
+/// earlier checkpoints are left as they were. Rank 0 allocates an upper bound of the file's size
+/// (posix_fallocate) before any data is written and trims it afterwards: a full disk must fail there,
+/// because parallel HDF5 hangs when a collective write fails on one rank. Nothing hangs: a close that HDF5 cannot finish after a
+/// failure ends the process after 30 s (mpiexec or srun then ends the job).
 std::string write_checkpoint(comm::Communicator& world, const std::string& directory, const CheckpointInfo& info,
                              const std::vector<CheckpointTensor>& tensors, int keep);
 

@@ -492,6 +492,7 @@ CheckpointConfig read_checkpoint_config(const ConfigDocument& document) {
   reader.read("every", config.every);
   reader.read("keep", config.keep);
   reader.read("resume", config.resume);
+  reader.read_choice("on_error", config.on_error, {"stop", "continue"});
   reader.finish();
   if (config.every < 0) reader.fail("every", "must not be negative (0: never)");
   if (config.keep <= 0) reader.fail("keep", "must be positive");

@@ -195,7 +195,8 @@ struct CheckpointConfig {
   std::string dir;                       // "": <[log] dir>/checkpoints
   std::int64_t every = 0;                // write every N steps (and after the last step); 0: never
   std::int64_t keep = 3;                 // newest checkpoints kept
-  std::string resume;                    // "", "latest" or a checkpoint path (--resume overrides)
+  std::string resume;                    // "", "latest", "auto" or a path (--resume overrides)
+  std::string on_error = "stop";         // a failed checkpoint write: "stop" (exit 1) or "continue" (warn)
 };
 
 /// Reads [train] and [parallel]; throws partrain::Error naming file, line and key on bad values.

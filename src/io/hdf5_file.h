@@ -26,6 +26,12 @@ class Hdf5Handle {
   bool valid() const { return id_ >= 0; }
   /// Closes the identifier (H5Fclose, H5Dclose, ... chosen by H5Iget_type).
   void reset();
+  /// Gives up ownership without closing (after the caller closed it itself); returns the id.
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = H5I_INVALID_HID;
+    return id;
+  }
 
  private:
   hid_t id_ = H5I_INVALID_HID;

@@ -1,0 +1,29 @@
+#include "core/watchdog.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+namespace partrain {
+
+Watchdog::Watchdog(double seconds, std::string message, int exit_code) {
+  thread_ = std::thread([this, seconds, message = std::move(message), exit_code] {
+    std::unique_lock lock(mutex_);
+    if (done_changed_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) return;
+    std::fprintf(stderr, "partrain: error: %s\n", message.c_str());
+    std::fflush(stderr);
+    ::_exit(exit_code);
+  });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+  }
+  done_changed_.notify_all();
+  thread_.join();
+}
+
+}  // namespace partrain
