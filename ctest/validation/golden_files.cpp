@@ -5,7 +5,8 @@
 // file's "overrides") in fp32 and must give every step's loss within 1e-5 relative, every parameter's
 // step-1 gradient and every parameter and BatchNorm statistic after the last step within 1e-4
 // relative L2 (see expect_tensors_match for the floor under tensors that are rounding noise). Once on one rank, and for GPT once more under a 2-stage x 2-replica manual plan on
-// 4 ranks (GPT: every token has a label, so the per-piece mean loss is the whole batch's).
+// 4 ranks (GPT: every token has a label, so the per-piece mean loss is the whole batch's); and bf16
+// against torch.autocast with a tolerance of bf16's error size (MixedPrecisionMatchesAutocast).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,6 +130,49 @@ TEST_P(GoldenFiles, SingleRankMatchesLibraryModel) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, GoldenFiles, ::testing::Values("bert", "gpt", "resnet"),
                          [](const auto& info) { return info.param; });
+
+// Mixed precision against PyTorch's: partrain with [train] precision = "bf16" (bf16 compute, fp32
+// masters) against the library model under torch.autocast(bfloat16) (the file's /bf16 group). The
+// two round at different places (autocast: matmul/conv outputs; partrain: every op's output), so
+// neither is the other's reference: each is fp32 plus a bf16-sized error. The tolerance is that
+// error's size: max(one bf16 rounding, 2^-9 for losses and 2^-8 for the gradients' global relative
+// L2; twice PyTorch's own bf16-vs-fp32 distance, which is the triangle inequality's bound when
+// partrain's bf16 error is no larger than PyTorch's). ResNet's BatchNorm over 8 samples makes bf16
+// drift far from fp32 in PyTorch too (4% in loss by step 3, ~40% in gradients): the band is wide.
+double distance(const io::Hdf5File& file, const std::string& group, const io::Hdf5File& reference,
+                const std::string& reference_group, double* reference_norm = nullptr) {
+  double difference = 0, norm = 0;
+  for (const std::string& name : reference.dataset_names(reference_group)) {
+    const std::vector<float> a = file.read<float>(group + "/" + name), b = reference.read<float>(reference_group + "/" + name);
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      difference += std::pow(static_cast<double>(a[i]) - b[i], 2);
+      norm += static_cast<double>(b[i]) * b[i];
+    }
+  }
+  if (reference_norm) *reference_norm = std::sqrt(norm);
+  return std::sqrt(difference / norm);
+}
+
+TEST_P(GoldenFiles, MixedPrecisionMatchesAutocast) {
+  const std::string model = GetParam();
+  const std::string directory = run_golden(model, 1, " --set train.precision=bf16", model + "-bf16");
+  const io::Hdf5File golden = io::Hdf5File::open_read(golden_path(model));
+  const std::vector<float> fp32 = golden.read<float>("loss"), autocast = golden.read<float>("bf16/loss");
+  const std::vector<double> losses = testing::metric_values(directory, "loss");
+  ASSERT_EQ(losses.size(), autocast.size()) << directory;
+  double pytorch_loss_error = 0;
+  for (std::size_t step = 0; step < fp32.size(); ++step)
+    pytorch_loss_error = std::max(pytorch_loss_error, std::abs(static_cast<double>(autocast[step]) - fp32[step]) / std::abs(fp32[step]));
+  const double loss_tolerance = std::max(std::ldexp(1.0, -9), 2 * pytorch_loss_error);
+  for (std::size_t step = 0; step < losses.size(); ++step)
+    EXPECT_NEAR(losses[step], autocast[step], loss_tolerance * std::abs(autocast[step])) << "step " << step + 1;
+  const double pytorch_gradient_error = distance(golden, "bf16/grad", golden, "grad");
+  const double gradient_tolerance = std::max(std::ldexp(1.0, -8), 2 * pytorch_gradient_error);
+  const double gradient_error = distance(io::Hdf5File::open_read(directory + "/gradients.h5"), "grad", golden, "bf16/grad");
+  EXPECT_LE(gradient_error, gradient_tolerance);
+  std::printf("bf16: loss tolerance %.3g relative; gradients: partrain vs autocast %.3g, autocast vs fp32 %.3g "
+              "(tolerance %.3g)\n", loss_tolerance, gradient_error, pytorch_gradient_error, gradient_tolerance);
+}
 
 // A pipeline (stages h.0 | h.1 + head) with two data-parallel replicas each, two microbatches.
 TEST(GoldenPipeline, GptTwoStagesTwoReplicasMatchesLibraryModel) {

@@ -181,6 +181,39 @@ def make_optimizer(net, config, names):
                              eps=tr.get("eps", 1e-8))
 
 
+def train_library(model, config, initial, batch, bf16):
+    """STEPS steps of the library model from partrain's initial values: (losses, grad norms, step-1
+    gradients, step-1 logits, final parameters and buffers). bf16: under torch.autocast (bf16
+    compute where autocast lowers an op, fp32 parameters, gradients and optimizer: partrain's
+    mixed precision keeps fp32 masters too)."""
+    import contextlib
+    import torch
+    batch_size, clip = config["train"]["global_batch"], config["train"].get("grad_clip", 1.0)
+    net = build_model(model, config).float()
+    net.train()
+    names = load_partrain_state(net, initial)
+    optimizer = make_optimizer(net, config, names)
+    losses, norms, grads, logits0 = [], [], {}, {}
+    for step in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with context:
+            loss, logits = forward(model, net, batch, slice(step * batch_size, (step + 1) * batch_size))
+        loss.float().backward()
+        if step == 0:
+            logits0 = {k: v.detach().float().numpy() for k, v in logits.items()}
+            grads = {name: p.grad.detach().numpy().copy() for p, name in names.items()}
+        norm = torch.nn.utils.clip_grad_norm_(list(names), clip if clip > 0 else float("inf"))
+        optimizer.step()
+        losses.append(loss.item())
+        norms.append(norm.item())
+    final = {name: p.detach().numpy().copy() for p, name in names.items()}
+    for name, b in net.named_buffers():
+        if name in initial:
+            final[name] = b.detach().numpy().copy()
+    return losses, norms, grads, logits0, final
+
+
 def golden(model, binary, out_dir):
     import h5py
     import numpy as np
@@ -198,27 +231,8 @@ def golden(model, binary, out_dir):
             initial = read_group(f, "model")
             batch = read_group(f, "batch")
     config = tomllib.loads(config_text)
-    batch_size, clip = config["train"]["global_batch"], config["train"].get("grad_clip", 1.0)
-    net = build_model(model, config).float()
-    net.train()
-    names = load_partrain_state(net, initial)
-    optimizer = make_optimizer(net, config, names)
-    losses, norms, grads, logits0 = [], [], {}, {}
-    for step in range(STEPS):
-        optimizer.zero_grad(set_to_none=True)
-        loss, logits = forward(model, net, batch, slice(step * batch_size, (step + 1) * batch_size))
-        loss.backward()
-        if step == 0:
-            logits0 = {k: v.detach().numpy() for k, v in logits.items()}
-            grads = {name: p.grad.detach().numpy().copy() for p, name in names.items()}
-        norm = torch.nn.utils.clip_grad_norm_(list(names), clip if clip > 0 else float("inf"))
-        optimizer.step()
-        losses.append(loss.item())
-        norms.append(norm.item())
-    final = {name: p.detach().numpy().copy() for p, name in names.items()}
-    for name, b in net.named_buffers():
-        if name in initial:
-            final[name] = b.detach().numpy().copy()
+    losses, norms, grads, logits0, final = train_library(model, config, initial, batch, bf16=False)
+    bf16_losses, _, bf16_grads, _, _ = train_library(model, config, initial, batch, bf16=True)
     path = os.path.join(out_dir, f"{model}-tiny.h5")
     with h5py.File(path, "w") as f:
         f.attrs["model"] = model
@@ -231,10 +245,12 @@ def golden(model, binary, out_dir):
         f["loss"] = np.array(losses, dtype=np.float64)
         f["grad_norm"] = np.array(norms, dtype=np.float64)
         f["partrain_loss"] = np.array([r["loss"] for r in rows], dtype=np.float64)  # for the record only
-        for group, tensors in (("grad", grads), ("model", final), ("logits", logits0)):
+        f["bf16/loss"] = np.array(bf16_losses, dtype=np.float64)
+        for group, tensors in (("grad", grads), ("model", final), ("logits", logits0), ("bf16/grad", bf16_grads)):
             for name, value in tensors.items():
                 f.create_dataset(f"{group}/{name}", data=value.astype(np.float32), compression="gzip", shuffle=True)
-    print(f"{path}: library losses {['%.7f' % x for x in losses]}, partrain {['%.7f' % r['loss'] for r in rows]}")
+    print(f"{path}: library losses {['%.7f' % x for x in losses]}, partrain {['%.7f' % r['loss'] for r in rows]}, "
+          f"library bf16 (autocast) {['%.7f' % x for x in bf16_losses]}")
 
 
 def main():
