@@ -47,11 +47,18 @@ std::string run_golden(const std::string& model, int ranks, const std::string& e
   std::filesystem::create_directories(directory);
   std::ostringstream arguments;
   arguments << "train " << PARTRAIN_SOURCE_DIR << "/configs/" << model << "-tiny.toml" << golden_overrides(golden)
-            << " --set log.dir=" << directory << " --set log.save_parameters=true --set log.save_gradients=true"
+            << " --set log.dir=" << directory
+            << " --set log.save_parameters=true --set log.save_gradients=true --set log.save_initial=true"
             << " --set data.path=" << PARTRAIN_DATA_DIR << (model == "resnet" ? "/fashion_mnist.h5" : "/text.h5")
             << extra;
   const testing::PartrainRun run = testing::run_partrain(ranks, arguments.str(), directory + ".log");
   EXPECT_EQ(run.status, 0) << run.command << "\n" << run.log;
+  // The samples must be the golden run's: data/prepared made elsewhere could differ.
+  const io::Hdf5File initial = io::Hdf5File::open_read(directory + "/initial_parameters.h5");
+  for (const std::string& name : golden.dataset_names("batch"))
+    EXPECT_EQ(initial.read<float>("batch/" + name), golden.read<float>("batch/" + name))
+        << "batch/" << name << ": " << PARTRAIN_DATA_DIR << " does not give the samples " << golden_path(model)
+        << " was made from (remake the golden files with validation/golden/make_golden.py)";
   return directory;
 }
 

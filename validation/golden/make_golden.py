@@ -13,7 +13,9 @@ For bert-tiny, gpt-tiny and resnet-tiny (made smaller by GOLDEN_SETTINGS) this s
 3. writes validation/golden/<model>-tiny.h5: /loss and /grad_norm per step, /grad/<name> (step 1's
    gradients, before clipping), /model/<name> (parameters and BatchNorm running statistics after
    STEPS steps), /logits/* (step 1; BERT: the MLM-labelled rows and NSP, GPT: the first 8
-   positions, ResNet: all), and the attribute
+   positions, ResNet: all), /batch/* (the samples partrain trained on: the tests check that their
+   data/prepared gives the same), /bf16/loss and /bf16/grad/<name> (the same under torch.autocast
+   bfloat16), and the attribute
    "overrides": the `--set` options the C++ tests (ctest/validation/golden_files.cpp) run partrain
    with.
 
@@ -246,9 +248,11 @@ def golden(model, binary, out_dir):
         f["grad_norm"] = np.array(norms, dtype=np.float64)
         f["partrain_loss"] = np.array([r["loss"] for r in rows], dtype=np.float64)  # for the record only
         f["bf16/loss"] = np.array(bf16_losses, dtype=np.float64)
-        for group, tensors in (("grad", grads), ("model", final), ("logits", logits0), ("bf16/grad", bf16_grads)):
+        for group, tensors in (("grad", grads), ("model", final), ("logits", logits0), ("bf16/grad", bf16_grads),
+                               ("batch", batch)):
             for name, value in tensors.items():
-                f.create_dataset(f"{group}/{name}", data=value.astype(np.float32), compression="gzip", shuffle=True)
+                data = value if group == "batch" else value.astype(np.float32)  # batch: as partrain wrote it
+                f.create_dataset(f"{group}/{name}", data=data, compression="gzip", shuffle=True)
     print(f"{path}: library losses {['%.7f' % x for x in losses]}, partrain {['%.7f' % r['loss'] for r in rows]}, "
           f"library bf16 (autocast) {['%.7f' % x for x in bf16_losses]}")
 
