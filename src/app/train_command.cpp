@@ -181,14 +181,16 @@ double training_flops_per_sample(const Graph& graph) {
   return 3 * flops;
 }
 
-// Rank 0 writes every parameter and buffer (from the first replica of each stage in pipeline copy 0)
-// to `path` as /model/<name> (f32, the tensor's shape).
-void save_parameters(const std::string& path, const Graph& graph, const runtime::PipelineExecutor& executor,
-                     comm::Communicator& world) {
+// Rank 0 writes `tensors` (by value id, from the first replica of each stage in pipeline copy 0:
+// the executor's parameters and buffers, or its gradients) to `path` as /<group>/<name> (f32, the
+// tensor's shape).
+void save_tensors(const std::string& path, const std::string& group, const Graph& graph,
+                  const std::unordered_map<int, Tensor>& tensors, const runtime::PipelineExecutor& executor,
+                  comm::Communicator& world) {
   std::string bytes;
   const Placement placement = executor.placement();
   if (placement.copy == 0 && placement.replica == 0) {
-    for (const auto& [value, tensor] : executor.state()) {
+    for (const auto& [value, tensor] : tensors) {
       const std::vector<float> values = to_host(tensor, executor.backend()).to_float_vector();
       const std::int64_t id = value, count = static_cast<std::int64_t>(values.size());
       bytes.append(reinterpret_cast<const char*>(&id), sizeof id);
@@ -212,7 +214,30 @@ void save_parameters(const std::string& path, const Graph& graph, const runtime:
       if (written[id]) continue;  // tied parameters: every holder has the same values
       written[id] = true;
       const Value& value = graph.value(static_cast<int>(id));
-      file.write("model/" + value.name, value.type.shape, values);
+      file.write(group + "/" + value.name, value.type.shape, values);
+    }
+  }
+}
+
+// Rank 0 writes what an independent reference needs to redo the first steps (validation/golden):
+// every initial parameter and buffer as /model/<name> (f32) and the samples of every step (samples
+// [0, steps * global_batch) of the run's stream, step k's global batch being rows [k * B, (k + 1) * B))
+// as /batch/<input or label name> (f32 or i64), with the config TOML as the attribute "config".
+void save_initial(const std::string& path, const ExperimentConfig& config, const Graph& graph,
+                  const io::BatchSource& data) {
+  io::Hdf5File file = io::Hdf5File::create(path);
+  file.write_string_attribute("/", "config", config.text);
+  const std::unordered_map<int, Tensor> initial =
+      initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range);
+  for (const auto& [value, tensor] : initial)
+    file.write("model/" + graph.value(value).name, graph.value(value).type.shape, tensor.to_float_vector());
+  for (const auto& [name, tensor] : data.samples(0, config.train.steps * config.train.global_batch)) {
+    const Shape& shape = tensor.shape();
+    if (tensor.dtype() == DType::I64) {
+      const std::int64_t* begin = tensor.data<std::int64_t>();
+      file.write("batch/" + name, shape, std::vector<std::int64_t>(begin, begin + tensor.numel()));
+    } else {
+      file.write("batch/" + name, shape, tensor.to_float_vector());
     }
   }
 }
@@ -372,6 +397,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     std::fflush(stdout);
   }
 
+  if (leader && config.log.save_initial) save_initial(directory + "/initial_parameters.h5", config, graph, *data);
   // The initial values are a temporary: the executor keeps its own stage's copy, so the whole model's
   // host copy does not sit in the allocator (and in the measured peak) for the whole run.
   runtime::PipelineExecutor executor(
@@ -421,6 +447,8 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     const std::vector<std::string> rank_peaks = world.gather_bytes(std::to_string(result.rank_peak_memory_bytes), 0);
     std::vector<double> rank_peak_bytes;
     for (const std::string& peak : rank_peaks) rank_peak_bytes.push_back(std::stod(peak));
+    if (config.log.save_gradients && step == 0)
+      save_tensors(directory + "/gradients.h5", "grad", graph, executor.gradients(), executor, world);
     PARTRAIN_CHECK(std::isfinite(result.loss), "step " << step << ": the loss is not finite (" << result.loss << ")");
     if (step == first_step) first_loss = result.loss;
     last_loss = result.loss;
@@ -473,7 +501,8 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
       io::write_chrome_trace(directory + "/" + config.log.trace, events);
     }
   }
-  if (config.log.save_parameters) save_parameters(directory + "/parameters.h5", graph, executor, world);
+  if (config.log.save_parameters)
+    save_tensors(directory + "/parameters.h5", "model", graph, executor.state(), executor, world);
   if (leader && config.train.steps > first_step && stop_signal == 0)
     std::printf("first loss %.6f, last loss %.6f after %lld steps\n", first_loss, last_loss,
                 static_cast<long long>(config.train.steps));

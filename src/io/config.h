@@ -180,6 +180,10 @@ struct LogConfig {
   std::int64_t every = 1;                // a log line every N steps (metrics.jsonl gets every step)
   std::string trace;                     // Chrome-trace JSON file name in dir ("trace.json"); "": none
   bool save_parameters = false;          // write the final parameters and buffers to dir/parameters.h5
+  bool save_initial = false;             // write the initial parameters, buffers and every step's global
+                                         // batch to dir/initial_parameters.h5 (golden files, validation/golden)
+  bool save_gradients = false;           // write the first step's gradients (reduced, before clipping)
+                                         // to dir/gradients.h5
 };
 
 /// The [profile] section: measuring stage costs on the real devices before planning.

@@ -65,6 +65,9 @@ class PipelineExecutor {
   /// This rank's parameters and buffers by value id (current values, f32 master copies on the
   /// backend's device; shared storage).
   const std::unordered_map<int, Tensor>& state() const { return state_; }
+  /// This rank's gradients by parameter value id: after train_step, the step's gradients reduced
+  /// over the data-parallel and tied groups, before clipping (f32 on the backend's device).
+  const std::unordered_map<int, Tensor>& gradients() const { return gradients_; }
   /// Call after writing into state() (checkpoint restore): re-derives the bf16 working copies of
   /// the parameters under mixed precision.
   void refresh_working_parameters();

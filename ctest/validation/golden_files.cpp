@@ -1,0 +1,195 @@
+// Numerics against an independent reference (DESIGN.md §5): the golden files in validation/golden/
+// were made by validation/golden/make_golden.py with the libraries' own models (transformers'
+// BertForPreTraining and GPT2LMHeadModel, torchvision's ResNet) trained from partrain's initial
+// parameters on partrain's batches. Here the real partrain program runs the same settings (the
+// file's "overrides") in fp32 and must give every step's loss within 1e-5 relative, every parameter's
+// step-1 gradient and every parameter and BatchNorm statistic after the last step within 1e-4
+// relative L2 (see expect_tensors_match for the floor under tensors that are rounding noise). Once on one rank, and for GPT once more under a 2-stage x 2-replica manual plan on
+// 4 ranks (GPT: every token has a label, so the per-piece mean loss is the whole batch's); and bf16
+// against torch.autocast with a tolerance of bf16's error size (MixedPrecisionMatchesAutocast).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "io/hdf5_file.h"
+#include "support/partrain_runs.h"
+
+namespace partrain {
+namespace {
+
+constexpr double kLossTolerance = 1e-5, kTensorTolerance = 1e-4;
+
+std::string golden_path(const std::string& model) {
+  return std::string(PARTRAIN_SOURCE_DIR) + "/validation/golden/" + model + "-tiny.h5";
+}
+
+// The golden file's overrides ("section.key=value" lines) as --set options.
+std::string golden_overrides(const io::Hdf5File& golden) {
+  std::istringstream lines(golden.read_string_attribute("/", "overrides"));
+  std::ostringstream options;
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty()) options << " --set '" << line << "'";
+  return options.str();
+}
+
+// Runs partrain on `ranks` ranks with the golden settings plus `extra`; returns its output directory.
+std::string run_golden(const std::string& model, int ranks, const std::string& extra, const std::string& name) {
+  const io::Hdf5File golden = io::Hdf5File::open_read(golden_path(model));
+  const std::string directory = std::string(PARTRAIN_RUN_DIR) + "/" + name;
+  std::filesystem::remove_all(directory);
+  std::filesystem::create_directories(directory);
+  std::ostringstream arguments;
+  arguments << "train " << PARTRAIN_SOURCE_DIR << "/configs/" << model << "-tiny.toml" << golden_overrides(golden)
+            << " --set log.dir=" << directory
+            << " --set log.save_parameters=true --set log.save_gradients=true --set log.save_initial=true"
+            << " --set data.path=" << PARTRAIN_DATA_DIR << (model == "resnet" ? "/fashion_mnist.h5" : "/text.h5")
+            << extra;
+  const testing::PartrainRun run = testing::run_partrain(ranks, arguments.str(), directory + ".log");
+  EXPECT_EQ(run.status, 0) << run.command << "\n" << run.log;
+  // The samples must be the golden run's: data/prepared made elsewhere could differ.
+  const io::Hdf5File initial = io::Hdf5File::open_read(directory + "/initial_parameters.h5");
+  for (const std::string& name : golden.dataset_names("batch"))
+    EXPECT_EQ(initial.read<float>("batch/" + name), golden.read<float>("batch/" + name))
+        << "batch/" << name << ": " << PARTRAIN_DATA_DIR << " does not give the samples " << golden_path(model)
+        << " was made from (remake the golden files with validation/golden/make_golden.py)";
+  return directory;
+}
+
+// ||actual - expected|| / ||expected|| over the whole tensor (0 when both are zero).
+double relative_l2(const std::vector<float>& actual, const std::vector<float>& expected) {
+  double difference = 0, reference = 0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    difference += std::pow(static_cast<double>(actual[i]) - expected[i], 2);
+    reference += std::pow(static_cast<double>(expected[i]), 2);
+  }
+  if (reference == 0) return difference == 0 ? 0 : INFINITY;
+  return std::sqrt(difference / reference);
+}
+
+double l2(const std::vector<float>& values) {
+  double sum = 0;
+  for (const float value : values) sum += static_cast<double>(value) * value;
+  return std::sqrt(sum);
+}
+
+// Every tensor of golden group `group` against dataset `group`/<name> of `file`: ||actual - expected||
+// within kTensorTolerance of max(||expected||, floor(expected)). The floor only matters for tensors
+// that are themselves rounding noise: BERT's key bias, whose gradient is analytically zero (softmax
+// ignores a constant added to all of a query's scores) and which AdamW then moves by noise alone.
+void expect_tensors_match(const io::Hdf5File& golden, const std::string& group, const std::string& file,
+                          const std::function<double(const std::vector<float>&)>& floor) {
+  const io::Hdf5File actual = io::Hdf5File::open_read(file);
+  const std::vector<std::string> names = golden.dataset_names(group);
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(actual.dataset_names(group).size(), names.size()) << file;
+  double worst = 0;
+  std::string worst_name;
+  for (const std::string& name : names) {
+    const std::string dataset = group + "/" + name;
+    ASSERT_TRUE(actual.has_dataset(dataset)) << file << " has no " << dataset;
+    std::vector<std::int64_t> expected_shape, actual_shape;
+    const std::vector<float> expected = golden.read<float>(dataset, &expected_shape);
+    const std::vector<float> values = actual.read<float>(dataset, &actual_shape);
+    ASSERT_EQ(actual_shape, expected_shape) << dataset;
+    const double scale = std::max(l2(expected), floor(expected));
+    const double error = scale == 0 ? relative_l2(values, expected) : relative_l2(values, expected) * l2(expected) / scale;
+    EXPECT_LE(error, kTensorTolerance) << dataset << " of " << file << " (|expected| " << l2(expected) << ")";
+    if (error > worst) worst = error, worst_name = name;
+  }
+  std::printf("%s: %zu tensors, largest relative L2 error %.3g (%s)\n", group.c_str(), names.size(), worst,
+              worst_name.c_str());
+}
+
+void expect_matches_golden(const std::string& model, const std::string& directory) {
+  const io::Hdf5File golden = io::Hdf5File::open_read(golden_path(model));
+  const std::vector<float> expected = golden.read<float>("loss");
+  const std::vector<double> losses = testing::metric_values(directory, "loss");
+  ASSERT_EQ(losses.size(), expected.size()) << directory;
+  for (std::size_t step = 0; step < expected.size(); ++step)
+    EXPECT_NEAR(losses[step], expected[step], kLossTolerance * std::abs(expected[step])) << "step " << step + 1;
+  // Gradients: at least 1e-6 of the global gradient norm (analytically zero gradients are noise).
+  double global_norm = 0;
+  for (const std::string& name : golden.dataset_names("grad")) global_norm += std::pow(l2(golden.read<float>("grad/" + name)), 2);
+  global_norm = std::sqrt(global_norm);
+  expect_tensors_match(golden, "grad", directory + "/gradients.h5", [&](const std::vector<float>&) { return 1e-6 * global_norm; });
+  // Parameters after AdamW: at least lr per element, the size of one AdamW update (eps bounds what
+  // a noise gradient moves, see make_golden.py). After SGD: no floor.
+  const bool adamw = golden.read_string_attribute("/", "optimizer") == "adamw";
+  const double lr = golden.read_double_attribute("/", "lr");
+  expect_tensors_match(golden, "model", directory + "/parameters.h5", [&](const std::vector<float>& expected) {
+    return adamw ? lr * std::sqrt(static_cast<double>(expected.size())) : 0.0;
+  });
+}
+
+class GoldenFiles : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenFiles, SingleRankMatchesLibraryModel) {
+  const std::string model = GetParam();
+  expect_matches_golden(model, run_golden(model, 1, "", model + "-1rank"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, GoldenFiles, ::testing::Values("bert", "gpt", "resnet"),
+                         [](const auto& info) { return info.param; });
+
+// Mixed precision against PyTorch's: partrain with [train] precision = "bf16" (bf16 compute, fp32
+// masters) against the library model under torch.autocast(bfloat16) (the file's /bf16 group). The
+// two round at different places (autocast: matmul/conv outputs; partrain: every op's output), so
+// neither is the other's reference: each is fp32 plus a bf16-sized error. The tolerance is that
+// error's size: max(one bf16 rounding, 2^-9 for losses and 2^-8 for the gradients' global relative
+// L2; twice PyTorch's own bf16-vs-fp32 distance, which is the triangle inequality's bound when
+// partrain's bf16 error is no larger than PyTorch's). ResNet's BatchNorm over 8 samples makes bf16
+// drift far from fp32 in PyTorch too (4% in loss by step 3, ~40% in gradients): the band is wide.
+double distance(const io::Hdf5File& file, const std::string& group, const io::Hdf5File& reference,
+                const std::string& reference_group, double* reference_norm = nullptr) {
+  double difference = 0, norm = 0;
+  for (const std::string& name : reference.dataset_names(reference_group)) {
+    const std::vector<float> a = file.read<float>(group + "/" + name), b = reference.read<float>(reference_group + "/" + name);
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      difference += std::pow(static_cast<double>(a[i]) - b[i], 2);
+      norm += static_cast<double>(b[i]) * b[i];
+    }
+  }
+  if (reference_norm) *reference_norm = std::sqrt(norm);
+  return std::sqrt(difference / norm);
+}
+
+TEST_P(GoldenFiles, MixedPrecisionMatchesAutocast) {
+  const std::string model = GetParam();
+  const std::string directory = run_golden(model, 1, " --set train.precision=bf16", model + "-bf16");
+  const io::Hdf5File golden = io::Hdf5File::open_read(golden_path(model));
+  const std::vector<float> fp32 = golden.read<float>("loss"), autocast = golden.read<float>("bf16/loss");
+  const std::vector<double> losses = testing::metric_values(directory, "loss");
+  ASSERT_EQ(losses.size(), autocast.size()) << directory;
+  double pytorch_loss_error = 0;
+  for (std::size_t step = 0; step < fp32.size(); ++step)
+    pytorch_loss_error = std::max(pytorch_loss_error, std::abs(static_cast<double>(autocast[step]) - fp32[step]) / std::abs(fp32[step]));
+  const double loss_tolerance = std::max(std::ldexp(1.0, -9), 2 * pytorch_loss_error);
+  for (std::size_t step = 0; step < losses.size(); ++step)
+    EXPECT_NEAR(losses[step], autocast[step], loss_tolerance * std::abs(autocast[step])) << "step " << step + 1;
+  const double pytorch_gradient_error = distance(golden, "bf16/grad", golden, "grad");
+  const double gradient_tolerance = std::max(std::ldexp(1.0, -8), 2 * pytorch_gradient_error);
+  const double gradient_error = distance(io::Hdf5File::open_read(directory + "/gradients.h5"), "grad", golden, "bf16/grad");
+  EXPECT_LE(gradient_error, gradient_tolerance);
+  std::printf("bf16: loss tolerance %.3g relative; gradients: partrain vs autocast %.3g, autocast vs fp32 %.3g "
+              "(tolerance %.3g)\n", loss_tolerance, gradient_error, pytorch_gradient_error, gradient_tolerance);
+}
+
+// A pipeline (stages h.0 | h.1 + head) with two data-parallel replicas each, two microbatches.
+TEST(GoldenPipeline, GptTwoStagesTwoReplicasMatchesLibraryModel) {
+  const std::string directory =
+      run_golden("gpt", 4,
+                 " --set parallel.planner=manual --set parallel.stages=2 --set 'parallel.replicas=[2, 2]'"
+                 " --set 'parallel.boundaries=[\"h.1\"]' --set train.microbatches=2",
+                 "gpt-pipeline");
+  expect_matches_golden("gpt", directory);
+}
+
+}  // namespace
+}  // namespace partrain

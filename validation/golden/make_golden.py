@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Golden files from the libraries' own models (DESIGN.md §5 "Validation", llm.c's method).
+
+For bert-tiny, gpt-tiny and resnet-tiny (made smaller by GOLDEN_SETTINGS) this script
+
+1. runs `partrain train` for STEPS steps with `log.save_initial=true`, which writes partrain's
+   initial parameters and every step's global batch (initial_parameters.h5);
+2. builds the *library* model -- transformers' BertForPreTraining / GPT2LMHeadModel, torchvision's
+   ResNet with its BasicBlock (resnet18's layout at a smaller base width, one input channel) --
+   loads those parameters by name, and trains it STEPS steps on the same batches in fp32 with dropout
+   0 and the optimizer partrain uses (torch.optim.AdamW or SGD-momentum, weight decay on >1-D
+   parameters only, global-norm clipping);
+3. writes validation/golden/<model>-tiny.h5: /loss and /grad_norm per step, /grad/<name> (step 1's
+   gradients, before clipping), /model/<name> (parameters and BatchNorm running statistics after
+   STEPS steps), /logits/* (step 1; BERT: the MLM-labelled rows and NSP, GPT: the first 8
+   positions, ResNet: all), /batch/* (the samples partrain trained on: the tests check that their
+   data/prepared gives the same), /bf16/loss and /bf16/grad/<name> (the same under torch.autocast
+   bfloat16), and the attribute
+   "overrides": the `--set` options the C++ tests (ctest/validation/golden_files.cpp) run partrain
+   with.
+
+Usage (makes its own venv with torch, transformers, torchvision and h5py on first use; CI does not
+need it, the golden files are committed):
+    validation/golden/make_golden.py [--partrain build/cpu/bin/partrain] [bert gpt resnet]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+VENV = os.path.join(HERE, ".venv")
+STEPS = 3
+
+# partrain settings of the golden runs: tiny, dropout 0, one piece per step (the whole global batch:
+# BERT's masked-token mean is then HF's), constant learning rate, no profiling. AdamW's eps is 1e-6:
+# BERT's key bias has an analytically zero gradient (softmax ignores a constant added to all of a
+# query's scores), so both sides hold rounding noise (~1e-12) there, which eps = 1e-8 would turn into
+# updates of ~1e-4 lr whose sign is the rounding's (GPT's c_attn bias has the same key part).
+COMMON = [
+    f"train.steps={STEPS}", "train.microbatches=1", "train.warmup_steps=0", "train.lr_schedule=constant",
+    "model.dropout=0", "profile.enabled=false", "checkpoint.every=0", "log.trace=",
+]
+GOLDEN_SETTINGS = {
+    "bert": ["model.seq_len=32", "model.hidden=32", "model.intermediate=128", "train.global_batch=4", "train.eps=1e-6"],
+    "gpt": ["model.seq_len=32", "model.hidden=32", "train.global_batch=4", "train.eps=1e-6"],
+    "resnet": ["model.base_width=8", "train.global_batch=8"],
+}
+
+
+def ensure_venv():
+    """Re-runs this script in validation/golden/.venv, creating it (CPU torch if reachable) first."""
+    python = os.path.join(VENV, "bin", "python")
+    if os.path.abspath(sys.prefix) == os.path.abspath(VENV):
+        return
+    if not os.path.exists(python):
+        subprocess.check_call([sys.executable, "-m", "venv", VENV])
+        pip = [python, "-m", "pip", "install", "-q"]
+        if subprocess.call(pip + ["torch", "--index-url", "https://download.pytorch.org/whl/cpu"]) != 0:
+            subprocess.check_call(pip + ["torch"])  # PyPI's (with its CUDA libraries)
+        subprocess.check_call(pip + ["torchvision", "transformers", "h5py"])
+    os.execv(python, [python] + sys.argv)
+
+
+def run_partrain(binary, model, directory):
+    """Runs partrain's golden training run; returns its metrics rows and the overrides used."""
+    import json
+    overrides = COMMON + GOLDEN_SETTINGS[model]
+    command = [binary, "train", os.path.join(ROOT, "configs", f"{model}-tiny.toml")]
+    for setting in overrides + ["log.save_initial=true", f"log.dir={directory}"]:
+        command += ["--set", setting]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(directory, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f], overrides
+
+
+def read_group(h5, group):
+    """{name: numpy array} of the datasets under /group (names may contain dots)."""
+    out = {}
+    h5[group].visititems(lambda name, obj: out.__setitem__(name, obj[()]) if hasattr(obj, "shape") else None)
+    return out
+
+
+def build_model(model, config):
+    """The library model for partrain's [model] section (a dict from its TOML)."""
+    import torch
+    m = config["model"]
+    if model == "bert":
+        from transformers import BertConfig, BertForPreTraining
+        cfg = BertConfig(vocab_size=m["vocab"], hidden_size=m["hidden"], num_hidden_layers=m["layers"],
+                         num_attention_heads=m["heads"], intermediate_size=m.get("intermediate", 4 * m["hidden"]),
+                         hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         max_position_embeddings=m["max_position"], type_vocab_size=m["type_vocab"],
+                         layer_norm_eps=1e-12, tie_word_embeddings=True)
+        cfg._attn_implementation = "eager"
+        return BertForPreTraining(cfg)
+    if model == "gpt":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        cfg = GPT2Config(vocab_size=m["vocab"], n_embd=m["hidden"], n_layer=m["layers"], n_head=m["heads"],
+                         n_positions=m["max_position"], n_inner=None, activation_function="gelu_new",
+                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
+                         tie_word_embeddings=True)
+        cfg._attn_implementation = "eager"
+        return GPT2LMHeadModel(cfg)
+    # torchvision's ResNet and BasicBlock (resnet18: [2, 2, 2, 2]) with resnet18's stem and stage
+    # layout at base width `w` (torchvision fixes 64) and `channels` input channels.
+    from torch import nn
+    from torchvision.models.resnet import BasicBlock, ResNet
+    assert m["depth"] == 18
+    w, classes = m["base_width"] * m.get("width_factor", 1), m["classes"]
+    net = ResNet(BasicBlock, [2, 2, 2, 2], num_classes=classes)
+    net.inplanes = w
+    net.conv1 = nn.Conv2d(m["channels"], w, kernel_size=7, stride=2, padding=3, bias=False)
+    net.bn1 = nn.BatchNorm2d(w)
+    net.layer1 = net._make_layer(BasicBlock, w, 2)
+    net.layer2 = net._make_layer(BasicBlock, 2 * w, 2, stride=2)
+    net.layer3 = net._make_layer(BasicBlock, 4 * w, 2, stride=2)
+    net.layer4 = net._make_layer(BasicBlock, 8 * w, 2, stride=2)
+    net.fc = nn.Linear(8 * w, classes)
+    return net
+
+
+def load_partrain_state(net, initial):
+    """Copies partrain's tensors into `net` by name; returns {parameter: partrain name}. Every
+    partrain tensor must be used and every library parameter and BatchNorm statistic covered."""
+    import torch
+    names, used = {}, set()
+    for name, p in net.named_parameters(remove_duplicate=False):  # tied: any alias partrain uses
+        if name in initial:
+            names.setdefault(p, name)
+    for p in net.parameters():
+        if p not in names:
+            raise SystemExit(f"no partrain value for a library parameter ({[n for n, q in net.named_parameters(remove_duplicate=False) if q is p]})")
+    with torch.no_grad():
+        for p, name in names.items():
+            assert tuple(p.shape) == initial[name].shape, (name, p.shape, initial[name].shape)
+            p.copy_(torch.from_numpy(initial[name]))
+            used.add(name)
+        for name, b in net.named_buffers():
+            if name.endswith("running_mean") or name.endswith("running_var"):
+                b.copy_(torch.from_numpy(initial[name]))
+                used.add(name)
+    unused = set(initial) - used
+    if unused:
+        raise SystemExit(f"partrain tensors the library model has no place for: {sorted(unused)}")
+    return names
+
+
+def forward(model, net, batch, rows):
+    """(loss, logits dict) of the library model on rows `rows` of the batch tensors."""
+    import torch
+    import torch.nn.functional as F
+    t = {k: torch.from_numpy(v[rows]) for k, v in batch.items()}
+    if model == "bert":
+        mask = (t["attention_mask"].reshape(t["input_ids"].shape) == 0).long()  # partrain: additive 0 / -1e4
+        out = net(input_ids=t["input_ids"], token_type_ids=t["token_type_ids"], attention_mask=mask,
+                  labels=t["mlm_labels"], next_sentence_label=t["nsp_labels"])
+        labelled = t["mlm_labels"] != -100  # the rows the MLM loss reads (a few per sample: kept small)
+        return out.loss, {"prediction_logits_labelled": out.prediction_logits[labelled],
+                          "seq_relationship_logits": out.seq_relationship_logits}
+    if model == "gpt":
+        logits = net(input_ids=t["input_ids"]).logits
+        # partrain's labels are already shifted (labels[t] = token t + 1), every position counts.
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t["labels"].reshape(-1), ignore_index=-100)
+        return loss, {"logits_first8": logits[:, :8]}  # every sample's first 8 positions (kept small)
+    logits = net(t["images"])
+    return F.cross_entropy(logits, t["labels"]), {"logits": logits}
+
+
+def make_optimizer(net, config, names):
+    """torch.optim AdamW or SGD with partrain's [train] settings; weight decay on >1-D parameters."""
+    import torch
+    tr = config.get("train", {})
+    decay = [p for p in names if p.dim() > 1]
+    no_decay = [p for p in names if p.dim() <= 1]
+    wd = tr.get("weight_decay", 0.01)
+    groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+    if tr.get("optimizer", "adamw") == "sgd":
+        return torch.optim.SGD(groups, lr=tr["lr"], momentum=tr.get("momentum", 0.9))
+    return torch.optim.AdamW(groups, lr=tr["lr"], betas=(tr.get("beta1", 0.9), tr.get("beta2", 0.999)),
+                             eps=tr.get("eps", 1e-8))
+
+
+def train_library(model, config, initial, batch, bf16):
+    """STEPS steps of the library model from partrain's initial values: (losses, grad norms, step-1
+    gradients, step-1 logits, final parameters and buffers). bf16: under torch.autocast (bf16
+    compute where autocast lowers an op, fp32 parameters, gradients and optimizer: partrain's
+    mixed precision keeps fp32 masters too)."""
+    import contextlib
+    import torch
+    batch_size, clip = config["train"]["global_batch"], config["train"].get("grad_clip", 1.0)
+    net = build_model(model, config).float()
+    net.train()
+    names = load_partrain_state(net, initial)
+    optimizer = make_optimizer(net, config, names)
+    losses, norms, grads, logits0 = [], [], {}, {}
+    for step in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with context:
+            loss, logits = forward(model, net, batch, slice(step * batch_size, (step + 1) * batch_size))
+        loss.float().backward()
+        if step == 0:
+            logits0 = {k: v.detach().float().numpy() for k, v in logits.items()}
+            grads = {name: p.grad.detach().numpy().copy() for p, name in names.items()}
+        norm = torch.nn.utils.clip_grad_norm_(list(names), clip if clip > 0 else float("inf"))
+        optimizer.step()
+        losses.append(loss.item())
+        norms.append(norm.item())
+    final = {name: p.detach().numpy().copy() for p, name in names.items()}
+    for name, b in net.named_buffers():
+        if name in initial:
+            final[name] = b.detach().numpy().copy()
+    return losses, norms, grads, logits0, final
+
+
+def golden(model, binary, out_dir):
+    import h5py
+    import numpy as np
+    import torch
+    import torchvision
+    import transformers
+    import tomllib
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    with tempfile.TemporaryDirectory() as tmp:
+        rows, overrides = run_partrain(binary, model, tmp)
+        with h5py.File(os.path.join(tmp, "initial_parameters.h5"), "r") as f:
+            config_text = f.attrs["config"]
+            config_text = config_text.decode() if isinstance(config_text, bytes) else config_text
+            initial = read_group(f, "model")
+            batch = read_group(f, "batch")
+    config = tomllib.loads(config_text)
+    losses, norms, grads, logits0, final = train_library(model, config, initial, batch, bf16=False)
+    bf16_losses, _, bf16_grads, _, _ = train_library(model, config, initial, batch, bf16=True)
+    path = os.path.join(out_dir, f"{model}-tiny.h5")
+    with h5py.File(path, "w") as f:
+        f.attrs["model"] = model
+        f.attrs["steps"] = STEPS
+        f.attrs["overrides"] = "\n".join(overrides)
+        f.attrs["optimizer"] = config["train"].get("optimizer", "adamw")
+        f.attrs["lr"] = float(config["train"]["lr"])
+        f.attrs["config"] = config_text
+        f.attrs["versions"] = f"torch {torch.__version__}, transformers {transformers.__version__}, torchvision {torchvision.__version__}"
+        f["loss"] = np.array(losses, dtype=np.float64)
+        f["grad_norm"] = np.array(norms, dtype=np.float64)
+        f["partrain_loss"] = np.array([r["loss"] for r in rows], dtype=np.float64)  # for the record only
+        f["bf16/loss"] = np.array(bf16_losses, dtype=np.float64)
+        for group, tensors in (("grad", grads), ("model", final), ("logits", logits0), ("bf16/grad", bf16_grads),
+                               ("batch", batch)):
+            for name, value in tensors.items():
+                data = value if group == "batch" else value.astype(np.float32)  # batch: as partrain wrote it
+                f.create_dataset(f"{group}/{name}", data=data, compression="gzip", shuffle=True)
+    print(f"{path}: library losses {['%.7f' % x for x in losses]}, partrain {['%.7f' % r['loss'] for r in rows]}, "
+          f"library bf16 (autocast) {['%.7f' % x for x in bf16_losses]}")
+
+
+def main():
+    ensure_venv()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("models", nargs="*", help="bert, gpt, resnet (default: all)")
+    parser.add_argument("--partrain", default=os.path.join(ROOT, "build", "cpu", "bin", "partrain"))
+    parser.add_argument("--out", default=HERE)
+    args = parser.parse_args()
+    os.chdir(ROOT)  # partrain's default data path (data/prepared) is relative
+    for model in args.models or ["bert", "gpt", "resnet"]:
+        if model not in GOLDEN_SETTINGS:
+            parser.error(f"unknown model {model!r}")
+        golden(model, os.path.abspath(args.partrain), args.out)
+
+
+if __name__ == "__main__":
+    main()
