@@ -98,6 +98,29 @@ def measured_figures(plan, rows):
     return statistics.median(seconds), peaks
 
 
+def trace_figures(plan, directory):
+    """From the run's trace (steps after the first): the optimizer Step's ms (slowest rank, median
+    over steps), which the prediction does not include, and measured / predicted compute per
+    microbatch (forward + backward + recompute, summed over stages; each action's median)."""
+    path = os.path.join(directory, "trace.json")
+    if not os.path.exists(path):
+        return float("nan"), float("nan")
+    with open(path) as file:
+        events = [e for e in json.load(file)["traceEvents"] if e.get("ph") == "X" and e["args"]["step"] > 1]
+    stages = placement_stages(plan)
+    step_ms, compute = {}, {}
+    for e in events:
+        kind = e["name"].split(" mb ")[0]
+        if kind == "Step":
+            step_ms[e["args"]["step"]] = max(step_ms.get(e["args"]["step"], 0.0), e["dur"] / 1e3)
+        elif kind in ("Forward", "Backward", "Recompute"):
+            compute.setdefault((stages[e["pid"]], kind), []).append(e["dur"] / 1e6)
+    measured = sum(statistics.median(v) for v in compute.values())
+    predicted = sum(s["forward_seconds"] + s["backward_seconds"] for s in plan["stages"])
+    return (statistics.median(step_ms.values()) if step_ms else float("nan"),
+            measured / predicted if predicted > 0 else float("nan"))
+
+
 def error(measured, predicted):
     return (measured - predicted) / predicted if predicted > 0 else float("nan")
 
@@ -117,7 +140,7 @@ def run_one(args, model, label, settings, out_dir):
     log_path = directory + ".log"
     command = ["mpirun", "-np", str(args.ranks)] + (["--oversubscribe"] if args.ranks > os.cpu_count() else []) + [
         args.binary, "train", config, "--set", f"train.steps={args.steps}", "--set", f"log.dir={directory}",
-        "--set", "log.trace=", "--set", "checkpoint.every=0", "--set", f"log.every={args.steps}",
+        "--set", "log.trace=trace.json", "--set", "checkpoint.every=0", "--set", f"log.every={args.steps}",
         "--set", "profile.enabled=true", "--set", f"profile.cache_dir={args.profile_cache}"]
     for setting in settings:
         command += ["--set", setting]
@@ -132,6 +155,8 @@ def run_one(args, model, label, settings, out_dir):
         return None
     plan, rows = read_run(directory)
     measured, peaks = measured_figures(plan, rows)
+    _, first_peaks = measured_figures(plan, rows[:1])
+    optimizer_ms, compute_ratio = trace_figures(plan, directory)
     profiled = re.search(r"profile: measured (\d+) task sets", text)
     line = re.search(r"^prediction error: .*$", text, re.MULTILINE)
     return {"model": model, "label": label, "plan": describe(plan), "planner": plan["planner"],
@@ -139,6 +164,8 @@ def run_one(args, model, label, settings, out_dir):
             "time_error": error(measured, plan["predicted_step_seconds"]),
             "predicted_mem": [s["memory_bytes"] for s in plan["stages"]], "measured_mem": peaks,
             "mem_errors": [error(m, s["memory_bytes"]) for m, s in zip(peaks, plan["stages"])],
+            "first_step_mem_errors": [error(m, s["memory_bytes"]) for m, s in zip(first_peaks, plan["stages"])],
+            "optimizer_ms": optimizer_ms, "compute_ratio": compute_ratio,
             "profiled_sets": int(profiled.group(1)) if profiled else 0, "wall_s": wall, "load": os.getloadavg()[0],
             "error_line": line.group(0) if line else ""}
 
@@ -149,13 +176,14 @@ def percent(value):
 
 def print_table(results):
     print("| model | plan | planner | predicted ms | measured ms | time error | peak MiB per stage (measured/predicted) "
-          "| memory error per stage | profiled sets | wall s | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| memory error per stage (step 1) | compute meas/pred | optimizer ms | profiled sets | wall s | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         memory = " ".join(f"{m / 2**20:.1f}/{p / 2**20:.1f}" for m, p in zip(r["measured_mem"], r["predicted_mem"]))
-        memory_errors = " ".join(percent(e) for e in r["mem_errors"])
+        memory_errors = " ".join(f"{percent(e)} ({percent(f)})" for e, f in zip(r["mem_errors"], r["first_step_mem_errors"]))
         print(f"| {r['model']} | {r['plan']} | {r['planner']} | {1e3 * r['predicted_s']:.1f} | {1e3 * r['measured_s']:.1f} "
-              f"| {percent(r['time_error'])} | {memory} | {memory_errors} | {r['profiled_sets']} | {r['wall_s']:.0f} "
+              f"| {percent(r['time_error'])} | {memory} | {memory_errors} | {r['compute_ratio']:.2f} | {r['optimizer_ms']:.1f} "
+              f"| {r['profiled_sets']} | {r['wall_s']:.0f} "
               f"| {r['load']:.1f} |")
 
 
