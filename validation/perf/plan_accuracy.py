@@ -170,19 +170,28 @@ def run_one(args, model, label, settings, out_dir):
             "error_line": line.group(0) if line else ""}
 
 
+def rescaled_error(r):
+    """Step-time error once the prediction is given the run's own compute speed and optimizer step:
+    predicted × (measured / predicted compute) + optimizer ms. What is left is the schedule model's
+    error (transfers, waits, overheads), not the profile's."""
+    return error(r["measured_s"], r["predicted_s"] * r["compute_ratio"] + r["optimizer_ms"] / 1e3)
+
+
 def percent(value):
     return "n/a" if value != value else f"{100 * value:+.1f}%"
 
 
 def print_table(results):
     print("| model | plan | planner | predicted ms | measured ms | time error | peak MiB per stage (measured/predicted) "
-          "| memory error per stage (step 1) | compute meas/pred | optimizer ms | profiled sets | wall s | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| memory error per stage (step 1) | compute meas/pred | optimizer ms | time error, rescaled | profiled sets "
+          "| wall s | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         memory = " ".join(f"{m / 2**20:.1f}/{p / 2**20:.1f}" for m, p in zip(r["measured_mem"], r["predicted_mem"]))
         memory_errors = " ".join(f"{percent(e)} ({percent(f)})" for e, f in zip(r["mem_errors"], r["first_step_mem_errors"]))
         print(f"| {r['model']} | {r['plan']} | {r['planner']} | {1e3 * r['predicted_s']:.1f} | {1e3 * r['measured_s']:.1f} "
               f"| {percent(r['time_error'])} | {memory} | {memory_errors} | {r['compute_ratio']:.2f} | {r['optimizer_ms']:.1f} "
+              f"| {percent(rescaled_error(r))} "
               f"| {r['profiled_sets']} | {r['wall_s']:.0f} "
               f"| {r['load']:.1f} |")
 
@@ -203,6 +212,11 @@ def print_summary(results):
     within = lambda values: sum(v < 0.10 for v in values)
     print(f"\nstep time: |error| median {100 * statistics.median(time_errors):.1f}%, max {100 * max(time_errors):.1f}%, "
           f"{within(time_errors)} of {len(time_errors)} plans within 10%")
+    rescaled = [abs(rescaled_error(r)) for r in results if rescaled_error(r) == rescaled_error(r)]
+    if rescaled:
+        print(f"step time rescaled (measured compute speed + optimizer step): |error| median "
+              f"{100 * statistics.median(rescaled):.1f}%, max {100 * max(rescaled):.1f}%, {within(rescaled)} of "
+              f"{len(rescaled)} plans within 10%")
     print(f"peak memory: |error| median {100 * statistics.median(mem_errors):.1f}%, max {100 * max(mem_errors):.1f}%, "
           f"{within(mem_errors)} of {len(mem_errors)} stages within 10%")
 
@@ -219,7 +233,15 @@ def main():
     parser.add_argument("--cold", action="store_true", help="delete the profile cache first (every model profiles again)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run before it is killed (default 300)")
     parser.add_argument("--json", help="also write every result as JSON here")
+    parser.add_argument("--report", metavar="JSON", help="only print the tables of a --json file written before")
     args = parser.parse_args()
+    if args.report:
+        with open(args.report) as file:
+            saved = json.load(file)
+        print(f"plan_accuracy: {saved['environment']}\n")
+        print_table(saved["results"])
+        print_summary(saved["results"])
+        return 0
     models = args.models.split(",")
     if args.ranks not in (2, 4) or args.steps < 2 or any(m not in MODELS for m in models):
         parser.error("--ranks must be 2 or 4, --steps at least 2, --models from bert,gpt,resnet")
