@@ -100,8 +100,8 @@ def measured_figures(plan, rows):
 
 def trace_figures(plan, directory):
     """From the run's trace (steps after the first): the optimizer Step's ms (slowest rank, median
-    over steps), which the prediction does not include, and measured / predicted compute per
-    microbatch (forward + backward + recompute, summed over stages; each action's median)."""
+    over steps), which the prediction does not include, and measured / predicted compute of one
+    microbatch (forward + backward + recompute over the stages; each action kind's median)."""
     path = os.path.join(directory, "trace.json")
     if not os.path.exists(path):
         return float("nan"), float("nan")
@@ -115,8 +115,17 @@ def trace_figures(plan, directory):
             step_ms[e["args"]["step"]] = max(step_ms.get(e["args"]["step"], 0.0), e["dur"] / 1e3)
         elif kind in ("Forward", "Backward", "Recompute"):
             compute.setdefault((stages[e["pid"]], kind), []).append(e["dur"] / 1e6)
+    # The simulator's per-action costs (TimelineCosts::from_plan): a recomputing stage's backward
+    # is the plan's backward minus one forward, its Recompute one forward; only the (stage, kind)
+    # pairs the schedule runs count (scp's last stage never recomputes).
+    def predicted_cost(stage, kind):
+        entry = plan["stages"][stage]
+        recomputes = entry["recompute"] != "none"
+        if kind == "Backward" and recomputes:
+            return max(0.0, entry["backward_seconds"] - entry["forward_seconds"])
+        return entry["backward_seconds"] if kind == "Backward" else entry["forward_seconds"]
     measured = sum(statistics.median(v) for v in compute.values())
-    predicted = sum(s["forward_seconds"] + s["backward_seconds"] for s in plan["stages"])
+    predicted = sum(predicted_cost(stage, kind) for stage, kind in compute)
     return (statistics.median(step_ms.values()) if step_ms else float("nan"),
             measured / predicted if predicted > 0 else float("nan"))
 
@@ -128,7 +137,8 @@ def error(measured, predicted):
 def describe(plan):
     replicas = ",".join(str(stage["replicas"]) for stage in plan["stages"])
     recompute = "rc" if any(stage["recompute"] != "none" for stage in plan["stages"]) else "-"
-    return f"{len(plan['stages'])}st [{replicas}] {plan['schedule']} M={plan['microbatches']} {recompute}"
+    copies = f" x{plan['pipeline_copies']}" if plan["pipeline_copies"] > 1 else ""
+    return f"{len(plan['stages'])}st [{replicas}]{copies} {plan['schedule']} M={plan['microbatches']} {recompute}"
 
 
 def run_one(args, model, label, settings, out_dir):
@@ -188,7 +198,7 @@ def print_table(results):
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         memory = " ".join(f"{m / 2**20:.1f}/{p / 2**20:.1f}" for m, p in zip(r["measured_mem"], r["predicted_mem"]))
-        memory_errors = " ".join(f"{percent(e)} ({percent(f)})" for e, f in zip(r["mem_errors"], r["first_step_mem_errors"]))
+        memory_errors = " ".join(f"{percent(e)} ({percent(f)})" for e, f in zip(r["mem_errors"], r.get("first_step_mem_errors", r["mem_errors"])))
         print(f"| {r['model']} | {r['plan']} | {r['planner']} | {1e3 * r['predicted_s']:.1f} | {1e3 * r['measured_s']:.1f} "
               f"| {percent(r['time_error'])} | {memory} | {memory_errors} | {r['compute_ratio']:.2f} | {r['optimizer_ms']:.1f} "
               f"| {percent(rescaled_error(r))} "
