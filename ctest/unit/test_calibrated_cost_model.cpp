@@ -60,6 +60,38 @@ TEST(CalibratedCostModel, LayersAtMeasuredInterpolatedAndExtrapolatedBatches) {
   EXPECT_NEAR(model->measure(part, 1).forward_seconds, 2e-3 * part_flops / layer_flops, 1e-12);
 }
 
+// Measured memory and communication replace the analytic working memory and the config's bandwidths.
+TEST(CalibratedCostModel, MeasuredWorkingMemoryAndCommunication) {
+  const Graph graph = tiny_bert();
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  profile::ProfileDB db = synthetic_db(graph, groups);
+  DeviceSpec device;
+  device.link_bandwidth = 1e9;
+  const std::unique_ptr<CostModel> analytic = make_analytic_cost_model(graph, device);
+  EXPECT_DOUBLE_EQ(make_calibrated_cost_model(graph, db, device)->transfer_seconds(1e6, false),
+                   analytic->transfer_seconds(1e6, false));  // nothing measured yet: the config
+  // Layer g's forward + backward peaks at (g + 1) MB above its stored activations at batch 2.
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    profile::Measurement m = *db.find(groups[g].tasks, 2);
+    m.activation_bytes = 5e6;
+    m.peak_bytes = 5e6 + (g + 1) * 1e6;
+    db.insert(groups[g].tasks, 2, m);
+  }
+  profile::CommunicationProfile communication;
+  communication.within_node = {2e-6, 5e9};
+  communication.allreduce[2] = {3e-6, 2e9};
+  db.set_communication(communication);
+  const std::unique_ptr<CostModel> model = make_calibrated_cost_model(graph, db, device);
+  const std::vector<int> two = join_groups(groups, 1, 3);  // layers 1 and 2: the larger transient is 3 MB
+  const profile::Measurement m = model->measure(two, 2);
+  EXPECT_DOUBLE_EQ(m.peak_bytes, m.activation_bytes + 3e6);
+  EXPECT_DOUBLE_EQ(model->transfer_seconds(1e6, false), 2e-6 + 1e6 / 5e9);
+  EXPECT_DOUBLE_EQ(model->allreduce_seconds(1e6, 2, false), communication.allreduce_seconds(1e6, 2));
+  // Across nodes was not measured: the config's network bandwidth.
+  EXPECT_DOUBLE_EQ(model->transfer_seconds(1e6, true), analytic->transfer_seconds(1e6, true));
+  EXPECT_NE(model->description().find("communication measured"), std::string::npos);
+}
+
 TEST(CalibratedCostModel, RequestsCoverEveryLayerAndMissingLayersAreErrors) {
   const Graph graph = tiny_bert();
   const std::vector<LayerGroup> groups = layer_groups(graph);

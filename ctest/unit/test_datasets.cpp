@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
 #include <unistd.h>
@@ -340,6 +341,42 @@ TEST_F(DatasetTest, ErrorsNameFileAndDataset) {
   EXPECT_THROW(file.read_int_attribute("/", "no_such_attribute"), Error);
   EXPECT_FALSE(file.has_dataset("no/such/dataset"));
   EXPECT_EQ(file.read_string_attribute("/", "format"), "partrain-text-1");
+}
+
+TEST_F(DatasetTest, DamagedCompressedChunkIsNamed) {
+  // A copy of text.h5 with bytes in the middle of the first gzip chunk of /tokens inverted.
+  const std::string damaged = (directory_ / "damaged.h5").string();
+  fs::copy_file(text_path(), damaged, fs::copy_options::overwrite_existing);
+  haddr_t address = 0;
+  hsize_t size = 0;
+  {
+    const Hdf5Handle file(H5Fopen(damaged.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    const Hdf5Handle dataset(H5Dopen2(file.get(), "tokens", H5P_DEFAULT));
+    hsize_t offset[1] = {0};
+    unsigned filters = 0;
+    ASSERT_GE(H5Dget_chunk_info_by_coord(dataset.get(), offset, &filters, &address, &size), 0);
+    ASSERT_GT(size, 64u) << "the fixture's /tokens should be chunked and compressed";
+  }
+  {
+    std::fstream file(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    for (hsize_t position = address + size / 4; position < address + size / 2; ++position) {
+      file.seekg(static_cast<std::streamoff>(position));
+      char byte = 0;
+      file.read(&byte, 1);
+      file.seekp(static_cast<std::streamoff>(position));
+      byte = static_cast<char>(~byte);
+      file.write(&byte, 1);
+    }
+  }
+  try {
+    TextDataset dataset(damaged, TextSplit::Train);
+    FAIL() << "expected partrain::Error";
+  } catch (const Error& error) {
+    EXPECT_NE(error.message().find("compressed data in dataset 'tokens' of " + damaged + " is damaged"),
+              std::string::npos)
+        << error.message();
+    EXPECT_EQ(error.message().find("type not convertible"), std::string::npos) << error.message();
+  }
 }
 
 }  // namespace

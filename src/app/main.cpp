@@ -8,6 +8,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "app/commands.h"
 #include "core/error.h"
@@ -15,6 +17,24 @@
 #if defined(PARTRAIN_WITH_CUDA)
 #include "kernels/cuda/cuda_backend.cuh"
 #endif
+
+namespace {
+
+// A CLI11 check that an integer option is at least `minimum` ("--world-size: must be a positive
+// integer, not -1"), so that no count silently falls back to a default.
+CLI::Validator at_least(long minimum) {
+  const std::string kind = minimum > 0 ? "a positive integer" : "a non-negative integer";
+  return CLI::Validator(
+      [minimum, kind](std::string& text) -> std::string {
+        char* end = nullptr;
+        const long value = std::strtol(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || value < minimum) return "must be " + kind + ", not " + text;
+        return {};
+      },
+      minimum > 0 ? "POSITIVE" : "NONNEGATIVE");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace partrain::app;
@@ -40,13 +60,15 @@ int main(int argc, char** argv) {
   plan->add_option("--workload", plan_arguments.workload, "plan an external graph (dnn-partitioning JSON)")
       ->check(CLI::ExistingFile);
   plan->add_option("--planner", plan_arguments.planner, "rannc, ideals, dpl, capslog, merak, uniform or manual");
-  plan->add_option("--world-size", plan_arguments.world_size, "number of devices to plan for");
+  plan->add_option("--world-size", plan_arguments.world_size, "number of devices to plan for")->check(at_least(1));
   plan->add_option("--device-memory", plan_arguments.device_memory, "memory per device, e.g. 80GiB");
   plan->add_option("--profile-db", plan_arguments.profile_db, "saved ProfileDB to plan with (default: analytic costs)");
-  plan->add_option("--accelerators", plan_arguments.accelerators, "workload mode: number of accelerators");
-  plan->add_option("--cpus", plan_arguments.cpus, "workload mode: number of CPUs");
+  plan->add_option("--accelerators", plan_arguments.accelerators, "workload mode: number of accelerators")
+      ->check(at_least(0));
+  plan->add_option("--cpus", plan_arguments.cpus, "workload mode: number of CPUs")->check(at_least(0));
   plan->add_option("--max-ideals", plan_arguments.max_ideals,
-                   "ideals planner: stop with an error (suggesting dpl) beyond this many ideals");
+                   "ideals planner: stop with an error (suggesting dpl) beyond this many ideals")
+      ->check(at_least(1));
   plan->add_option("--save", plan_arguments.save, "write the plan as JSON (for train --plan)");
 
   InspectArguments inspect_arguments;
@@ -78,6 +100,9 @@ int main(int argc, char** argv) {
     if (*simulate) return run_simulate(simulate_arguments);
   } catch (const CLI::ValidationError& error) {
     std::fprintf(stderr, "partrain: error: %s\n", error.what());
+    return 1;
+  } catch (const partrain::Error& error) {  // the message alone: the source location is for developers
+    std::fprintf(stderr, "partrain: error: %s\n", error.message().c_str());
     return 1;
   } catch (const std::exception& error) {  // partrain::Error and library errors (toml++, HDF5 wrappers)
     std::fprintf(stderr, "partrain: error: %s\n", error.what());

@@ -10,7 +10,10 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+
+#include <omp.h>
 #include <string>
+#include <vector>
 
 #include "app/commands.h"
 #include "app/planning.h"
@@ -25,10 +28,13 @@
 #include "io/chrome_trace.h"
 #include "io/hdf5_file.h"
 #include "io/config.h"
+#include "io/metrics_file.h"
 #include "io/progress_bar.h"
+#include "io/run_lock.h"
 #include "models/model.h"
 #include "partition/planner.h"
 #include "partition/calibrated_cost_model.h"
+#include "profile/communication_profile.h"
 #include "profile/distributed_profiler.h"
 #include "runtime/checkpointing.h"
 #include "runtime/executor.h"
@@ -54,17 +60,21 @@ std::string decide_on_rank0(comm::Communicator& world, const std::function<std::
   return text;
 }
 
-// The ProfileDB backend key: measurements of one GPU model are not reused on another.
+// The ProfileDB backend key: what changes a measurement. One GPU model's measurements are not
+// reused on another; on the CPU the ranks of a node share its cores, so the key holds how many ranks
+// run per node and with how many threads each (a cache measured by 4 ranks on 2 cores would price a
+// 2-rank plan at oversubscribed speed). Collective over MPI_COMM_WORLD.
 std::string profile_backend_name(const Backend& backend) {
-  if (backend.device().is_cpu()) return "cpu";
-  return "cuda:" + gpu_backend()->device_name(backend.device().index);
+  const int ranks_per_node = comm::MpiCommunicator::node_local_size();
+  if (!backend.device().is_cpu()) return "cuda:" + gpu_backend()->device_name(backend.device().index);
+  return "cpu-" + std::to_string(ranks_per_node) + "ranks-" + std::to_string(omp_get_max_threads()) + "threads";
 }
 
 // Distributed profiling (DESIGN.md "Profiling"): rank 0 lists every layer at microbatch sizes 1, 2,
 // 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
 // every rank measures its share. Collective over `world`; returns the complete DB on every rank.
 profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& graph, comm::Communicator& world,
-                                  Backend& backend) {
+                                  comm::Communicator& device_world, Backend& backend) {
   const std::string backend_name = profile_backend_name(backend);
   profile::ProfileDB database(graph.hash(), backend_name, config.train.precision);
   const std::string cache = config.profile.cache_dir + "/" +
@@ -90,6 +100,24 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   const profile::DistributedProfileReport report = profile::profile_distributed(
       graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });
   progress.finish();
+  // Point-to-point and all-reduce costs on the communicator training uses, once per cache.
+  std::string measure = "0";
+  if (world.rank() == 0) {
+    const auto& groups = database.communication().allreduce;
+    measure = world.size() > 1 && (groups.empty() || groups.rbegin()->first < world.size()) ? "1" : "0";
+  }
+  world.broadcast_bytes(measure, 0);
+  if (measure == "1") {
+    profile::CommunicationProfile communication = profile::measure_communication(device_world, backend);
+    if (world.rank() == 0) {
+      std::printf("profile: communication (%s): p2p %.1f us + %.2f GB/s; all-reduce over %d ranks %.1f us + %.2f GB/s\n",
+                  communication.communicator.c_str(), communication.within_node.latency_seconds * 1e6,
+                  communication.within_node.bytes_per_second / 1e9, communication.allreduce.rbegin()->first,
+                  communication.allreduce.rbegin()->second.latency_seconds * 1e6,
+                  communication.allreduce.rbegin()->second.bytes_per_second / 1e9);
+      database.set_communication(std::move(communication));
+    }
+  }
   if (world.rank() == 0) {
     std::filesystem::create_directories(config.profile.cache_dir);
     database.save(cache);
@@ -102,9 +130,10 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
 // Rank 0 plans (on profiled or analytic costs) or loads --plan, and broadcasts the plan as JSON; a
 // planning error on rank 0 becomes the same error on every rank, so all ranks stop cleanly.
 Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const TrainArguments& arguments,
-                   comm::Communicator& world, Backend& backend) {
+                   comm::Communicator& world, comm::Communicator& device_world, Backend& backend) {
   const bool profiling = config.profile.enabled && arguments.plan_file.empty();
-  const profile::ProfileDB database = profiling ? profile_layers(config, graph, world, backend) : profile::ProfileDB();
+  const profile::ProfileDB database =
+      profiling ? profile_layers(config, graph, world, device_world, backend) : profile::ProfileDB();
   const std::string text = decide_on_rank0(world, [&] {
     Plan plan;
     if (!arguments.plan_file.empty()) {
@@ -132,6 +161,14 @@ Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const Tra
 std::string output_directory(const ExperimentConfig& config) {
   if (!config.log.dir.empty()) return config.log.dir;
   return "runs/" + std::filesystem::path(config.path).stem().string();
+}
+
+// Whether `path` is `directory` or lies below it (lexically, after making both absolute).
+bool is_within(const std::string& path, const std::string& directory) {
+  const std::filesystem::path inner = std::filesystem::absolute(path).lexically_normal();
+  const std::filesystem::path outer = std::filesystem::absolute(directory).lexically_normal();
+  const std::filesystem::path relative = inner.lexically_relative(outer);
+  return !relative.empty() && *relative.begin() != "..";
 }
 
 // Training FLOPs of one sample: forward FLOPs of the batch-dependent tasks × 3 (backward ≈ 2 × forward).
@@ -201,19 +238,23 @@ void save_checkpoint(const ExperimentConfig& config, const std::string& director
   }
 }
 
-// Restores the run from `resume` ("latest": the newest valid checkpoint in `directory`, saying which
-// damaged ones were skipped; else a path). Every rank reads the file; returns the step to continue at.
-std::int64_t resume_from(const std::string& resume, const std::string& directory, const Graph& graph,
-                         runtime::PipelineExecutor& executor, comm::Communicator& world) {
-  std::string path = resume;
-  if (resume == "latest") {
-    path = decide_on_rank0(world, [&] {
-      std::vector<std::string> skipped;
-      std::string chosen = io::latest_valid_checkpoint(directory, &skipped);
-      for (const std::string& reason : skipped) std::printf("resume: skipping %s\n", reason.c_str());
-      return chosen;
-    });
-  }
+// The checkpoint to resume from: `resume` "latest" is the newest valid checkpoint in `directory`
+// (rank 0 says which damaged ones it skipped), else the path itself (check_train_request found it).
+// Decided on rank 0 before profiling and planning, so a run with nothing to resume stops at once.
+std::string resume_path(const std::string& resume, const std::string& directory, comm::Communicator& world) {
+  return decide_on_rank0(world, [&] {
+    if (resume != "latest") return resume;  // checked by check_train_request
+    std::vector<std::string> skipped;
+    std::string chosen = io::latest_valid_checkpoint(directory, &skipped);
+    for (const std::string& reason : skipped) std::printf("resume: skipping %s\n", reason.c_str());
+    return chosen;
+  });
+}
+
+// Restores the run from the checkpoint at `path` (every rank reads the file); returns the step to
+// continue at.
+std::int64_t resume_from(const std::string& path, const Graph& graph, runtime::PipelineExecutor& executor,
+                         comm::Communicator& world) {
   const io::Checkpoint checkpoint =
       io::read_checkpoint(path, runtime::required_checkpoint_tensors(graph, executor.optimizer().state_names()));
   runtime::restore_checkpoint(checkpoint, graph, executor);
@@ -224,20 +265,79 @@ std::int64_t resume_from(const std::string& resume, const std::string& directory
   return checkpoint.info.step;
 }
 
+// Requests refused before any work (and before the run directory is touched): a [parallel]
+// world_size other than the MPI world size, nothing to train, a --plan or --resume file that is not
+// there (looked for on rank 0).
+void check_train_request(const ExperimentConfig& config, const TrainArguments& arguments, comm::Communicator& world) {
+  const long long world_size = world.size();
+  PARTRAIN_CHECK(config.parallel.world_size == 0 || config.parallel.world_size == world_size,
+                 "[parallel] world_size = " << config.parallel.world_size << " (" << config.path
+                                            << ") but the MPI world has " << world_size
+                                            << (world_size == 1 ? " rank" : " ranks") << ": start "
+                                            << config.parallel.world_size
+                                            << " ranks or set parallel.world_size=0 (the MPI world size)");
+  PARTRAIN_CHECK(config.train.steps > 0, "[train] steps = 0 (" << config.path
+                                                               << "): nothing to train; to see the plan without "
+                                                                  "training use `partrain plan "
+                                                               << config.path << "`");
+  const std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
+  decide_on_rank0(world, [&] {
+    const auto readable = [](const std::string& path) {
+      return std::filesystem::is_regular_file(path) && std::ifstream(path).good();
+    };
+    PARTRAIN_CHECK(arguments.plan_file.empty() || readable(arguments.plan_file),
+                   "--plan " << arguments.plan_file << ": no such readable plan file (make one with `partrain plan "
+                             << config.path << " --save FILE`)");
+    PARTRAIN_CHECK(resume.empty() || resume == "latest" || readable(resume),
+                   "--resume " << resume << ": no such readable checkpoint file (give a step_NNNNNN.h5 or latest)");
+    return std::string();
+  });
+}
+
+// One run per directory (io/run_lock.h): rank 0 locks the run directory, and the checkpoint
+// directory when it lies elsewhere and this run writes or searches it; a directory in use stops
+// every rank. The locks live as long as the returned vector (empty on other ranks).
+std::vector<io::RunLock> lock_run_directories(const std::string& directory, const std::string& checkpoint_directory,
+                                              bool checkpoint_elsewhere, comm::Communicator& world) {
+  std::vector<io::RunLock> locks;
+  decide_on_rank0(world, [&] {
+    std::vector<std::string> directories{directory};
+    if (checkpoint_elsewhere) directories.push_back(checkpoint_directory);
+    for (const std::string& path : directories) {
+      locks.push_back(io::RunLock::acquire(path));
+      if (locks.back().took_over())
+        std::printf("warning: %s was left by a run that is gone (%s); taking it over\n", locks.back().path().c_str(),
+                    locks.back().previous_holder().describe().c_str());
+    }
+    std::fflush(stdout);
+    return std::string();
+  });
+  return locks;
+}
+
 int train(const TrainArguments& arguments, comm::Communicator& world, bool& training_started) {
   const bool leader = world.rank() == 0;
   const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
+  check_train_request(config, arguments, world);
+  const std::string directory = output_directory(config);
+  const std::string checkpoint_directory =
+      config.checkpoint.dir.empty() ? directory + "/checkpoints" : config.checkpoint.dir;
+  const std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
+  const bool checkpoint_elsewhere = !config.checkpoint.dir.empty() &&
+                                    (config.checkpoint.every > 0 || resume == "latest") &&
+                                    !is_within(checkpoint_directory, directory);
+  const std::vector<io::RunLock> locks =
+      lock_run_directories(directory, checkpoint_directory, checkpoint_elsewhere, world);
+  const std::string checkpoint_path = resume.empty() ? "" : resume_path(resume, checkpoint_directory, world);
   const Graph graph = build_model(config.model);
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
   // Every rank computes on its node's GPU (one per rank, NCCL between them) or on the CPU (MPI).
   Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
   const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
   comm::Communicator& run_world = device_world ? *device_world : world;
-  const Plan plan = agree_on_plan(config, graph, arguments, world, backend);
+  const Plan plan = agree_on_plan(config, graph, arguments, world, run_world, backend);
 
-  const std::string directory = output_directory(config);
   if (leader) {
-    std::filesystem::create_directories(directory);
     std::printf("model: %s (%s, %lld parameters), data: %s (%lld samples per epoch)\n", config.path.c_str(),
                 config.model.type.c_str(), static_cast<long long>(graph.parameter_count()), data->path().c_str(),
                 static_cast<long long>(data->samples_per_epoch()));
@@ -248,20 +348,26 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     std::fflush(stdout);
   }
 
-  const std::unordered_map<int, Tensor> initial = initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed),
-                                                                        config.model.initializer_range);
-  runtime::PipelineExecutor executor(graph, plan, run_world, backend, *data, initial, runtime_options(config.train));
+  // The initial values are a temporary: the executor keeps its own stage's copy, so the whole model's
+  // host copy does not sit in the allocator (and in the measured peak) for the whole run.
+  runtime::PipelineExecutor executor(
+      graph, plan, run_world, backend, *data,
+      initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range),
+      runtime_options(config.train));
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
 
-  const std::string checkpoint_directory =
-      config.checkpoint.dir.empty() ? directory + "/checkpoints" : config.checkpoint.dir;
-  const std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
-  const std::int64_t first_step = resume.empty() ? 0 : resume_from(resume, checkpoint_directory, graph, executor, world);
+  const std::int64_t first_step = checkpoint_path.empty() ? 0 : resume_from(checkpoint_path, graph, executor, world);
   training_started = true;
 
   std::ofstream metrics;
-  if (leader) {  // a resumed run appends to the metrics of the run it continues
+  if (leader) {  // a resumed run appends to the metrics of the run it continues, less the steps it redoes
+    if (first_step > 0) {
+      const std::int64_t dropped = io::drop_metrics_after(directory + "/metrics.jsonl", first_step);
+      if (dropped > 0)
+        std::printf("resume: dropped %lld rows of %s/metrics.jsonl past step %lld\n", static_cast<long long>(dropped),
+                    directory.c_str(), static_cast<long long>(first_step));
+    }
     metrics.open(directory + "/metrics.jsonl", first_step > 0 ? std::ios::app : std::ios::trunc);
     PARTRAIN_CHECK(metrics, directory << "/metrics.jsonl: cannot write");
   }

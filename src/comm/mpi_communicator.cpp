@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 
@@ -260,16 +261,25 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
   return std::make_unique<MpiCommunicator>(duplicate);
 }
 
-int MpiCommunicator::node_local_rank() {
-  PARTRAIN_CHECK(MpiSession::active(), "MpiCommunicator::node_local_rank: MPI is not initialised");
+namespace {
+// This process's rank in, and the size of, the communicator of its node's processes
+// (MPI_Comm_split_type SHARED on MPI_COMM_WORLD). Collective over MPI_COMM_WORLD.
+std::pair<int, int> node_rank_and_size() {
+  PARTRAIN_CHECK(MpiSession::active(), "MpiCommunicator: MPI is not initialised");
   MPI_Comm node = MPI_COMM_NULL;
   PARTRAIN_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int rank = 0;
-  const int status = MPI_Comm_rank(node, &rank);
+  int rank = 0, size = 0;
+  int status = MPI_Comm_rank(node, &rank);
+  if (status == MPI_SUCCESS) status = MPI_Comm_size(node, &size);
   MPI_Comm_free(&node);
   PARTRAIN_MPI(status);
-  return rank;
+  return {rank, size};
 }
+}  // namespace
+
+int MpiCommunicator::node_local_rank() { return node_rank_and_size().first; }
+
+int MpiCommunicator::node_local_size() { return node_rank_and_size().second; }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm communicator) : communicator_(communicator) {
   PARTRAIN_CHECK(communicator != MPI_COMM_NULL, "MpiCommunicator: MPI_COMM_NULL");

@@ -58,6 +58,8 @@ class MpiCommunicator final : public Communicator {
   /// This process's rank among the processes of its node (MPI_Comm_split_type SHARED on
   /// MPI_COMM_WORLD): which GPU of the node it uses. Collective over MPI_COMM_WORLD.
   static int node_local_rank();
+  /// Number of ranks of MPI_COMM_WORLD on this node (they share its cores or GPUs).
+  static int node_local_size();
   /// Takes ownership of `communicator` (freed by the destructor): sets MPI_ERRORS_RETURN on it and
   /// computes its global ranks.
   explicit MpiCommunicator(MPI_Comm communicator);

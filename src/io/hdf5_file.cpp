@@ -22,6 +22,20 @@ template <> hid_t native_type<std::int64_t>() { return H5T_NATIVE_INT64; }
 template <> hid_t native_type<std::uint8_t>() { return H5T_NATIVE_UINT8; }
 template <> hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
 
+// Whether HDF5's current error stack (after a failed call) holds a filter pipeline error: a chunk
+// that deflate (or a checksum filter) rejects, as opposed to a type conversion or a missing object.
+bool failed_in_filter_pipeline() {
+  bool found = false;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned, const H5E_error2_t* entry, void* data) -> herr_t {
+        if (entry->maj_num == H5E_PLINE) *static_cast<bool*>(data) = true;
+        return 0;
+      },
+      &found);
+  return found;
+}
+
 std::int64_t element_count(const std::vector<std::int64_t>& shape) {
   std::int64_t count = 1;
   for (std::int64_t dimension : shape) count *= dimension;
@@ -137,6 +151,10 @@ void Hdf5File::read_raw(const std::string& name, hid_t memory_type, void* buffer
     H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &length, nullptr);
     Hdf5Handle memory_space(H5Screate_simple(1, &length, nullptr));
     status = H5Dread(dataset.get(), memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, buffer);
+  }
+  if (status < 0 && failed_in_filter_pipeline()) {
+    PARTRAIN_FAIL("compressed data in dataset '" << name << "' of " << path_
+                                                  << " is damaged (a chunk does not decompress); prepare the file again");
   }
   PARTRAIN_CHECK(status >= 0, "cannot read " << count << " elements of dataset '" << name << "' in '" << path_
                                              << "' (type not convertible?)");

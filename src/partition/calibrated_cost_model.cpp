@@ -20,7 +20,7 @@ std::vector<std::int64_t> calibration_batches(std::int64_t max_batch) {
 class CalibratedCostModel final : public CostModel {
  public:
   CalibratedCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device)
-      : analytic_(make_analytic_cost_model(graph, device)), device_(device) {
+      : analytic_(make_analytic_cost_model(graph, device)), device_(device), communication_(database.communication()) {
     PARTRAIN_CHECK(database.graph_hash() == graph.hash(),
                    "profiled costs: the ProfileDB was measured for another model (graph hash differs)");
     group_of_.assign(graph.tasks().size(), -1);
@@ -42,8 +42,9 @@ class CalibratedCostModel final : public CostModel {
     flops_.resize(graph.tasks().size());
     for (const Task& task : graph.tasks()) flops_[task.id] = task.cost.forward_flops;
     char text[256];
-    std::snprintf(text, sizeof text, "profiled (%s, %s; %zu layers, shares by FLOPs; %s)", database.backend().c_str(),
-                  database.dtype().c_str(), groups_.size(), device_text().c_str());
+    std::snprintf(text, sizeof text, "profiled (%s, %s; %zu layers, shares by FLOPs; %s; communication %s)",
+                  database.backend().c_str(), database.dtype().c_str(), groups_.size(), device_text().c_str(),
+                  communication_.empty() ? "from the config's bandwidths" : "measured");
     description_ = text;
   }
 
@@ -58,21 +59,30 @@ class CalibratedCostModel final : public CostModel {
       ++share_tasks[group];
     }
     m.forward_seconds = m.backward_seconds = 0;
+    double transient = 0;  // measured working memory beyond the kept activations
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       if (share_tasks[g] == 0) continue;
+      // A layer's temporaries (attention scores, im2col buffers, the loss's softmax) come and go
+      // within its forward or backward: the task set's transient peak is the largest layer's.
+      transient = std::max(transient, groups_[g].transient_bytes(batch));
       const double share = groups_[g].flops > 0 ? share_flops[g] / groups_[g].flops
                                                 : static_cast<double>(share_tasks[g]) / groups_[g].tasks;
       const auto [forward, backward] = groups_[g].seconds(batch);
       m.forward_seconds += share * forward;
       m.backward_seconds += share * backward;
     }
+    m.peak_bytes = m.activation_bytes + transient;  // the allocator's measured high-water marks
     return m;
   }
+  // Measured on the machine when the ProfileDB holds it; the config's bandwidths otherwise.
   double transfer_seconds(double bytes, bool across_nodes) const override {
-    return analytic_->transfer_seconds(bytes, across_nodes);
+    const profile::LinkFit& link = across_nodes ? communication_.across_nodes : communication_.within_node;
+    return link.measured() ? link.seconds(bytes) : analytic_->transfer_seconds(bytes, across_nodes);
   }
   double allreduce_seconds(double bytes, int replicas, bool across_nodes) const override {
-    return analytic_->allreduce_seconds(bytes, replicas, across_nodes);
+    if (communication_.allreduce.empty() || (across_nodes && !communication_.across_nodes.measured()))
+      return analytic_->allreduce_seconds(bytes, replicas, across_nodes);
+    return communication_.allreduce_seconds(bytes, replicas);
   }
   std::string description() const override { return description_; }
   const DeviceSpec& device() const override { return device_; }
@@ -83,6 +93,20 @@ class CalibratedCostModel final : public CostModel {
     double flops = 0;
     int tasks = 0;
     std::map<std::int64_t, profile::Measurement> measured;  // by batch size
+    // Measured peak minus stored activations at `batch` (bytes): linear between measured sizes,
+    // proportional outside them.
+    double transient_bytes(std::int64_t batch) const {
+      auto transient = [](const profile::Measurement& m) { return std::max(0.0, m.peak_bytes - m.activation_bytes); };
+      auto above = measured.lower_bound(batch);
+      if (above != measured.end() && above->first == batch) return transient(above->second);
+      if (above == measured.begin() || above == measured.end()) {
+        const auto& [size, m] = above == measured.end() ? *measured.rbegin() : *above;
+        return transient(m) * static_cast<double>(batch) / size;
+      }
+      const auto below = std::prev(above);
+      const double t = static_cast<double>(batch - below->first) / (above->first - below->first);
+      return transient(below->second) + t * (transient(above->second) - transient(below->second));
+    }
     // Forward and backward seconds at `batch`: linear between measured sizes, proportional outside.
     std::pair<double, double> seconds(std::int64_t batch) const {
       auto above = measured.lower_bound(batch);
@@ -106,6 +130,7 @@ class CalibratedCostModel final : public CostModel {
 
   std::unique_ptr<CostModel> analytic_;
   DeviceSpec device_;
+  profile::CommunicationProfile communication_;
   std::vector<Group> groups_;
   std::vector<int> group_of_;
   std::vector<double> flops_;

@@ -3,8 +3,10 @@
 // group (plan_builder's layer_groups: embeddings, encoder.layer.i, ..., head, loss) is profiled at
 // microbatch sizes 1, 2, 4, ...; a task set then costs Σ over the groups it touches of (its share of
 // the group's FLOPs) × the group's measured forward / backward seconds at that batch size (linear
-// interpolation between measured sizes, proportional outside them). Byte counts (parameters,
-// activations, boundaries, peak) are exact from the graph, as in the analytic model. This keeps
+// interpolation between measured sizes, proportional outside them). Byte counts of parameters,
+// stored activations and boundaries are exact from the graph, as in the analytic model; the working
+// memory beyond them (peak_bytes − activation_bytes) is the largest measured allocator high-water
+// mark of the layers the set touches, less their stored activations. This keeps
 // profiling to (layers × batch sizes) measurements while planners may ask about any block range.
 #include <cstdint>
 #include <memory>

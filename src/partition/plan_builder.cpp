@@ -290,6 +290,14 @@ Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_ta
   int widest = 0;
   for (int r : replicas) widest = std::max(widest, r);
 
+  // Every replica of a stage takes at least one sample of each microbatch: a global batch smaller
+  // than copies x the widest stage's replicas fails for every microbatch count, so say that.
+  PARTRAIN_CHECK(options.global_batch >= static_cast<std::int64_t>(base.pipeline_copies) * widest,
+                 planner << ": the global batch " << options.global_batch << " is smaller than the "
+                         << base.pipeline_copies * widest << " replicas it must feed (" << base.pipeline_copies
+                         << " pipeline copies x " << widest
+                         << " replicas of the widest stage, at least one sample each): raise train.global_batch to "
+                         << base.pipeline_copies * widest << " or use fewer replicas");
   std::vector<int> candidates;
   if (options.microbatches > 0) {
     candidates.push_back(options.microbatches);

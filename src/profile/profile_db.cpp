@@ -50,6 +50,7 @@ void ProfileDB::merge(const ProfileDB& other) {
   PARTRAIN_CHECK(other.graph_hash_ == graph_hash_ && other.backend_ == backend_ && other.dtype_ == dtype_,
                  "ProfileDB: cannot merge measurements of another graph, backend or dtype");
   for (const auto& [key, measurement] : other.entries_) entries_[key] = measurement;
+  if (!other.communication_.empty()) communication_ = other.communication_;
 }
 
 namespace {
@@ -70,7 +71,8 @@ nlohmann::json ProfileDB::to_json() const {
                        {"boundary_output_bytes", m.boundary_output_bytes}, {"peak_bytes", m.peak_bytes}});
   }
   return {{"format", "partrain-profile-db"}, {"version", 1}, {"graph_hash", hash_hex(graph_hash_)},
-          {"backend", backend_}, {"dtype", dtype_}, {"measurements", entries}};
+          {"backend", backend_}, {"dtype", dtype_}, {"measurements", entries},
+          {"communication", communication_.to_json()}};
 }
 
 ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string& source_name) {
@@ -92,6 +94,8 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
       m.peak_bytes = entry.at("peak_bytes").get<double>();
       db.entries_[{entry.at("tasks").get<std::string>(), entry.at("batch").get<std::int64_t>()}] = m;
     }
+    if (document.contains("communication"))  // older caches hold none: measured again
+      db.communication_ = CommunicationProfile::from_json(document.at("communication"), source_name);
     return db;
   } catch (const nlohmann::json::exception& error) {
     PARTRAIN_FAIL(source_name << ": malformed ProfileDB: " << error.what());

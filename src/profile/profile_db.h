@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profile/communication_profile.h"
+
 namespace partrain::profile {
 
 /// What one device needs to run a convex task set for one microbatch of `batch` samples.
@@ -48,6 +50,9 @@ class ProfileDB {
   const Measurement* find(std::span<const int> tasks, std::int64_t batch) const;
   /// The microbatch sizes at which `tasks` was measured, ascending.
   std::vector<std::int64_t> batches(std::span<const int> tasks) const;
+  /// Measured point-to-point and all-reduce costs of the machine (empty until measured).
+  const CommunicationProfile& communication() const { return communication_; }
+  void set_communication(CommunicationProfile communication) { communication_ = std::move(communication); }
   /// Merges another DB of the same graph/backend/dtype (throws partrain::Error otherwise).
   void merge(const ProfileDB& other);
 
@@ -67,6 +72,7 @@ class ProfileDB {
   std::string backend_ = "cpu";
   std::string dtype_ = "fp32";
   std::map<std::pair<std::string, std::int64_t>, Measurement> entries_;
+  CommunicationProfile communication_;
 };
 
 }  // namespace partrain::profile
