@@ -1,18 +1,27 @@
 #!/usr/bin/python3
-"""Plots a partrain run: loss and throughput curves from metrics.jsonl, the pipeline timeline from
-the Chrome trace.
+"""Plots a partrain run: loss and throughput curves from metrics.jsonl, and one step of the pipeline
+as a per-rank Gantt chart, measured (the Chrome trace) above predicted (the simulator).
 
-    validation/plot_run.py RUN_DIR [--out DIR] [--trace FILE] [--steps FIRST:LAST]
+    validation/plot_run.py RUN_DIR [--out DIR] [--trace FILE] [--step N] [--predicted FILE] [--partrain BINARY]
 
-RUN_DIR is a run's [log] dir (runs/<config name>/ by default). Writes DIR/curves.png (loss, and
-eval_loss when the run evaluated; samples/s) and DIR/timeline.png (one row per rank, one bar per
-action coloured by category: compute, communication, optimizer); DIR defaults to RUN_DIR. Without
-matplotlib (Debian: python3-matplotlib) it prints a message and exits 0.
+RUN_DIR is a run's [log] dir (runs/<config name>/ by default). Writes to DIR (default RUN_DIR):
+  curves.png     loss (and eval_loss when the run evaluated) and samples/s per step;
+  timeline.png   step N (default: the step of median duration in metrics.jsonl, not the first) as a
+                 Gantt chart, one row per rank, time on x, one bar per action: forward, backward,
+                 recompute (labelled by microbatch), send, receive, all-reduce, optimizer step; below
+                 it the predicted timeline of the same step, when there is one;
+  predicted.png  the predicted timeline alone: `partrain simulate RUN_DIR/plan.json --trace-out
+                 DIR/predicted-trace.json` (the plan's schedule simulated with its predicted stage
+                 costs), or the trace given with --predicted.
+Without matplotlib (Debian: python3-matplotlib) it prints a message and exits 0.
 """
 import argparse
 import json
 import os
+import subprocess
 import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def read_metrics(path):
@@ -58,79 +67,125 @@ def plot_curves(plt, records, out_path, title):
     plt.close(figure)
 
 
-CATEGORY_COLOURS = {"compute": "tab:blue", "communication": "tab:orange", "optimizer": "tab:green"}
+# Action kinds (the executor's event names: "Forward mb 3", "AllReduce", "Step") and their colours.
+KIND_COLOURS = {
+    "Forward": "#4c78a8", "Backward": "#54a24b", "Recompute": "#b279a2",
+    "SendActivation": "#f58518", "SendGradient": "#f58518",
+    "ReceiveActivation": "#bab0ac", "ReceiveGradient": "#bab0ac",
+    "AllReduce": "#e45756", "Step": "#222222",
+}
+KIND_LEGEND = [("forward", "Forward"), ("backward", "Backward"), ("recompute", "Recompute"),
+               ("send", "SendActivation"), ("receive (wait)", "ReceiveActivation"),
+               ("all-reduce", "AllReduce"), ("optimizer step", "Step")]
 
 
-def plot_timeline(plt, trace, out_path, title, step_range):
+def trace_events(trace):
+    """The complete ("X") events of a Chrome trace (object or bare list form)."""
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    names = {e["pid"]: e.get("args", {}).get("name", f"pid {e['pid']}")
-             for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
-    complete = [e for e in events if e.get("ph") == "X"]
-    if step_range is not None:
-        first, last = step_range
-        complete = [e for e in complete if first <= e.get("args", {}).get("step", 0) <= last]
-    if not complete:
-        print("plot_run: the trace has no complete events to draw")
-        return False
-    origin = min(e["ts"] for e in complete)
-    pids = sorted({e["pid"] for e in complete})
-    row = {pid: index for index, pid in enumerate(pids)}
-    figure, axes = plt.subplots(figsize=(12, 1.2 + 0.6 * len(pids)))
-    by_category = {}
-    for e in complete:
-        by_category.setdefault(e.get("cat", "other"), []).append(e)
-    order = list(CATEGORY_COLOURS) + sorted(set(by_category) - set(CATEGORY_COLOURS))
-    for category in [c for c in order if c in by_category]:
-        group = by_category[category]
-        colour = CATEGORY_COLOURS.get(category, "tab:gray")
-        label = category   # one legend entry per category
-        for pid in pids:
-            bars = [((e["ts"] - origin) / 1000.0, e["dur"] / 1000.0) for e in group if e["pid"] == pid]
-            if bars:
-                axes.broken_barh(bars, (row[pid] - 0.4, 0.8), facecolors=colour, edgecolor="black",
-                                 linewidth=0.3, label=label)
-                label = None
-    # Short names on the bars when there is room (few events).
-    if len(complete) <= 150:
-        span = max(e["ts"] + e["dur"] for e in complete) - origin
-        for e in complete:
-            if e["dur"] > 0.04 * span:
-                axes.text((e["ts"] - origin + e["dur"] / 2) / 1000.0, row[e["pid"]], short_name(e["name"]),
-                          ha="center", va="center", fontsize=6, clip_on=True)
-    axes.set_yticks(range(len(pids)))
-    axes.set_yticklabels([names.get(pid, f"rank {pid}") for pid in pids])
-    axes.invert_yaxis()
-    axes.set_xlabel("ms since the run started on each rank")
-    axes.set_title(title)
-    axes.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, borderaxespad=0)
+    return [e for e in events if e.get("ph") == "X"]
+
+
+def split_name(name):
+    """("Forward", 3) for "Forward mb 3"; ("AllReduce", None) for "AllReduce"."""
+    words = name.split()
+    if len(words) == 3 and words[1] == "mb":
+        return words[0], int(words[2])
+    return name, None
+
+
+def step_events(events, step):
+    """Per rank: the events of one step, times in ms from that rank's first event of the step.
+
+    Ranks' trace clocks start when each rank's executor was built (not synchronised), but every step
+    begins right after the previous step's global-norm all-reduce, which all ranks leave together:
+    aligning each rank's step at its first action is closer than the raw clocks."""
+    by_rank = {}
+    for e in events:
+        if e.get("args", {}).get("step") == step:
+            by_rank.setdefault(e["pid"], []).append(e)
+    result = {}
+    for pid, group in by_rank.items():
+        origin = min(e["ts"] for e in group)
+        result[pid] = [((e["ts"] - origin) / 1000.0, e["dur"] / 1000.0, e["name"]) for e in group]
+    return result
+
+
+def draw_gantt(axes, bars_by_rank, title):
+    """One row per rank, one bar per action coloured by kind, compute bars labelled by microbatch."""
+    ranks = sorted(bars_by_rank)
+    span = max((start + duration for bars in bars_by_rank.values() for start, duration, _ in bars), default=0.0)
+    for row, rank in enumerate(ranks):
+        for start, duration, name in bars_by_rank[rank]:
+            kind, microbatch = split_name(name)
+            colour = KIND_COLOURS.get(kind, "tab:gray")
+            height = 0.8 if kind in ("Forward", "Backward", "Recompute", "Step", "AllReduce") else 0.35
+            axes.broken_barh([(start, max(duration, span * 1e-3))], (row - height / 2, height), facecolors=colour,
+                             edgecolor="black", linewidth=0.3)
+            if microbatch is not None and kind in ("Forward", "Backward", "Recompute") and duration > 0.015 * span:
+                axes.text(start + duration / 2, row, str(microbatch), ha="center", va="center", fontsize=7,
+                          color="white", clip_on=True)
+    axes.set_yticks(range(len(ranks)))
+    axes.set_yticklabels([f"rank {rank}" for rank in ranks])
+    axes.set_ylim(len(ranks) - 0.5, -0.5)
+    axes.set_xlim(0, span * 1.01 if span > 0 else 1)
+    axes.set_title(title, fontsize=10)
     axes.grid(axis="x", alpha=0.3)
+
+
+def plot_gantt(plt, panels, out_path):
+    """panels: [(title, bars_by_rank)], drawn one above the other on a shared time axis."""
+    from matplotlib.patches import Patch
+    rows = sum(len(bars) for _, bars in panels)
+    figure, axes_list = plt.subplots(len(panels), 1, figsize=(12, 1.0 + 0.55 * rows + 0.6 * len(panels)),
+                                     sharex=True, squeeze=False)
+    for axes, (title, bars) in zip(axes_list[:, 0], panels):
+        draw_gantt(axes, bars, title)
+    span = max(start + duration for _, bars in panels for b in bars.values() for start, duration, _ in b)
+    axes_list[-1, 0].set_xlim(0, span * 1.01)
+    axes_list[-1, 0].set_xlabel("ms from the step's start (bars: microbatch number)")
+    axes_list[0, 0].legend(handles=[Patch(facecolor=KIND_COLOURS[kind], edgecolor="black", label=label)
+                                    for label, kind in KIND_LEGEND],
+                           loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, borderaxespad=0)
     figure.tight_layout()
     figure.savefig(out_path, dpi=110)
     plt.close(figure)
-    return True
 
 
-def short_name(name):
-    words = name.split()
-    if len(words) >= 3 and words[-2] == "mb":   # "Forward mb 3" -> "F3"
-        return words[0][0] + words[-1]
-    return name if len(name) <= 12 else name[:11] + "…"
+def median_step(records, trace_steps):
+    """The step (among those in the trace) whose measured seconds is the median; the first step
+    (warm-up) only when it is the only one."""
+    candidates = [r for r in records if r.get("step") in trace_steps and isinstance(r.get("seconds"), (int, float))]
+    if len(candidates) > 1:
+        candidates = [r for r in candidates if r["step"] != min(trace_steps)] or candidates
+    if not candidates:
+        return min(trace_steps)
+    candidates.sort(key=lambda r: r["seconds"])
+    return candidates[(len(candidates) - 1) // 2]["step"]
 
 
-def parse_steps(text):
+def simulate_plan(partrain, plan_path, out_path, step):
+    """Runs `partrain simulate PLAN --trace-out OUT --step N`; returns OUT or None with a message."""
     try:
-        first, last = text.split(":")
-        return int(first), int(last)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected FIRST:LAST, e.g. 2:3")
+        result = subprocess.run([partrain, "simulate", plan_path, "--trace-out", out_path, "--step", str(step)],
+                                capture_output=True, text=True)
+    except OSError as error:
+        print(f"plot_run: cannot run {partrain}: {error}; no predicted timeline")
+        return None
+    if result.returncode != 0:
+        print(f"plot_run: {partrain} simulate failed: {result.stderr.strip()}; no predicted timeline")
+        return None
+    return out_path
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", help="the run's [log] dir (metrics.jsonl, trace.json)")
+    parser.add_argument("run_dir", help="the run's [log] dir (metrics.jsonl, trace.json, plan.json)")
     parser.add_argument("--out", help="where to write the PNGs (default: RUN_DIR)")
     parser.add_argument("--trace", default="trace.json", help="trace file name in RUN_DIR (default trace.json)")
-    parser.add_argument("--steps", type=parse_steps, help="timeline only for steps FIRST:LAST (the trace's args.step)")
+    parser.add_argument("--step", type=int, help="the step to draw (the trace's args.step; default: the median-duration step)")
+    parser.add_argument("--predicted", help="a predicted trace (partrain simulate --trace-out); default: simulate RUN_DIR/plan.json")
+    parser.add_argument("--partrain", default=os.path.join(ROOT, "build/cpu/bin/partrain"),
+                        help="partrain binary for the simulation (default: build/cpu/bin/partrain)")
     args = parser.parse_args()
 
     try:
@@ -151,6 +206,7 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     title = os.path.basename(os.path.normpath(args.run_dir))
 
+    records = []
     if os.path.exists(metrics_path):
         records = read_metrics(metrics_path)
         if records:
@@ -162,15 +218,45 @@ def main():
     else:
         print(f"plot_run: no {metrics_path}; no curves")
 
-    if os.path.exists(trace_path):
-        with open(trace_path) as file:
-            trace = json.load(file)
-        path = os.path.join(out_dir, "timeline.png")
-        label = f"{title}: pipeline timeline" + (f", steps {args.steps[0]}-{args.steps[1]}" if args.steps else "")
-        if plot_timeline(plt, trace, path, label, args.steps):
-            print(f"plot_run: wrote {path}")
-    else:
+    if not os.path.exists(trace_path):
         print(f"plot_run: no {trace_path} (set [log] trace = \"trace.json\"); no timeline")
+        return 0
+    with open(trace_path) as file:
+        events = trace_events(json.load(file))
+    trace_steps = sorted({e.get("args", {}).get("step") for e in events} - {None})
+    if not trace_steps:
+        print("plot_run: the trace has no complete events to draw")
+        return 0
+    step = args.step if args.step is not None else median_step(records, trace_steps)
+    if step not in trace_steps:
+        print(f"plot_run: step {step} is not in {trace_path} (steps {trace_steps[0]}..{trace_steps[-1]})", file=sys.stderr)
+        return 1
+    measured = step_events(events, step)
+    seconds = {r["step"]: r.get("seconds") for r in records}
+    measured_title = f"{title}: measured step {step}" + (f" ({1e3 * seconds[step]:.1f} ms)" if seconds.get(step) else "")
+    panels = [(measured_title, measured)]
+
+    predicted_path = args.predicted
+    plan_path = os.path.join(args.run_dir, "plan.json")
+    if predicted_path is None and os.path.exists(plan_path):
+        if os.access(args.partrain, os.X_OK):
+            predicted_path = simulate_plan(args.partrain, plan_path, os.path.join(out_dir, "predicted-trace.json"), step)
+        else:
+            print(f"plot_run: no partrain binary at {args.partrain} (--partrain); no predicted timeline")
+    if predicted_path:
+        with open(predicted_path) as file:
+            predicted_events = trace_events(json.load(file))
+        predicted_steps = sorted({e.get("args", {}).get("step") for e in predicted_events} - {None})
+        if predicted_steps:
+            predicted = step_events(predicted_events, predicted_steps[0])
+            span = max(s + d for bars in predicted.values() for s, d, _ in bars)
+            panels.append((f"{title}: predicted step (simulated schedule, plan's stage costs; {span:.1f} ms)", predicted))
+            path = os.path.join(out_dir, "predicted.png")
+            plot_gantt(plt, panels[1:], path)
+            print(f"plot_run: wrote {path}")
+    path = os.path.join(out_dir, "timeline.png")
+    plot_gantt(plt, panels, path)
+    print(f"plot_run: wrote {path}")
     return 0
 
 

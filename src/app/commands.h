@@ -32,8 +32,15 @@ struct InspectArguments {
   std::vector<std::string> overrides;
 };
 
+struct SimulateArguments {
+  std::string plan_file;               // saved plan (JSON)
+  std::string trace_out;               // write the predicted step as a Chrome trace here; empty: do not
+  long step = 0;                       // args.step of the trace's events
+};
+
 int run_train(const TrainArguments& arguments);
 int run_plan(const PlanArguments& arguments);
 int run_inspect(const InspectArguments& arguments);
+int run_simulate(const SimulateArguments& arguments);
 
 }  // namespace partrain::app

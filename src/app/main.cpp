@@ -3,6 +3,7 @@
 //   partrain plan CONFIG.toml [--world-size N] [--device-memory 80GiB] [--planner P] [--profile-db FILE] [--save PLAN.json]
 //   partrain plan --workload GRAPH.json --planner ideals|dpl [--accelerators K] [--cpus L] [--device-memory SIZE]
 //   partrain inspect CONFIG.toml | CHECKPOINT.h5
+//   partrain simulate PLAN.json [--trace-out FILE] [--step N]
 // User mistakes end with one "partrain: error: ..." line and exit code 1, never a backtrace. A
 // training run that SIGUSR1/SIGTERM stopped after writing a checkpoint exits with 3 (app/stop_signals.h).
 #include <CLI/CLI.hpp>
@@ -76,6 +77,14 @@ int main(int argc, char** argv) {
   inspect->add_option("file", inspect_arguments.file, "experiment file or checkpoint")->required()->check(CLI::ExistingFile);
   inspect->add_option("--set", inspect_arguments.overrides, "override one setting: section.key=value (repeatable)");
 
+  SimulateArguments simulate_arguments;
+  CLI::App* simulate = app.add_subcommand(
+      "simulate", "simulate a saved plan's schedule with its predicted costs; optionally write the predicted step as a Chrome trace");
+  simulate->add_option("plan", simulate_arguments.plan_file, "saved plan (JSON)")->required()->check(CLI::ExistingFile);
+  simulate->add_option("--trace-out", simulate_arguments.trace_out,
+                       "write the predicted step as a Chrome trace (the executor's event names)");
+  simulate->add_option("--step", simulate_arguments.step, "args.step of the trace's events (default 0)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -89,6 +98,7 @@ int main(int argc, char** argv) {
       return run_plan(plan_arguments);
     }
     if (*inspect) return run_inspect(inspect_arguments);
+    if (*simulate) return run_simulate(simulate_arguments);
   } catch (const CLI::ValidationError& error) {
     std::fprintf(stderr, "partrain: error: %s\n", error.what());
     return 1;

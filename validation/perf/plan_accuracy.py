@@ -1,0 +1,301 @@
+#!/usr/bin/python3
+"""Plan accuracy benchmark: predicted vs measured step time and peak memory over a set of plans,
+and the rannc planner's regret (DESIGN.md "Predictions checked against measurement").
+
+    validation/perf/plan_accuracy.py [--ranks 2|4] [--steps 12] [--models bert,gpt,resnet]
+                                     [--cold] [--out runs/plan-accuracy] [--binary build/cpu/bin/partrain]
+
+A benchmark, not a test: it asserts nothing. For each tiny model it trains a set of manual plans
+(1-2 stages on 2 ranks; with --ranks 4 also unequal replicas and 3-4 stages; gpipe/1f1b/scp,
+recompute on/off, several microbatch counts) and the plan the default planner (rannc) picks, each
+with `mpirun -np RANKS partrain train ... --set profile.enabled=true`, so every prediction comes from
+costs profiled on the ranks (ProfileDB cached in --profile-cache; --cold deletes it first). From each
+run's plan.json and metrics.jsonl it takes the predicted step time (plan.predicted_step_seconds) vs
+the measured one (median of `seconds` over the steps after the first, as the run's own
+"prediction error:" line), and each stage's predicted peak memory vs the largest measured
+`rank_peak_memory_bytes` of its ranks. Prints one table row per plan, then per model the regret:
+measured step time of rannc's plan / fastest measured plan of the set (rannc's included).
+The "load" column is the 1-minute load average after the run: on a shared machine other processes
+inflate the measured times (and the profiled costs, when the cache is cold) — compare with nproc.
+Exit code 0 when every run finished, 1 when one failed (its log is named), 2 on a bad command line.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Per model: config, boundaries for 2, 3 and 4 stages (ctest/validation/distributed_training.cpp).
+MODELS = {
+    "bert": ("configs/bert-tiny.toml", {2: ["encoder.layer.1"], 3: ["encoder.layer.0", "encoder.layer.1"],
+                                         4: ["encoder.layer.0", "encoder.layer.1", "pooler"]}),
+    "gpt": ("configs/gpt-tiny.toml", {2: ["h.1"], 3: ["h.0", "h.1"], 4: ["h.0", "h.1", "ln_f"]}),
+    "resnet": ("configs/resnet-tiny.toml", {2: ["layer3.0"], 3: ["layer2.0", "layer3.0"],
+                                             4: ["layer2.0", "layer3.0", "layer4.0"]}),
+}
+
+
+def plan_set(model, ranks):
+    """The manual plans for one model: (name, replicas per stage, schedule, recompute, microbatches)."""
+    plans = [
+        ("dp", [ranks], "1f1b", "none", 1),
+        ("dp", [ranks], "1f1b", "none", 2),
+        ("2st", [1, 1], "gpipe", "none", 2),
+        ("2st", [1, 1], "gpipe", "none", 4),
+        ("2st", [1, 1], "1f1b", "none", 8),
+        ("2st", [1, 1], "1f1b", "boundaries", 4),
+        ("2st", [1, 1], "scp", "boundaries", 4),
+    ]
+    if ranks >= 4:
+        plans += [
+            ("2st", [2, 2], "1f1b", "none", 4),
+            ("4st", [1, 1, 1, 1], "1f1b", "boundaries", 4),
+            ("4st", [1, 1, 1, 1], "gpipe", "none", 8),
+        ]
+        # Unequal replicas only for the transformers: the validation tests run ResNet (BatchNorm)
+        # with equal replicas only.
+        if model != "resnet":
+            plans += [("2st", [3, 1], "1f1b", "none", 4), ("3st", [2, 1, 1], "gpipe", "boundaries", 4)]
+    return plans
+
+
+def placement_stages(plan):
+    """Stage of every rank (Plan::placement_of: copy-major, then stage, then replica)."""
+    per_copy = []
+    for stage, entry in enumerate(plan["stages"]):
+        per_copy += [stage] * entry["replicas"]
+    return per_copy * plan["pipeline_copies"]
+
+
+def read_run(directory):
+    """(plan, metrics rows) of a finished run."""
+    with open(os.path.join(directory, "plan.json")) as file:
+        plan = json.load(file)
+    rows = []
+    with open(os.path.join(directory, "metrics.jsonl")) as file:
+        for line in file:
+            if line.strip():
+                rows.append(json.loads(line))
+    return plan, rows
+
+
+def measured_figures(plan, rows):
+    """Measured median step seconds (steps after the first) and per-stage peak bytes."""
+    seconds = [row["seconds"] for row in rows]
+    if len(seconds) > 1:
+        seconds = seconds[1:]
+    stages = placement_stages(plan)
+    peaks = [0.0] * len(plan["stages"])
+    for row in rows:
+        for rank, value in enumerate(row.get("rank_peak_memory_bytes", [])):
+            peaks[stages[rank]] = max(peaks[stages[rank]], value)
+    return statistics.median(seconds), peaks
+
+
+def trace_figures(plan, directory):
+    """From the run's trace (steps after the first): the optimizer Step's ms (slowest rank, median
+    over steps), which the prediction does not include, and measured / predicted compute of one
+    microbatch (forward + backward + recompute over the stages; each action kind's median)."""
+    path = os.path.join(directory, "trace.json")
+    if not os.path.exists(path):
+        return float("nan"), float("nan")
+    with open(path) as file:
+        events = [e for e in json.load(file)["traceEvents"] if e.get("ph") == "X" and e["args"]["step"] > 1]
+    stages = placement_stages(plan)
+    step_ms, compute = {}, {}
+    for e in events:
+        kind = e["name"].split(" mb ")[0]
+        if kind == "Step":
+            step_ms[e["args"]["step"]] = max(step_ms.get(e["args"]["step"], 0.0), e["dur"] / 1e3)
+        elif kind in ("Forward", "Backward", "Recompute"):
+            compute.setdefault((stages[e["pid"]], kind), []).append(e["dur"] / 1e6)
+    # The simulator's per-action costs (TimelineCosts::from_plan): a recomputing stage's backward
+    # is the plan's backward minus one forward, its Recompute one forward; only the (stage, kind)
+    # pairs the schedule runs count (scp's last stage never recomputes).
+    def predicted_cost(stage, kind):
+        entry = plan["stages"][stage]
+        recomputes = entry["recompute"] != "none"
+        if kind == "Backward" and recomputes:
+            return max(0.0, entry["backward_seconds"] - entry["forward_seconds"])
+        return entry["backward_seconds"] if kind == "Backward" else entry["forward_seconds"]
+    measured = sum(statistics.median(v) for v in compute.values())
+    predicted = sum(predicted_cost(stage, kind) for stage, kind in compute)
+    return (statistics.median(step_ms.values()) if step_ms else float("nan"),
+            measured / predicted if predicted > 0 else float("nan"))
+
+
+def error(measured, predicted):
+    return (measured - predicted) / predicted if predicted > 0 else float("nan")
+
+
+def describe(plan):
+    replicas = ",".join(str(stage["replicas"]) for stage in plan["stages"])
+    recompute = "rc" if any(stage["recompute"] != "none" for stage in plan["stages"]) else "-"
+    copies = f" x{plan['pipeline_copies']}" if plan["pipeline_copies"] > 1 else ""
+    return f"{len(plan['stages'])}st [{replicas}]{copies} {plan['schedule']} M={plan['microbatches']} {recompute}"
+
+
+def run_one(args, model, label, settings, out_dir):
+    """Trains one plan; returns a result dict (or None on failure, after printing the log's tail)."""
+    config, _ = MODELS[model]
+    directory = os.path.join(out_dir, f"{model}-{label}")
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    log_path = directory + ".log"
+    command = ["mpirun", "-np", str(args.ranks)] + (["--oversubscribe"] if args.ranks > os.cpu_count() else []) + [
+        args.binary, "train", config, "--set", f"train.steps={args.steps}", "--set", f"log.dir={directory}",
+        "--set", "log.trace=trace.json", "--set", "checkpoint.every=0", "--set", f"log.every={args.steps}",
+        "--set", "profile.enabled=true", "--set", f"profile.cache_dir={args.profile_cache}"]
+    for setting in settings:
+        command += ["--set", setting]
+    start = time.monotonic()
+    with open(log_path, "w") as log:
+        status = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout).returncode
+    wall = time.monotonic() - start
+    with open(log_path) as log:
+        text = log.read()
+    if status != 0:
+        print(f"plan_accuracy: {model} {label} failed (exit {status}); log {log_path}:\n" + text[-1500:], file=sys.stderr)
+        return None
+    plan, rows = read_run(directory)
+    measured, peaks = measured_figures(plan, rows)
+    _, first_peaks = measured_figures(plan, rows[:1])
+    optimizer_ms, compute_ratio = trace_figures(plan, directory)
+    profiled = re.search(r"profile: measured (\d+) task sets", text)
+    line = re.search(r"^prediction error: .*$", text, re.MULTILINE)
+    return {"model": model, "label": label, "plan": describe(plan), "planner": plan["planner"],
+            "predicted_s": plan["predicted_step_seconds"], "measured_s": measured,
+            "time_error": error(measured, plan["predicted_step_seconds"]),
+            "predicted_mem": [s["memory_bytes"] for s in plan["stages"]], "measured_mem": peaks,
+            "mem_errors": [error(m, s["memory_bytes"]) for m, s in zip(peaks, plan["stages"])],
+            "first_step_mem_errors": [error(m, s["memory_bytes"]) for m, s in zip(first_peaks, plan["stages"])],
+            "optimizer_ms": optimizer_ms, "compute_ratio": compute_ratio,
+            "profiled_sets": int(profiled.group(1)) if profiled else 0, "wall_s": wall, "load": os.getloadavg()[0],
+            "error_line": line.group(0) if line else ""}
+
+
+def rescaled_error(r):
+    """Step-time error once the prediction is given the run's own compute speed and optimizer step:
+    predicted × (measured / predicted compute) + optimizer ms. What is left is the schedule model's
+    error (transfers, waits, overheads), not the profile's."""
+    return error(r["measured_s"], r["predicted_s"] * r["compute_ratio"] + r["optimizer_ms"] / 1e3)
+
+
+def percent(value):
+    return "n/a" if value != value else f"{100 * value:+.1f}%"
+
+
+def print_table(results):
+    print("| model | plan | planner | predicted ms | measured ms | time error | peak MiB per stage (measured/predicted) "
+          "| memory error per stage (step 1) | compute meas/pred | optimizer ms | time error, rescaled | profiled sets "
+          "| wall s | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        memory = " ".join(f"{m / 2**20:.1f}/{p / 2**20:.1f}" for m, p in zip(r["measured_mem"], r["predicted_mem"]))
+        memory_errors = " ".join(f"{percent(e)} ({percent(f)})" for e, f in zip(r["mem_errors"], r.get("first_step_mem_errors", r["mem_errors"])))
+        print(f"| {r['model']} | {r['plan']} | {r['planner']} | {1e3 * r['predicted_s']:.1f} | {1e3 * r['measured_s']:.1f} "
+              f"| {percent(r['time_error'])} | {memory} | {memory_errors} | {r['compute_ratio']:.2f} | {r['optimizer_ms']:.1f} "
+              f"| {percent(rescaled_error(r))} "
+              f"| {r['profiled_sets']} | {r['wall_s']:.0f} "
+              f"| {r['load']:.1f} |")
+
+
+def print_summary(results):
+    print("\n| model | rannc's plan | rannc measured ms | fastest plan of the set | fastest ms | regret |")
+    print("|---|---|---|---|---|---|")
+    for model in dict.fromkeys(r["model"] for r in results):
+        mine = [r for r in results if r["model"] == model]
+        rannc = [r for r in mine if r["label"] == "rannc"]
+        fastest = min(mine, key=lambda r: r["measured_s"])
+        if rannc:
+            regret = rannc[0]["measured_s"] / fastest["measured_s"]
+            print(f"| {model} | {rannc[0]['plan']} | {1e3 * rannc[0]['measured_s']:.1f} | {fastest['plan']} "
+                  f"({fastest['planner']}) | {1e3 * fastest['measured_s']:.1f} | {regret:.3f} |")
+    time_errors = [abs(r["time_error"]) for r in results]
+    mem_errors = [abs(e) for r in results for e in r["mem_errors"]]
+    within = lambda values: sum(v < 0.10 for v in values)
+    print(f"\nstep time: |error| median {100 * statistics.median(time_errors):.1f}%, max {100 * max(time_errors):.1f}%, "
+          f"{within(time_errors)} of {len(time_errors)} plans within 10%")
+    rescaled = [abs(rescaled_error(r)) for r in results if rescaled_error(r) == rescaled_error(r)]
+    if rescaled:
+        print(f"step time rescaled (measured compute speed + optimizer step): |error| median "
+              f"{100 * statistics.median(rescaled):.1f}%, max {100 * max(rescaled):.1f}%, {within(rescaled)} of "
+              f"{len(rescaled)} plans within 10%")
+    print(f"peak memory: |error| median {100 * statistics.median(mem_errors):.1f}%, max {100 * max(mem_errors):.1f}%, "
+          f"{within(mem_errors)} of {len(mem_errors)} stages within 10%")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, default=2, help="MPI ranks (default 2; 4 oversubscribes a 2-core machine)")
+    parser.add_argument("--steps", type=int, default=12, help="training steps per plan (default 12; the first is not counted)")
+    parser.add_argument("--models", default="bert,gpt,resnet", help="comma-separated subset of bert,gpt,resnet")
+    parser.add_argument("--out", default=os.path.join(ROOT, "runs/plan-accuracy"), help="run directories and logs")
+    parser.add_argument("--binary", default=os.path.join(ROOT, "build/cpu/bin/partrain"))
+    parser.add_argument("--profile-cache", default=os.path.join(ROOT, "runs/profile-cache"),
+                        help="ProfileDB cache directory (default runs/profile-cache)")
+    parser.add_argument("--cold", action="store_true", help="delete the profile cache first (every model profiles again)")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per run before it is killed (default 300)")
+    parser.add_argument("--json", help="also write every result as JSON here")
+    parser.add_argument("--report", metavar="JSON", help="only print the tables of a --json file written before")
+    args = parser.parse_args()
+    if args.report:
+        with open(args.report) as file:
+            saved = json.load(file)
+        print(f"plan_accuracy: {saved['environment']}\n")
+        print_table(saved["results"])
+        print_summary(saved["results"])
+        return 0
+    models = args.models.split(",")
+    if args.ranks not in (2, 4) or args.steps < 2 or any(m not in MODELS for m in models):
+        parser.error("--ranks must be 2 or 4, --steps at least 2, --models from bert,gpt,resnet")
+    if not os.access(args.binary, os.X_OK):
+        parser.error(f"{args.binary} is not an executable; build it: cmake --build --preset cpu --target partrain")
+    if args.cold:
+        shutil.rmtree(args.profile_cache, ignore_errors=True)
+    os.makedirs(args.out, exist_ok=True)
+    env_note = f"{args.ranks} ranks on {os.cpu_count()} cores, {args.steps} steps per plan, load average before " + \
+               " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"plan_accuracy: {env_note}", flush=True)
+
+    results, failed = [], 0
+    start = time.monotonic()
+    for model in models:
+        _, boundaries = MODELS[model]
+        cases = [("rannc", ["parallel.planner=rannc"])]
+        for name, replicas, schedule, recompute, microbatches in plan_set(model, args.ranks):
+            stages = len(replicas)
+            label = f"{name}{''.join(map(str, replicas))}-{schedule}-{recompute}-m{microbatches}"
+            bounds = ",".join(f'"{b}"' for b in boundaries.get(stages, []))
+            cases.append((label, ["parallel.planner=manual", f"parallel.stages={stages}",
+                                  f"parallel.replicas=[{','.join(map(str, replicas))}]", f"parallel.boundaries=[{bounds}]",
+                                  f"parallel.schedule={schedule}", f"parallel.recompute={recompute}",
+                                  f"train.microbatches={microbatches}"]))
+        for label, settings in cases:
+            result = run_one(args, model, label, settings, args.out)
+            if result is None:
+                failed += 1
+                continue
+            results.append(result)
+            print(f"  {model:6s} {result['plan']:32s} predicted {1e3 * result['predicted_s']:8.1f} ms, measured "
+                  f"{1e3 * result['measured_s']:8.1f} ms ({percent(result['time_error'])}), memory "
+                  f"{' '.join(percent(e) for e in result['mem_errors'])}, {result['wall_s']:.0f} s", flush=True)
+    print(f"\nplan_accuracy: {len(results)} runs in {time.monotonic() - start:.0f} s, load average after "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()) + "\n")
+    if results:
+        print_table(results)
+        print_summary(results)
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({"environment": env_note, "results": results}, file, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
