@@ -90,6 +90,13 @@ TEST(CalibratedCostModel, MeasuredWorkingMemoryAndCommunication) {
   // Across nodes was not measured: the config's network bandwidth.
   EXPECT_DOUBLE_EQ(model->transfer_seconds(1e6, true), analytic->transfer_seconds(1e6, true));
   EXPECT_NE(model->description().find("communication measured"), std::string::npos);
+  // The optimizer step: measured seconds per parameter byte, 0 for an optimizer not measured.
+  EXPECT_DOUBLE_EQ(model->optimizer_step_seconds(1e6, "adamw"), 0.0);
+  db.set_optimizer_seconds_per_byte("adamw", 2e-9);
+  EXPECT_DOUBLE_EQ(make_calibrated_cost_model(graph, db, device)->optimizer_step_seconds(1e6, "adamw"), 2e-3);
+  EXPECT_DOUBLE_EQ(make_calibrated_cost_model(graph, db, device)->optimizer_step_seconds(1e6, "sgd"), 0.0);
+  const profile::ProfileDB copy = profile::ProfileDB::from_json(db.to_json(), "test");
+  EXPECT_EQ(copy.optimizer_seconds_per_byte(), db.optimizer_seconds_per_byte());
 }
 
 TEST(CalibratedCostModel, RequestsCoverEveryLayerAndMissingLayersAreErrors) {

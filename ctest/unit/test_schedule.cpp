@@ -471,6 +471,17 @@ TEST(Schedule, CostsFromPlanSplitTheRecomputation) {
   EXPECT_DOUBLE_EQ(costs.all_reduce_seconds(1), 0.0);
   plan.stages[1].allreduce_seconds = 0.5;
   EXPECT_DOUBLE_EQ(partrain::TimelineCosts::from_plan(plan).all_reduce_seconds(1), 0.5);
+  // Each stage's optimizer step ends its list: the step time grows by the slowest stage's, as the
+  // stages step in parallel once their backwards are done.
+  const double before = partrain::simulate_schedule(plan, partrain::generate_schedule(plan),
+                                                    partrain::TimelineCosts::from_plan(plan)).step_seconds;
+  plan.stages[0].optimizer_seconds = 0.25;
+  plan.stages[1].optimizer_seconds = 0.125;
+  const auto with_steps = partrain::TimelineCosts::from_plan(plan);
+  EXPECT_EQ(with_steps.stage_step_seconds, (std::vector<double>{0.25, 0.125}));
+  // GPipe, stage 0 finishes its backwards last: its 0.25 s step is the tail.
+  EXPECT_DOUBLE_EQ(partrain::simulate_schedule(plan, partrain::generate_schedule(plan), with_steps).step_seconds,
+                   before + 0.25);
 }
 
 TEST(Schedule, GeneratorRejectsInconsistentPlans) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "app/optimizer_profile.h"
 #include "app/planning.h"
 #include "app/prediction_report.h"
 #include "app/stop_signals.h"
@@ -119,6 +120,13 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
                   communication.allreduce.rbegin()->second.bytes_per_second / 1e9);
       database.set_communication(std::move(communication));
     }
+  }
+  // The optimizer step's cost per parameter byte (rank 0 plans; it measures on its own device).
+  if (world.rank() == 0 && !database.optimizer_seconds_per_byte().count(config.train.optimizer)) {
+    const double seconds = measure_optimizer_seconds_per_byte(backend, config.train.optimizer,
+                                                              runtime_options(config.train).optimizer);
+    database.set_optimizer_seconds_per_byte(config.train.optimizer, seconds);
+    std::printf("profile: %s step %.3f ms per million parameters\n", config.train.optimizer.c_str(), seconds * 4e9);
   }
   if (world.rank() == 0) {
     std::filesystem::create_directories(config.profile.cache_dir);

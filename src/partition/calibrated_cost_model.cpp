@@ -20,7 +20,8 @@ std::vector<std::int64_t> calibration_batches(std::int64_t max_batch) {
 class CalibratedCostModel final : public CostModel {
  public:
   CalibratedCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device)
-      : analytic_(make_analytic_cost_model(graph, device)), device_(device), communication_(database.communication()) {
+      : analytic_(make_analytic_cost_model(graph, device)), device_(device), communication_(database.communication()),
+        optimizer_seconds_per_byte_(database.optimizer_seconds_per_byte()) {
     PARTRAIN_CHECK(database.graph_hash() == graph.hash(),
                    "profiled costs: the ProfileDB was measured for another model (graph hash differs)");
     group_of_.assign(graph.tasks().size(), -1);
@@ -84,6 +85,10 @@ class CalibratedCostModel final : public CostModel {
       return analytic_->allreduce_seconds(bytes, replicas, across_nodes);
     return communication_.allreduce_seconds(bytes, replicas);
   }
+  double optimizer_step_seconds(double parameter_bytes, const std::string& optimizer) const override {
+    auto found = optimizer_seconds_per_byte_.find(optimizer);
+    return found == optimizer_seconds_per_byte_.end() ? 0.0 : found->second * parameter_bytes;
+  }
   std::string description() const override { return description_; }
   const DeviceSpec& device() const override { return device_; }
 
@@ -131,6 +136,7 @@ class CalibratedCostModel final : public CostModel {
   std::unique_ptr<CostModel> analytic_;
   DeviceSpec device_;
   profile::CommunicationProfile communication_;
+  std::map<std::string, double> optimizer_seconds_per_byte_;  // measured optimizer step cost
   std::vector<Group> groups_;
   std::vector<int> group_of_;
   std::vector<double> flops_;

@@ -36,6 +36,13 @@ class CostModel {
   /// Seconds of a ring all-reduce of `bytes` over `replicas` devices: 2 (r-1)/r · bytes / bandwidth.
   virtual double allreduce_seconds(double bytes, int replicas, bool across_nodes) const = 0;
   /// One line naming the model and its parameters, for the plan table.
+  /// Seconds of one optimizer step (`optimizer`: "adamw" or "sgd") over `parameter_bytes` of fp32
+  /// parameters on one device; 0 when the model does not know (the default).
+  virtual double optimizer_step_seconds(double parameter_bytes, const std::string& optimizer) const {
+    (void)parameter_bytes;
+    (void)optimizer;
+    return 0.0;
+  }
   virtual std::string description() const = 0;
   virtual const DeviceSpec& device() const = 0;
 };

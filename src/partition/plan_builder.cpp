@@ -206,6 +206,7 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
     if (stage.summary.empty()) stage.summary = summarize_tasks(graph, stage.tasks);
     const int group = stage.replicas * plan.pipeline_copies;
     stage.allreduce_seconds = cost.allreduce_seconds(m.parameter_bytes, group, spans_nodes(cost, group));
+    stage.optimizer_seconds = cost.optimizer_step_seconds(m.parameter_bytes, options.optimizer);
   }
   // The step time is the schedule's own action lists simulated with these costs: gpipe, 1f1b and
   // scp get their own bubbles, and each stage's all-reduce starts when that stage's backwards end.

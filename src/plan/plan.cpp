@@ -262,6 +262,7 @@ nlohmann::json Plan::to_json() const {
                           {"recompute", recompute_name(stage.recompute)}, {"forward_seconds", stage.forward_seconds},
                           {"backward_seconds", stage.backward_seconds}, {"memory_bytes", stage.memory_bytes},
                           {"allreduce_seconds", stage.allreduce_seconds},
+                          {"optimizer_seconds", stage.optimizer_seconds},
                           {"tasks", stage.tasks}});
   }
   return {{"format", "partrain-plan"},
@@ -316,6 +317,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
       stage.backward_seconds = entry.value("backward_seconds", 0.0);
       stage.memory_bytes = entry.value("memory_bytes", 0.0);
       stage.allreduce_seconds = entry.value("allreduce_seconds", 0.0);
+      stage.optimizer_seconds = entry.value("optimizer_seconds", 0.0);
       stage.tasks = entry.at("tasks").get<std::vector<int>>();
       plan.stages.push_back(std::move(stage));
     }

@@ -45,6 +45,7 @@ struct PlanStage {
   double backward_seconds = 0;  // predicted: one microbatch on one replica (incl. recomputation)
   double memory_bytes = 0;      // predicted peak bytes per device
   double allreduce_seconds = 0; // predicted: the stage's gradient all-reduce over its data-parallel group
+  double optimizer_seconds = 0; // predicted: the optimizer step over the stage's parameters
 };
 
 /// Where a rank sits in the plan.

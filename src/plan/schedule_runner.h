@@ -57,7 +57,7 @@ struct Runner {
       case ActionKind::Forward: return costs->forward_seconds[s];
       case ActionKind::Backward: return costs->backward_seconds[s];
       case ActionKind::Recompute: return costs->recompute_seconds[s];
-      case ActionKind::Step: return costs->step_seconds;
+      case ActionKind::Step: return costs->stage_step_seconds.empty() ? costs->step_seconds : costs->stage_step_seconds.at(s);
       default: return 0;
     }
   }

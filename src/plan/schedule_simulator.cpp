@@ -21,6 +21,10 @@ void check_costs(const Plan& plan, const TimelineCosts& costs) {
     PARTRAIN_CHECK(costs.forward_seconds[s] >= 0 && costs.backward_seconds[s] >= 0 && costs.recompute_seconds[s] >= 0,
                    "simulate_schedule: negative cost for stage " << s);
   PARTRAIN_CHECK(costs.step_seconds >= 0, "simulate_schedule: negative step time");
+  PARTRAIN_CHECK(costs.stage_step_seconds.empty() || costs.stage_step_seconds.size() == S,
+                 "simulate_schedule: " << costs.stage_step_seconds.size() << " stage step times for " << S << " stages");
+  for (double seconds : costs.stage_step_seconds)
+    PARTRAIN_CHECK(seconds >= 0, "simulate_schedule: negative step time");
 }
 
 }  // namespace
@@ -30,6 +34,7 @@ TimelineCosts TimelineCosts::from_plan(const Plan& plan) {
   std::vector<double> all_reduce;
   for (const PlanStage& stage : plan.stages) {
     all_reduce.push_back(stage.allreduce_seconds);
+    costs.stage_step_seconds.push_back(stage.optimizer_seconds);
     const bool recomputes = stage.recompute != RecomputePolicy::None;
     costs.forward_seconds.push_back(stage.forward_seconds);
     costs.recompute_seconds.push_back(recomputes ? stage.forward_seconds : 0.0);

@@ -21,8 +21,9 @@ struct TimelineCosts {
   std::function<double(ActionKind kind, int from_rank, int to_rank, std::int64_t samples)> transfer_seconds;
   /// Seconds of a stage's gradient all-reduce once all members arrived; empty: 0.
   std::function<double(int stage)> all_reduce_seconds;
-  /// Seconds of the optimizer step.
+  /// Seconds of the optimizer step; per stage when `stage_step_seconds` is not empty.
   double step_seconds = 0;
+  std::vector<double> stage_step_seconds;
   /// Optional: seconds of compute or Step action `index` of `rank`'s list, replacing the per-stage
   /// costs above (e.g. the durations a run's trace measured).
   std::function<double(int rank, std::size_t index)> action_seconds;
@@ -30,7 +31,7 @@ struct TimelineCosts {
   /// From the plan's predictions: forward = PlanStage::forward_seconds; for a recomputing stage
   /// recompute = forward_seconds and backward = backward_seconds − forward_seconds (the plan's backward
   /// includes the recomputation), otherwise recompute = 0 and backward = backward_seconds;
-  /// all-reduce = PlanStage::allreduce_seconds. No separate transfer costs: the planners fold a
+  /// all-reduce = PlanStage::allreduce_seconds; step = PlanStage::optimizer_seconds. No separate transfer costs: the planners fold a
   /// stage's boundary transfers into its forward and backward (on MPI the copies occupy the rank).
   static TimelineCosts from_plan(const Plan& plan);
 };

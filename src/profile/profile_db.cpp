@@ -51,6 +51,7 @@ void ProfileDB::merge(const ProfileDB& other) {
                  "ProfileDB: cannot merge measurements of another graph, backend or dtype");
   for (const auto& [key, measurement] : other.entries_) entries_[key] = measurement;
   if (!other.communication_.empty()) communication_ = other.communication_;
+  for (const auto& [optimizer, seconds] : other.optimizer_seconds_per_byte_) optimizer_seconds_per_byte_[optimizer] = seconds;
 }
 
 namespace {
@@ -72,7 +73,8 @@ nlohmann::json ProfileDB::to_json() const {
   }
   return {{"format", "partrain-profile-db"}, {"version", 1}, {"graph_hash", hash_hex(graph_hash_)},
           {"backend", backend_}, {"dtype", dtype_}, {"measurements", entries},
-          {"communication", communication_.to_json()}};
+          {"communication", communication_.to_json()},
+          {"optimizer_seconds_per_byte", optimizer_seconds_per_byte_}};
 }
 
 ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string& source_name) {
@@ -94,6 +96,8 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
       m.peak_bytes = entry.at("peak_bytes").get<double>();
       db.entries_[{entry.at("tasks").get<std::string>(), entry.at("batch").get<std::int64_t>()}] = m;
     }
+    if (document.contains("optimizer_seconds_per_byte"))
+      db.optimizer_seconds_per_byte_ = document.at("optimizer_seconds_per_byte").get<std::map<std::string, double>>();
     if (document.contains("communication"))  // older caches hold none: measured again
       db.communication_ = CommunicationProfile::from_json(document.at("communication"), source_name);
     return db;

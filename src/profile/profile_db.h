@@ -53,6 +53,12 @@ class ProfileDB {
   /// Measured point-to-point and all-reduce costs of the machine (empty until measured).
   const CommunicationProfile& communication() const { return communication_; }
   void set_communication(CommunicationProfile communication) { communication_ = std::move(communication); }
+  /// Measured seconds per fp32 parameter byte of one optimizer step, by optimizer ("adamw", "sgd");
+  /// absent until measured.
+  const std::map<std::string, double>& optimizer_seconds_per_byte() const { return optimizer_seconds_per_byte_; }
+  void set_optimizer_seconds_per_byte(const std::string& optimizer, double seconds) {
+    optimizer_seconds_per_byte_[optimizer] = seconds;
+  }
   /// Merges another DB of the same graph/backend/dtype (throws partrain::Error otherwise).
   void merge(const ProfileDB& other);
 
@@ -73,6 +79,7 @@ class ProfileDB {
   std::string dtype_ = "fp32";
   std::map<std::pair<std::string, std::int64_t>, Measurement> entries_;
   CommunicationProfile communication_;
+  std::map<std::string, double> optimizer_seconds_per_byte_;
 };
 
 }  // namespace partrain::profile

@@ -1,0 +1,30 @@
+#include "app/optimizer_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace partrain::app {
+
+double measure_optimizer_seconds_per_byte(Backend& backend, const std::string& optimizer,
+                                          const OptimizerSettings& settings, int repeats) {
+  constexpr std::int64_t kElements = 4 << 20;
+  const Tensor parameter = backend.zeros({kElements});
+  const Tensor gradient = backend.zeros({kElements});
+  backend.fill_zero(gradient);
+  std::vector<OptimizerParameter> parameters{{"profile.weight", parameter, true}};
+  const std::unique_ptr<Optimizer> step = make_optimizer(optimizer, settings, std::move(parameters), backend);
+  const std::vector<Tensor> gradients{gradient};
+  std::vector<double> samples;
+  for (int round = 0; round <= repeats; ++round) {
+    backend.synchronise();
+    const auto start = std::chrono::steady_clock::now();
+    step->step(gradients, 1e-3, 1.0);
+    backend.synchronise();
+    if (round > 0) samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+  return samples[samples.size() / 2] / (4.0 * kElements);
+}
+
+}  // namespace partrain::app

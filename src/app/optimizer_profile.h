@@ -1,0 +1,18 @@
+#pragma once
+// The optimizer step's cost on this rank's device (part of profiling before planning): one
+// optimizer step is a few passes over every parameter, so its time grows with parameter bytes;
+// the planner's simulated step time adds it per stage.
+#include <string>
+
+#include "core/backend.h"
+#include "runtime/optimizer.h"
+
+namespace partrain::app {
+
+/// Median seconds per fp32 parameter byte of one `optimizer` step ("adamw" or "sgd") with
+/// `settings` on `backend`, timed on a 4 Mi-element parameter after one warm-up step (`repeats`
+/// timed steps). Throws partrain::Error for an unknown optimizer.
+double measure_optimizer_seconds_per_byte(Backend& backend, const std::string& optimizer,
+                                          const OptimizerSettings& settings, int repeats = 5);
+
+}  // namespace partrain::app
