@@ -15,6 +15,7 @@ packages=(
   slurmctld slurmd slurm-client munge   # one-machine Slurm for the slurm CTest (jobscripts/slurm-local-cluster.sh);
                                         # srun's PMIx plugin comes with slurmd (slurm-wlm-basic-plugins)
   python3-matplotlib                    # validation/plot_run.py (loss, throughput, pipeline timeline)
+  clang libclang-rt-14-dev libomp-dev   # libFuzzer targets (fuzz preset) with clang's OpenMP
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds partrain and runs its CTest suite: install-deps -> configure -> build -> ctest.
-# Usage: jobscripts/run-tests.sh [LABEL_REGEX]   e.g. "unit", "unit|mpi"; default: every test not labelled slow.
+# Usage: jobscripts/run-tests.sh [LABEL_REGEX]   e.g. "unit", "unit|mpi"; default: every test not labelled slow,
+# plus the CUDA build (where nvcc exists), the sanitizer run (debug preset) and the fuzzers (where clang exists).
 # Environment: PRESET (default cpu), JOBS (default: number of cores).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,6 +24,26 @@ if [ "$preset" = cpu ] && [ "${PARTRAIN_CUDA:-auto}" != off ] && command -v nvcc
   cmake --preset cuda
   cmake --build --preset cuda -j "$jobs" --target partrain partrain_cuda_tests
   ctest --test-dir build/cuda --output-on-failure -L cuda
+fi
+
+# Sanitizers: the debug preset (ASan + UBSan, stopping at the first UBSan report) runs the unit
+# tests and the MPI tests that are not end-to-end validations (those run the release build below;
+# under ASan they take too long for CI). PARTRAIN_SANITIZE=off leaves this out.
+if [ "$preset" = cpu ] && [ "${PARTRAIN_SANITIZE:-auto}" != off ] &&
+   { [ -z "$label" ] || [[ "sanitize" =~ ^($label)$ ]]; }; then
+  cmake --preset debug
+  cmake --build --preset debug -j "$jobs"
+  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build/debug --output-on-failure -j "$jobs" -L "unit|mpi" -LE "validation|slow|slurm|cuda"
+fi
+
+# Fuzzing: libFuzzer targets built with clang (the fuzz preset), each replaying its corpus and
+# fuzzing a seeded, bounded number of runs (label fuzz). PARTRAIN_FUZZ=off leaves this out.
+if [ "$preset" = cpu ] && [ "${PARTRAIN_FUZZ:-auto}" != off ] && command -v clang++ >/dev/null 2>&1 &&
+   { [ -z "$label" ] || [[ "fuzz" =~ ^($label)$ ]]; }; then
+  cmake --preset fuzz
+  cmake --build --preset fuzz -j "$jobs"
+  ctest --test-dir build/fuzz --output-on-failure -L fuzz
 fi
 
 # The main suite runs last so that its summary is the one a reader (and CI) sees at the end.

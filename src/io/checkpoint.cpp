@@ -327,6 +327,31 @@ void read_dataset(hid_t file, const std::string& path, const std::string& name, 
   PARTRAIN_CHECK(type.valid() && H5Tget_class(type.get()) == H5T_FLOAT,
                  path << ": dataset '" << name << "' is not floating point");
   const Shape shape = dataset_shape(dataset.get(), path, name);
+  // A damaged header can declare any shape: refuse one the file is too small to hold before
+  // allocating it (found by the checkpoint fuzzer: a mutated dimension meant an out-of-memory).
+  double declared_bytes = static_cast<double>(sizeof(float));
+  for (std::int64_t dimension : shape) declared_bytes *= static_cast<double>(dimension);
+  std::error_code error;
+  const double file_bytes = static_cast<double>(std::filesystem::file_size(path, error));
+  PARTRAIN_CHECK(!error && declared_bytes <= file_bytes,
+                 path << ": dataset '" << name << "' declares shape " << shape_string(shape) << " ("
+                      << declared_bytes << " bytes), more than the file holds (" << file_bytes
+                      << " bytes): the file is damaged");
+  // The same for the chunk size, which HDF5 allocates to run the Fletcher32 filter, and for the
+  // stored size of the chunks.
+  Hdf5Handle creation(H5Dget_create_plist(dataset.get()));
+  if (creation.valid() && H5Pget_layout(creation.get()) == H5D_CHUNKED) {
+    std::vector<hsize_t> chunk(std::max<std::size_t>(1, shape.size()), 0);
+    const int rank = H5Pget_chunk(creation.get(), static_cast<int>(chunk.size()), chunk.data());
+    double chunk_bytes = static_cast<double>(sizeof(float));
+    for (int i = 0; i < rank; ++i) chunk_bytes *= static_cast<double>(chunk[i]);
+    // The chunk index records each chunk's stored size, which HDF5 reads into one buffer.
+    const double stored_bytes = static_cast<double>(H5Dget_storage_size(dataset.get()));
+    PARTRAIN_CHECK(rank >= 0 && chunk_bytes <= file_bytes && stored_bytes <= file_bytes,
+                   path << ": dataset '" << name << "' declares chunks of " << chunk_bytes << " bytes stored in "
+                        << stored_bytes << ", more than the file holds (" << file_bytes
+                        << " bytes): the file is damaged");
+  }
   const std::int64_t count = numel(shape);
   float* buffer = nullptr;
   if (out != nullptr) {

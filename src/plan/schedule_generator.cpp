@@ -101,7 +101,9 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
   const int S = static_cast<int>(plan.stages.size());
   const int M = plan.microbatches;
   const int s = place.stage;
-  const auto [begin, end] = plan.replica_samples(s, place.replica);
+  // Plain variables, not a structured binding: the lambdas below capture them (clang < 16 cannot).
+  const std::pair<std::int64_t, std::int64_t> samples = plan.replica_samples(s, place.replica);
+  const std::int64_t begin = samples.first, end = samples.second;
   const std::vector<Link> previous = links_to(plan, place.copy, s - 1, begin, end);
   const std::vector<Link> next = links_to(plan, place.copy, s + 1, begin, end);
   const ScheduleKind kind = plan.schedule;

@@ -17,7 +17,9 @@ double now_us() {
 
 // Messages between two ranks match by order within a tag: one tag per (microbatch, direction).
 int message_tag(const comm::Communicator& world, int microbatch, bool gradient) {
-  return (microbatch * 2 + (gradient ? 1 : 0)) % (world.max_tag() + 1);
+  // In 64 bits: Open MPI's largest tag is INT_MAX, and INT_MAX + 1 overflows an int (UBSan).
+  const std::int64_t tags = static_cast<std::int64_t>(world.max_tag()) + 1;
+  return static_cast<int>((static_cast<std::int64_t>(microbatch) * 2 + (gradient ? 1 : 0)) % tags);
 }
 
 // A copy of `tensor` on `backend`'s device (never the same storage).
@@ -154,8 +156,9 @@ Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const
 
 void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::vector<MicrobatchState>& microbatches,
                                   std::vector<comm::Request>& pending, double& loss_sum) {
-  const auto [own_begin, own_end] = plan_.replica_samples(placement_.stage, placement_.replica);
-  const std::int64_t rows = own_end - own_begin;
+  // Plain variables, not a structured binding: lambdas below capture them (clang < 16 cannot).
+  const std::pair<std::int64_t, std::int64_t> own = plan_.replica_samples(placement_.stage, placement_.replica);
+  const std::int64_t own_begin = own.first, rows = own.second - own.first;
   const std::int64_t per_copy = plan_.global_batch / plan_.pipeline_copies;
   auto random_context = [&](int microbatch) {
     RandomContext random;
