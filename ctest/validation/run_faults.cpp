@@ -27,13 +27,22 @@
 #include <nlohmann/json.hpp>
 
 #include "io/checkpoint.h"
+#include "support/partrain_jobs.h"
 #include "support/partrain_runs.h"
 
 namespace partrain {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using testing::Clock;
+using testing::eventually;
+using testing::job_command;
+using testing::job_rank_pids;
+using testing::JobGuard;
+using testing::logged_steps;
+using testing::read_text;
+using testing::spawn_job;
+using testing::wait_for_job;
 
 const std::string kRoot = PARTRAIN_RUN_DIR;
 // After one rank dies of SIGKILL, every rank and mpiexec itself must be gone within this many
@@ -42,107 +51,10 @@ const std::string kRoot = PARTRAIN_RUN_DIR;
 // under a second on the 2-core CI machine.
 constexpr double kKillBound = 10.0;
 
-std::string read_text(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-// The partrain command line (ranks > 1: under mpiexec), output to `log`.
-std::string command_line(int ranks, const std::string& arguments, const std::string& log) {
-  std::ostringstream command;
-  command << "exec " << MPIEXEC << " -n " << ranks << " " << MPIEXEC_FLAGS << " " << PARTRAIN_BINARY << " " << arguments
-          << " > " << log << " 2>&1";
-  return command.str();
-}
-
-// Starts `command` under /bin/sh in a process group of its own (so a failing test can end it all);
-// with "exec", the returned pid is mpiexec's.
-pid_t spawn(const std::string& command) {
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::setpgid(0, 0);
-    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::setpgid(child, child);
-  return child;
-}
-
-// waitpid with a bound: the exit status, or nothing if `pid` still runs after `seconds`.
-std::optional<int> wait_for(pid_t pid, double seconds) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  do {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  } while (Clock::now() < deadline);
-  return std::nullopt;
-}
-
 // Whether the spawned `pid` has not exited yet (it is not reaped: wait_for still sees its status).
 bool running(pid_t pid) {
   siginfo_t info{};
   return ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0;
-}
-
-// Ends a spawned job that a failed assertion left behind.
-struct JobGuard {
-  pid_t pid;
-  ~JobGuard() {
-    if (::waitpid(pid, nullptr, WNOHANG) == 0) {
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-};
-
-// Polls until `predicate` holds (true) or `seconds` pass (false).
-template <typename Predicate>
-bool eventually(Predicate predicate, double seconds) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  while (Clock::now() < deadline) {
-    if (predicate()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return predicate();
-}
-
-// The "step" of every complete row of `directory`/metrics.jsonl (a row being written is skipped).
-std::vector<std::int64_t> logged_steps(const std::string& directory) {
-  std::vector<std::int64_t> steps;
-  std::ifstream metrics(directory + "/metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
-    if (record.is_object() && record.contains("step")) steps.push_back(record.at("step").get<std::int64_t>());
-  }
-  return steps;
-}
-
-// The pids of the ranks mpiexec `launcher` started (its children running partrain), by their
-// OMPI_COMM_WORLD_RANK; -1 where not found.
-std::vector<pid_t> rank_pids(pid_t launcher, int ranks) {
-  std::vector<pid_t> pids(ranks, -1);
-  for (const fs::directory_entry& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = read_text(entry.path().string() + "/stat");
-    const std::size_t paren = stat.rfind(')');
-    if (paren == std::string::npos) continue;
-    std::istringstream fields(stat.substr(paren + 2));
-    char state = 0;
-    long parent = 0;
-    fields >> state >> parent;
-    if (parent != launcher) continue;
-    const std::string environment = read_text(entry.path().string() + "/environ");
-    const std::string key = std::string("OMPI_COMM_WORLD_RANK=");
-    const std::size_t found = environment.find(key);
-    if (found == std::string::npos || (found > 0 && environment[found - 1] != '\0')) continue;
-    const int rank = std::atoi(environment.c_str() + found + key.size());
-    if (rank >= 0 && rank < ranks) pids[rank] = static_cast<pid_t>(std::stol(name));
-  }
-  return pids;
 }
 
 bool process_gone(pid_t pid) {
@@ -175,7 +87,7 @@ TEST(RunLock, SecondRunIntoTheSameDirectoryFailsAtOnce) {
   fs::remove_all(directory);
   fs::create_directories(kRoot);
   constexpr int kSteps = 40;
-  const pid_t first = spawn(command_line(2, gpt_arguments(2, directory, kSteps, 20), directory + "-first.log"));
+  const pid_t first = spawn_job(job_command(2, gpt_arguments(2, directory, kSteps, 20), directory + "-first.log"));
   const JobGuard guard{first};
   // The lock is taken before profiling: wait for the lock file to name its holder.
   std::string holder;
@@ -205,7 +117,7 @@ TEST(RunLock, SecondRunIntoTheSameDirectoryFailsAtOnce) {
   EXPECT_EQ(second.log.find("profil"), std::string::npos) << "stopped before profiling\n" << second.log;
   ASSERT_TRUE(first_still_running) << "the first run ended before the second was refused: give it more steps";
 
-  const std::optional<int> status = wait_for(first, 240);
+  const std::optional<int> status = wait_for_job(first, 240);
   ASSERT_TRUE(status.has_value()) << "the first run did not finish";
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << read_text(directory + "-first.log");
   std::vector<std::int64_t> expected;
@@ -234,15 +146,15 @@ TEST(KillAndResume, EveryStepOnceWithTheLossesOfAnUninterruptedRun) {
   // The same run, killed (one rank, SIGKILL) once step kKillAfter is logged: the checkpoint of
   // step 4 is written, steps past it are in metrics.jsonl.
   const pid_t job =
-      spawn(command_line(kRanks, gpt_arguments(kRanks, resumed, kSteps, kEvery), resumed + "-killed.log"));
+      spawn_job(job_command(kRanks, gpt_arguments(kRanks, resumed, kSteps, kEvery), resumed + "-killed.log"));
   const JobGuard guard{job};
   ASSERT_TRUE(eventually([&] { return logged_steps(resumed).size() >= kKillAfter; }, 180))
       << read_text(resumed + "-killed.log");
-  const std::vector<pid_t> ranks = rank_pids(job, kRanks);
+  const std::vector<pid_t> ranks = job_rank_pids(job, kRanks);
   for (int rank = 0; rank < kRanks; ++rank) ASSERT_GT(ranks[rank], 0) << "rank " << rank << " not found";
   ASSERT_EQ(::kill(ranks[kVictim], SIGKILL), 0);
   const auto killed = Clock::now();
-  const std::optional<int> status = wait_for(job, kKillBound);
+  const std::optional<int> status = wait_for_job(job, kKillBound);
   ASSERT_TRUE(status.has_value()) << "mpiexec still runs " << kKillBound << " s after rank " << kVictim
                                   << " was killed";
   ASSERT_TRUE(eventually([&] { return std::all_of(ranks.begin(), ranks.end(), process_gone); },
