@@ -15,46 +15,12 @@ steps=4
 tasks=4
 python=/usr/bin/python3
 
-skip() { echo "SKIPPED: $*"; exit 77; }
-fail() { echo "FAILED: $*" >&2; exit 1; }
-
-for tool in sbatch squeue scontrol scancel sinfo slurmctld slurmd munged; do
-  command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] ||
-    skip "$tool is not installed (jobscripts/install-deps.sh installs slurmctld slurmd slurm-client munge)"
-done
-if [ "$(id -u)" -ne 0 ] && ! sudo -n true 2>/dev/null; then
-  skip "starting munged/slurmctld/slurmd needs root or passwordless sudo"
-fi
-[ -x "$binary" ] || fail "$binary is not an executable"
+test_name=check_slurm_job
+# shellcheck source=slurm_test_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm_test_common.sh"
 [ -x "$python" ] || fail "$python is missing (data/prepare.sh installs it)"
 
-# One Slurm test at a time on this machine (several build trees may run CTest side by side).
-exec 9>"${TMPDIR:-/tmp}/partrain-slurm-ctest.lock"
-flock -w 90 9 || fail "another slurm test held the lock for 90 s"
-
-cluster=$source_dir/jobscripts/slurm-local-cluster.sh
-job_id=""
-started_cluster=0
-cleanup() {
-  local rc=$?
-  if [ -n "$job_id" ] && squeue -h -j "$job_id" 2>/dev/null | grep -q .; then
-    echo "check_slurm_job: cancelling job $job_id"
-    scancel "$job_id" 2>/dev/null || true
-    local _   # let slurmd kill the job's tasks before the cluster goes down (KillWait=5)
-    for _ in $(seq 30); do squeue -h -j "$job_id" 2>/dev/null | grep -q . || break; sleep 0.5; done
-  fi
-  if [ $started_cluster -eq 1 ]; then "$cluster" stop || true; fi
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT
-
-if "$cluster" status >/dev/null 2>&1; then
-  echo "check_slurm_job: using the Slurm cluster that already runs (left running afterwards)"
-else
-  started_cluster=1
-  "$cluster" start || fail "the local Slurm cluster did not start (see /var/log/slurm/*.log)"
-fi
+start_local_cluster
 
 rm -rf "$work"
 mkdir -p "$work"

@@ -19,37 +19,9 @@ signal_after=3
 tasks=4
 python=/usr/bin/python3
 
-skip() { echo "SKIPPED: $*"; exit 77; }
-fail() { echo "FAILED: $*" >&2; exit 1; }
-
-for tool in sbatch squeue scontrol scancel sinfo slurmctld slurmd munged; do
-  command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] ||
-    skip "$tool is not installed (jobscripts/install-deps.sh installs slurmctld slurmd slurm-client munge)"
-done
-if [ "$(id -u)" -ne 0 ] && ! sudo -n true 2>/dev/null; then
-  skip "starting munged/slurmctld/slurmd needs root or passwordless sudo"
-fi
-[ -x "$binary" ] || fail "$binary is not an executable"
-
-exec 9>"${TMPDIR:-/tmp}/partrain-slurm-ctest.lock"
-flock -w 90 9 || fail "another slurm test held the lock for 90 s"
-
-cluster=$source_dir/jobscripts/slurm-local-cluster.sh
-job_id=""
-started_cluster=0
-cleanup() {
-  local rc=$?
-  if [ -n "$job_id" ] && squeue -h -j "$job_id" 2>/dev/null | grep -q .; then
-    echo "check_slurm_requeue: cancelling job $job_id"
-    scancel "$job_id" 2>/dev/null || true
-    local _
-    for _ in $(seq 30); do squeue -h -j "$job_id" 2>/dev/null | grep -q . || break; sleep 0.5; done
-  fi
-  if [ $started_cluster -eq 1 ]; then "$cluster" stop || true; fi
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT
+test_name=check_slurm_requeue
+# shellcheck source=slurm_test_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm_test_common.sh"
 
 rm -rf "$work"
 mkdir -p "$work"
@@ -67,12 +39,7 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 240 \
   --set log.dir="$work/straight" > "$work/straight.log" 2>&1 || { tail -20 "$work/straight.log"; fail "the straight run failed"; }
 
 # 2. The same as a Slurm job, signalled as before a time limit.
-if "$cluster" status >/dev/null 2>&1; then
-  echo "check_slurm_requeue: using the Slurm cluster that already runs (left running afterwards)"
-else
-  started_cluster=1
-  "$cluster" start || fail "the local Slurm cluster did not start (see /var/log/slurm/*.log)"
-fi
+start_local_cluster
 run_dir=$work/run
 job_id=$(sbatch --parsable --ntasks=$tasks --job-name=partrain-requeue --time=00:10:00 --output="$work/slurm-%j.out" \
            jobscripts/slurm-single-node.sbatch configs/gpt-tiny.toml "${arguments[@]}" --set log.dir="$run_dir") ||

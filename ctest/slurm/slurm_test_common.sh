@@ -1,0 +1,47 @@
+# Sourced by the `slurm` CTest scripts (check_slurm_job.sh, check_slurm_requeue.sh) after they set
+# `source_dir`, `binary` and `test_name`: skip/fail helpers, the checks that Slurm and root are
+# there (exit 77, CTest's SKIP_RETURN_CODE, otherwise), one Slurm test at a time on this machine,
+# and a cleanup trap that cancels the test's job (`job_id`) and stops a cluster the test started
+# (`started_cluster`; start it with start_local_cluster).
+skip() { echo "SKIPPED: $*"; exit 77; }
+fail() { echo "FAILED: $*" >&2; exit 1; }
+
+for tool in sbatch squeue scontrol scancel sinfo slurmctld slurmd munged; do
+  command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] ||
+    skip "$tool is not installed (jobscripts/install-deps.sh installs slurmctld slurmd slurm-client munge)"
+done
+if [ "$(id -u)" -ne 0 ] && ! sudo -n true 2>/dev/null; then
+  skip "starting munged/slurmctld/slurmd needs root or passwordless sudo"
+fi
+[ -x "$binary" ] || fail "$binary is not an executable"
+
+# One Slurm test at a time on this machine (several build trees may run CTest side by side).
+exec 9>"${TMPDIR:-/tmp}/partrain-slurm-ctest.lock"
+flock -w 90 9 || fail "another slurm test held the lock for 90 s"
+
+cluster=$source_dir/jobscripts/slurm-local-cluster.sh
+job_id=""
+started_cluster=0
+cleanup() {
+  local rc=$?
+  if [ -n "$job_id" ] && squeue -h -j "$job_id" 2>/dev/null | grep -q .; then
+    echo "$test_name: cancelling job $job_id"
+    scancel "$job_id" 2>/dev/null || true
+    local _   # let slurmd kill the job's tasks before the cluster goes down (KillWait=5)
+    for _ in $(seq 30); do squeue -h -j "$job_id" 2>/dev/null | grep -q . || break; sleep 0.5; done
+  fi
+  if [ $started_cluster -eq 1 ]; then "$cluster" stop || true; fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+# Uses the cluster that already runs (left running afterwards), else starts one (stopped at exit).
+start_local_cluster() {
+  if "$cluster" status >/dev/null 2>&1; then
+    echo "$test_name: using the Slurm cluster that already runs (left running afterwards)"
+  else
+    started_cluster=1
+    "$cluster" start || fail "the local Slurm cluster did not start (see /var/log/slurm/*.log)"
+  fi
+}
