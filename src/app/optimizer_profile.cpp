@@ -4,6 +4,8 @@
 #include <chrono>
 #include <vector>
 
+#include "core/statistics.h"
+
 namespace partrain::app {
 
 double measure_optimizer_seconds_per_byte(Backend& backend, const std::string& optimizer,
@@ -23,8 +25,7 @@ double measure_optimizer_seconds_per_byte(Backend& backend, const std::string& o
     backend.synchronise();
     if (round > 0) samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  return samples[samples.size() / 2] / (4.0 * kElements);
+  return median(samples) / (4.0 * kElements);
 }
 
 }  // namespace partrain::app

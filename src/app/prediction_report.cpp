@@ -5,18 +5,13 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/statistics.h"
 
 namespace partrain::app {
 
 double typical_step_seconds(std::vector<double> step_seconds) {
   if (step_seconds.size() > 1) step_seconds.erase(step_seconds.begin());
-  if (step_seconds.empty()) return 0;
-  const std::size_t middle = step_seconds.size() / 2;
-  std::nth_element(step_seconds.begin(), step_seconds.begin() + middle, step_seconds.end());
-  double median = step_seconds[middle];
-  if (step_seconds.size() % 2 == 0)
-    median = (median + *std::max_element(step_seconds.begin(), step_seconds.begin() + middle)) / 2;
-  return median;
+  return median(std::move(step_seconds));
 }
 
 std::vector<double> stage_peak_bytes(const Plan& plan, const std::vector<double>& rank_peak_bytes) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/statistics.h"
 
 namespace partrain::profile {
 
@@ -102,8 +103,7 @@ double ping_pong_seconds(comm::Communicator& world, Backend& backend, int first,
       }
       if (round > 0) samples.push_back((now_seconds() - start) / 2);  // round 0 warms up
     }
-    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-    result = samples[samples.size() / 2];
+    result = median(samples);
   }
   std::string text = std::to_string(result);
   world.broadcast_bytes(text, first);
@@ -129,8 +129,7 @@ double allreduce_seconds(comm::Communicator& group, Backend& backend, double byt
     const double seconds = group.all_reduce_scalar(now_seconds() - start, comm::ReduceOp::Max);
     if (round > 0) samples.push_back(seconds);
   }
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  return samples[samples.size() / 2];
+  return median(samples);
 }
 
 }  // namespace

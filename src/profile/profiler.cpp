@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/statistics.h"
 #include "graph/autodiff.h"
 #include "graph/subgraph.h"
 #include "models/model.h"
@@ -104,12 +105,6 @@ Tensor ones_like(const Tensor& like, Backend& backend) {
                     ? Tensor::from_vector<BFloat16>(like.shape(), std::vector<BFloat16>(data.begin(), data.end()))
                     : Tensor::from_vector<float>(like.shape(), data);
   return to_backend(host, backend);
-}
-
-double median(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  return n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
 }
 
 // Bytes of the Activation values among `values` (original graph) at `batch` samples.

@@ -140,13 +140,12 @@ Tensor PipelineExecutor::to_compute(const Tensor& host) const {
 
 PipelineExecutor::~PipelineExecutor() = default;
 
-Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const Action& action,
-                                          std::int64_t own_begin) const {
+Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const Action& action) const {
+  const auto [begin, end] = plan_.replica_samples(placement_.stage, placement_.replica);
   if (has_batch_dim(graph_.value(value).type.shape))
-    return tensor.slice_rows(action.sample_begin - own_begin, action.sample_end - own_begin);
+    return tensor.slice_rows(action.sample_begin - begin, action.sample_end - begin);
   // An unbatched value (a loss piece) travels whole; Plan::validate allows it only between replicas
   // holding the same samples, so the transfer covers this replica's whole range.
-  const auto [begin, end] = plan_.replica_samples(placement_.stage, placement_.replica);
   PARTRAIN_CHECK(action.sample_begin == begin && action.sample_end == end,
                  "executor: " << graph_.value(value).name << " has no batch dimension but rank " << world_.rank()
                               << " would exchange only samples [" << action.sample_begin << ", " << action.sample_end
@@ -186,7 +185,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
         Tensor& tensor = into[value];
         if (!tensor.defined())
           tensor = backend_.empty(with_batch(graph_.value(value).type.shape, rows), compute_dtype(graph_.value(value).type.dtype));
-        requests.push_back(world_.receive(transferred_part(tensor, value, action, own_begin), action.peer,
+        requests.push_back(world_.receive(transferred_part(tensor, value, action), action.peer,
                                           message_tag(world_, action.microbatch, gradient)));
       }
       comm::wait_all(requests);
@@ -200,7 +199,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       const TensorMap& from = gradient ? state.outgoing_gradients : state.outputs;
       for (int value : values) {
         const Tensor& tensor = from.at(value);
-        pending.push_back(world_.send(transferred_part(tensor, value, action, own_begin), action.peer,
+        pending.push_back(world_.send(transferred_part(tensor, value, action), action.peer,
                                       message_tag(world_, action.microbatch, gradient)));
       }
       return;

@@ -115,7 +115,7 @@ class PipelineExecutor {
   Tensor to_compute(const Tensor& host) const;
   // The part of `tensor` (this replica's rows of `value`) that `action` sends or receives: its rows
   // [sample_begin, sample_end), or the whole tensor for a value without a batch dimension.
-  Tensor transferred_part(const Tensor& tensor, int value, const Action& action, std::int64_t own_begin) const;
+  Tensor transferred_part(const Tensor& tensor, int value, const Action& action) const;
   void run_action(const Action& action, std::int64_t step, std::vector<MicrobatchState>& microbatches,
                   std::vector<comm::Request>& pending, double& loss_sum);
 };
