@@ -225,4 +225,10 @@ CrossEntropyShape cross_entropy_shape(const Attributes& attributes, const Tensor
   return shape;
 }
 
+std::uint64_t dropout_first_element(const KernelContext& context, std::int64_t part_elements_per_sample) {
+  if (context.attributes.get_int("tensor_parallel_split", 0) == 0) return 0;
+  PARTRAIN_CHECK(context.tensor_parallel != nullptr, "Dropout of a tensor-parallel part ran without a tensor-parallel group");
+  return static_cast<std::uint64_t>(context.tensor_parallel->rank()) * static_cast<std::uint64_t>(part_elements_per_sample);
+}
+
 }  // namespace partrain::kernels

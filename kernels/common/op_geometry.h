@@ -12,6 +12,7 @@
 
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "core/backend.h"
 #include "graph/attributes.h"
 
 namespace partrain::kernels {
@@ -185,5 +186,11 @@ struct CrossEntropyShape {
 
 /// The cross-entropy shape from logits, labels and the attribute ignore_index (default -100).
 CrossEntropyShape cross_entropy_shape(const Attributes& attributes, const Tensor& logits, const Tensor& labels);
+
+/// Dropout on the rank's part of a tensor split over the tensor-parallel group along dimension 1
+/// (attribute tensor_parallel_split = 1, graph/tensor_parallel.h): the index in the whole tensor's
+/// sample of the part's first element, rank × elements per sample of the part, so that every rank
+/// draws the whole tensor's mask for its elements. 0 for an unsplit tensor.
+std::uint64_t dropout_first_element(const KernelContext& context, std::int64_t part_elements_per_sample);
 
 }  // namespace partrain::kernels

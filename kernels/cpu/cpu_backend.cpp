@@ -36,6 +36,7 @@ CpuBackend::CpuBackend() {
   register_cpu_attention_kernels(*this);
   register_cpu_shape_kernels(*this);
   register_cpu_convolution_kernels(*this);
+  register_cpu_tensor_parallel_kernels(*this);
 }
 
 void CpuBackend::copy(const Tensor& destination, const Tensor& source) {

@@ -41,5 +41,6 @@ void register_cpu_softmax_kernels(Backend& backend);
 void register_cpu_attention_kernels(Backend& backend);
 void register_cpu_shape_kernels(Backend& backend);
 void register_cpu_convolution_kernels(Backend& backend);
+void register_cpu_tensor_parallel_kernels(Backend& backend);
 
 }  // namespace partrain

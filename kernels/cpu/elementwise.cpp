@@ -162,10 +162,11 @@ void for_each_dropout_scale(const KernelContext& context, const Tensor& x, Apply
   const std::int64_t n = x.numel();
   const std::int64_t per_sample = x.rank() > 0 && x.dim(0) > 0 ? n / x.dim(0) : n;
   const float keep_scale = 1.f / (1.f - p);
+  const std::uint64_t first_element = kernels::dropout_first_element(context, per_sample);
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
   for (std::int64_t i = 0; i < n; ++i) {
     const auto sample = static_cast<std::uint32_t>(i / per_sample);
-    const float u = random_uniform(context.random, sample, static_cast<std::uint64_t>(i % per_sample));
+    const float u = random_uniform(context.random, sample, first_element + static_cast<std::uint64_t>(i % per_sample));
     apply(i, u >= p ? keep_scale : 0.f);
   }
 }

@@ -503,10 +503,10 @@ void gelu_backward(const KernelContext& context, std::span<const Tensor> in, std
 // i % per_sample of it: the CPU kernel's indexing, so the masks are bit-identical.
 template <typename T>
 __global__ void dropout_kernel(const T* x, T* y, std::int64_t n, std::int64_t per_sample, float p, float keep_scale,
-                               RandomContext random) {
+                               RandomContext random, std::uint64_t first_element) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
     const auto sample = static_cast<std::uint32_t>(i / per_sample);
-    const float u = random_uniform(random, sample, static_cast<std::uint64_t>(i % per_sample));
+    const float u = random_uniform(random, sample, first_element + static_cast<std::uint64_t>(i % per_sample));
     y[i] = from_float<T>(to_float(x[i]) * (u >= p ? keep_scale : 0.f));
   }
 }
@@ -528,10 +528,11 @@ void apply_dropout(const KernelContext& context, const Tensor& source, const Ten
   const float p = static_cast<float>(p_attribute);
   const float keep_scale = 1.f / (1.f - p);
   const std::int64_t per_sample = x.rank() > 0 && x.dim(0) > 0 ? n / x.dim(0) : n;
+  const std::uint64_t first_element = kernels::dropout_first_element(context, per_sample);  // tensor-parallel part
   dispatch_floating(source.dtype(), what, [&](auto tag) {
     using T = decltype(tag);
     dropout_kernel<T><<<blocks_for(n), kThreadsPerBlock, 0, stream>>>(
-        device_data<T>(source), device_data<T>(destination), n, per_sample, p, keep_scale, context.random);
+        device_data<T>(source), device_data<T>(destination), n, per_sample, p, keep_scale, context.random, first_element);
     PARTRAIN_CUDA_CHECK_LAUNCH();
   });
 }

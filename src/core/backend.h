@@ -7,6 +7,7 @@
 
 #include "core/allocator.h"
 #include "core/rng.h"
+#include "core/tensor_parallel_group.h"
 #include "core/tensor.h"
 #include "graph/attributes.h"
 #include "graph/op_type.h"
@@ -22,6 +23,8 @@ struct KernelContext {
   /// Training mode: dropout active, batch norm uses batch statistics and updates running stats.
   bool training = true;
   RandomContext random{};
+  /// The tensor-parallel group of the rank (tensor-parallel graphs only; nullptr otherwise).
+  TensorParallelGroup* tensor_parallel = nullptr;
 };
 
 /// Forward kernel: reads `inputs`, writes every element of the preallocated `outputs` (their shapes

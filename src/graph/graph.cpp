@@ -106,7 +106,13 @@ std::vector<int> Graph::add_task(OpType op, const std::string& name, const std::
     concrete_outputs.push_back({with_batch(type.shape, 1), type.dtype});
     task.cost.activation_bytes += double(numel(concrete_outputs.back().shape)) * dtype_size(type.dtype);
   }
-  task.cost.forward_flops = op_schema(op).flops(attributes, concrete_inputs, concrete_outputs);
+  const OpSchema& schema = op_schema(op);
+  task.cost.forward_flops = schema.flops(attributes, concrete_inputs, concrete_outputs);
+  if (schema.allreduce_bytes) {
+    const auto [forward_bytes, backward_bytes] = schema.allreduce_bytes(concrete_inputs, concrete_outputs);
+    task.cost.forward_allreduce_bytes = forward_bytes;
+    task.cost.backward_allreduce_bytes = backward_bytes;
+  }
   for (int input : inputs)
     if (values_[input].kind == ValueKind::Param)
       task.cost.parameter_bytes += double(numel(values_[input].type.shape)) * dtype_size(values_[input].type.dtype);
@@ -125,6 +131,17 @@ int Graph::add(OpType op, const std::string& name, const std::vector<int>& input
 void Graph::mark_output(int value) {
   PARTRAIN_CHECK(value >= 0 && value < static_cast<int>(values_.size()), "mark_output: unknown value id " << value);
   if (!is_output(value)) outputs_.push_back(value);
+}
+
+void Graph::hint_tensor_parallel(int value, TensorParallelHint hint) {
+  const int producer = this->value(value).producer;
+  PARTRAIN_CHECK(producer >= 0, "hint_tensor_parallel: '" << values_[value].name << "' is not a task output");
+  tasks_[producer].tensor_parallel = hint;
+}
+
+void Graph::set_sharding(int value, const Sharding& sharding) {
+  PARTRAIN_CHECK(this->value(value).kind == ValueKind::Param, "set_sharding: '" << values_[value].name << "' is not a parameter");
+  values_[value].sharding = sharding;
 }
 
 const Value& Graph::value(int id) const {
@@ -195,6 +212,11 @@ std::uint64_t Graph::hash() const {
     mix(static_cast<std::uint8_t>(value.type.dtype));
     mix(value.type.shape.size());
     for (std::int64_t dim : value.type.shape) mix(dim);
+    if (value.sharding.sharded()) {  // only tensor-parallel graphs: one-device hashes stay as they were
+      mix(value.sharding.axis);
+      mix(value.sharding.parts);
+      mix(value.sharding.blocks);
+    }
   }
   for (const Task& task : tasks_) {
     mix(static_cast<std::uint8_t>(task.op));

@@ -21,6 +21,19 @@ namespace partrain {
 enum class ValueKind : std::uint8_t { Input, Label, Param, Buffer, Const, Activation };
 const char* value_kind_name(ValueKind kind);
 
+/// How a tensor-parallel graph holds a parameter (graph/tensor_parallel.h): each of the `parts`
+/// ranks of the group holds 1/parts of dimension `axis` of the whole tensor. The dimension is viewed
+/// as [blocks, parts, size / (blocks · parts)] and rank r holds [:, r, :] — blocks > 1 for fused
+/// weights such as GPT-2's c_attn, whose query, key and value columns are each split across the
+/// ranks. The Value's shape is the rank's local shape; axis -1 (parts 1): whole on every rank.
+struct Sharding {
+  int axis = -1;
+  int parts = 1;
+  int blocks = 1;
+  bool sharded() const { return parts > 1; }
+  bool operator==(const Sharding&) const = default;
+};
+
 struct Value {
   int id = -1;
   std::string name;
@@ -28,6 +41,7 @@ struct Value {
   TensorType type;
   int producer = -1;            // task id, -1 unless an activation
   std::vector<int> consumers;   // task ids in ascending (topological) order, one entry per use
+  Sharding sharding;            // Param values of a tensor-parallel graph: the rank's part
 };
 
 /// Costs of a task for one sample (batch size 1) — the analytic cost model scales them by the batch
@@ -36,6 +50,24 @@ struct TaskCost {
   double forward_flops = 0;      // forward FLOPs at batch size 1
   double activation_bytes = 0;   // bytes of the task's outputs at batch size 1
   double parameter_bytes = 0;    // bytes of the Param values the task reads
+  /// Bytes all-reduced over the tensor-parallel group at batch size 1 (communication tasks of a
+  /// tensor-parallel graph): in the forward pass and in the backward pass.
+  double forward_allreduce_bytes = 0;
+  double backward_allreduce_bytes = 0;
+};
+
+/// What a model builder says about a task for tensor parallelism (Megatron-LM, Shoeybi et al.
+/// 2019 §3); the graph of one device ignores it, graph/tensor_parallel.h reads it.
+///  * ColumnParallel: a Gemm whose output features are split across the group (QKV, MLP-up);
+///    `blocks` > 1 when the weight fuses that many matrices side by side (GPT-2 c_attn: 3).
+///  * RowParallel: a Gemm whose input features are split (attention output, MLP-down); its partial
+///    sums are all-reduced before the bias is added.
+///  * VocabularyParallel: a Gather from an embedding table or a MatMul with it transposed (the tied
+///    LM head / MLM decoder) whose vocabulary rows are split across the group.
+struct TensorParallelHint {
+  enum class Kind : std::uint8_t { None, ColumnParallel, RowParallel, VocabularyParallel };
+  Kind kind = Kind::None;
+  int blocks = 1;
 };
 
 struct Task {
@@ -49,6 +81,8 @@ struct Task {
   /// constants), so its output does not change with the batch.
   bool constant = false;
   TaskCost cost;
+  /// Not part of the graph's hash: it changes nothing until the tensor-parallel transformation.
+  TensorParallelHint tensor_parallel;
 };
 
 class Graph {
@@ -72,6 +106,11 @@ class Graph {
   int add(OpType op, const std::string& name, const std::vector<int>& inputs, const Attributes& attributes = {});
   /// Marks a value as a graph output (e.g. the loss).
   void mark_output(int value);
+  /// Records how the task producing `value` splits under tensor parallelism (model builders).
+  void hint_tensor_parallel(int value, TensorParallelHint hint);
+  /// Records that Param `value` is the rank's part of a sharded parameter (the tensor-parallel
+  /// transformation; the value's shape is already the local shape).
+  void set_sharding(int value, const Sharding& sharding);
 
   // ---------------- reading ----------------
   const std::vector<Value>& values() const { return values_; }

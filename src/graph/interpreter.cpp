@@ -16,7 +16,7 @@ Tensor lookup(const Graph& graph, const TensorMap& values, int id, const Task& t
 KernelContext context_for(const Task& task, Backend& backend, const ExecutionOptions& options) {
   RandomContext random = options.random;
   random.stream = name_stream(task.name);
-  return KernelContext{task.attributes, backend, options.training, random};
+  return KernelContext{task.attributes, backend, options.training, random, options.tensor_parallel};
 }
 }  // namespace
 

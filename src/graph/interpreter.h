@@ -15,6 +15,9 @@ struct ExecutionOptions {
   bool training = true;
   /// Seed, step, microbatch and first sample; each task draws from its own stream (its name).
   RandomContext random{};
+  /// The rank's tensor-parallel group, for the communication ops of a tensor-parallel graph
+  /// (graph/tensor_parallel.h); nullptr when the graph has none.
+  TensorParallelGroup* tensor_parallel = nullptr;
 };
 
 /// Runs the subgraph's tasks in order. `values` must hold every subgraph input except Const values

@@ -12,7 +12,8 @@ constexpr std::array<std::string_view, kOpTypeCount> kOpNames = {
     "MatMul", "Gemm", "Add", "Sub", "Mul", "Scale", "Relu", "Gelu", "Tanh", "Dropout",
     "LayerNorm", "BatchNorm2d", "Softmax", "SoftmaxCrossEntropy", "Attention",
     "Gather", "Reshape", "Permute", "Slice", "Concat", "Split",
-    "Conv2d", "MaxPool2d", "GlobalAvgPool"};
+    "Conv2d", "MaxPool2d", "GlobalAvgPool",
+    "TensorParallelCopy", "TensorParallelAllReduce", "VocabParallelEmbedding", "VocabParallelCrossEntropy"};
 
 struct SchemaTable {
   std::array<OpSchema, kOpTypeCount> by_type{};
@@ -25,6 +26,7 @@ struct SchemaTable {
     add_attention_schemas(schemas);
     add_shape_schemas(schemas);
     add_convolution_schemas(schemas);
+    add_tensor_parallel_schemas(schemas);
     for (const OpSchema& schema : schemas) by_type[static_cast<std::size_t>(schema.type)] = schema;
   }
 };

@@ -3,6 +3,7 @@
 // gradients. Kernels (how an op runs on a device) live in kernels/<backend>/, not here.
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -36,6 +37,10 @@ struct OpSchema {
                   std::span<const TensorType> outputs) = nullptr;
   /// Bit i set: input i can receive a gradient (clear for indices, labels, masks, running stats).
   std::uint32_t differentiable_inputs = ~0u;
+  /// Communication ops of tensor-parallel graphs: bytes all-reduced over the tensor-parallel group
+  /// in the forward and in the backward pass, for concrete types (nullptr: none).
+  std::pair<double, double> (*allreduce_bytes)(std::span<const TensorType> inputs,
+                                               std::span<const TensorType> outputs) = nullptr;
 
   bool input_is_differentiable(std::size_t index) const {
     return index < 32 && ((differentiable_inputs >> index) & 1u);
@@ -57,6 +62,7 @@ void add_softmax_schemas(std::vector<OpSchema>& schemas);
 void add_attention_schemas(std::vector<OpSchema>& schemas);
 void add_shape_schemas(std::vector<OpSchema>& schemas);
 void add_convolution_schemas(std::vector<OpSchema>& schemas);
+void add_tensor_parallel_schemas(std::vector<OpSchema>& schemas);
 
 /// Elementwise FLOPs: one per output element (shared by many schemas).
 double flops_one_per_output(const Attributes&, std::span<const TensorType>, std::span<const TensorType> outputs);

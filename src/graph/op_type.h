@@ -21,6 +21,8 @@ enum class OpType : std::uint8_t {
   Gather, Reshape, Permute, Slice, Concat, Split,
   // convolution.cpp
   Conv2d, MaxPool2d, GlobalAvgPool,
+  // tensor_parallel.cpp (inserted by the tensor-parallel transformation, graph/tensor_parallel.h)
+  TensorParallelCopy, TensorParallelAllReduce, VocabParallelEmbedding, VocabParallelCrossEntropy,
   Count  // number of op types, not an op
 };
 

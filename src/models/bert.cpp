@@ -13,20 +13,20 @@ int encoder_layer(Graph& graph, const ModelConfig& config, int layer, int x, int
   const std::int64_t hidden = config.hidden, inner = config.intermediate_size();
   const double eps = config.layer_norm_epsilon();
   const std::string self = prefix + ".attention.self";
-  const int q = layers::linear(graph, self + ".query", x, hidden, hidden);
-  const int k = layers::linear(graph, self + ".key", x, hidden, hidden);
-  const int v = layers::linear(graph, self + ".value", x, hidden, hidden);
+  const int q = layers::linear(graph, self + ".query", x, hidden, hidden, false, layers::column_parallel());
+  const int k = layers::linear(graph, self + ".key", x, hidden, hidden, false, layers::column_parallel());
+  const int v = layers::linear(graph, self + ".value", x, hidden, hidden, false, layers::column_parallel());
   const int context = layers::attention(graph, self, q, k, v, hidden, config.heads, mask, /*causal=*/false,
                                         config.attention_dropout_probability(), config.fused_attention);
   const std::string attention_output = prefix + ".attention.output";
-  int y = layers::linear(graph, attention_output + ".dense", context, hidden, hidden);
+  int y = layers::linear(graph, attention_output + ".dense", context, hidden, hidden, false, layers::row_parallel());
   y = layers::dropout(graph, attention_output + ".dropout", y, config.dropout);
   y = graph.add(OpType::Add, attention_output + ".residual", {y, x});
   const int attended = layers::layer_norm(graph, attention_output + ".LayerNorm", y, hidden, eps);
 
-  int z = layers::linear(graph, prefix + ".intermediate.dense", attended, hidden, inner);
+  int z = layers::linear(graph, prefix + ".intermediate.dense", attended, hidden, inner, false, layers::column_parallel());
   z = graph.add(OpType::Gelu, prefix + ".intermediate.gelu", {z});
-  z = layers::linear(graph, prefix + ".output.dense", z, inner, hidden);
+  z = layers::linear(graph, prefix + ".output.dense", z, inner, hidden, false, layers::row_parallel());
   z = layers::dropout(graph, prefix + ".output.dropout", z, config.dropout);
   z = graph.add(OpType::Add, prefix + ".output.residual", {z, attended});
   return layers::layer_norm(graph, prefix + ".output.LayerNorm", z, hidden, eps);
@@ -51,6 +51,7 @@ Graph build_bert(const ModelConfig& config) {
   const int token_type_weight = graph.add_parameter(embeddings + ".token_type_embeddings.weight", {config.type_vocab, hidden});
   const int positions = layers::position_ids(graph, embeddings + ".position_ids", seq);
   const int words = graph.add(OpType::Gather, embeddings + ".word_embeddings", {word_weight, input_ids});
+  graph.hint_tensor_parallel(words, layers::vocabulary_parallel());
   const int position_vectors = graph.add(OpType::Gather, embeddings + ".position_embeddings", {position_weight, positions});
   const int token_types = graph.add(OpType::Gather, embeddings + ".token_type_embeddings", {token_type_weight, token_type_ids});
   int x = graph.add(OpType::Add, embeddings + ".sum_token_types", {words, token_types});
@@ -67,6 +68,7 @@ Graph build_bert(const ModelConfig& config) {
   t = layers::layer_norm(graph, transform + ".LayerNorm", t, hidden, eps);
   const int decoder_bias = graph.add_parameter("cls.predictions.bias", {config.vocab});
   int logits = graph.add(OpType::MatMul, "cls.predictions.decoder", {t, word_weight}, {{"trans_b", std::int64_t{1}}});
+  graph.hint_tensor_parallel(logits, layers::vocabulary_parallel());
   logits = graph.add(OpType::Add, "cls.predictions.logits", {logits, decoder_bias});
   int loss = layers::cross_entropy(graph, "cls.predictions.loss", logits, mlm_labels);
 

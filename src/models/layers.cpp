@@ -5,10 +5,13 @@
 
 namespace partrain::layers {
 
-int linear(Graph& graph, const std::string& name, int x, std::int64_t in, std::int64_t out, bool conv1d_layout) {
+int linear(Graph& graph, const std::string& name, int x, std::int64_t in, std::int64_t out, bool conv1d_layout,
+           TensorParallelHint parallel) {
   const int weight = graph.add_parameter(name + ".weight", conv1d_layout ? Shape{in, out} : Shape{out, in});
   const int bias = graph.add_parameter(name + ".bias", {out});
-  return graph.add(OpType::Gemm, name, {x, weight, bias}, {{"trans_b", std::int64_t{conv1d_layout ? 0 : 1}}});
+  const int y = graph.add(OpType::Gemm, name, {x, weight, bias}, {{"trans_b", std::int64_t{conv1d_layout ? 0 : 1}}});
+  graph.hint_tensor_parallel(y, parallel);
+  return y;
 }
 
 int layer_norm(Graph& graph, const std::string& name, int x, std::int64_t hidden, double eps) {

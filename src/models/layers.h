@@ -12,8 +12,17 @@ namespace partrain::layers {
 
 /// Linear layer y = x W^T + b on the last dimension (x [..., in] -> [..., out]). The weight is
 /// [out, in] (nn.Linear, Gemm trans_b = 1), or [in, out] when `conv1d_layout` (GPT-2 Conv1D,
-/// Gemm trans_b = 0). One Gemm task named `name`.
-int linear(Graph& graph, const std::string& name, int x, std::int64_t in, std::int64_t out, bool conv1d_layout = false);
+/// Gemm trans_b = 0). One Gemm task named `name`, carrying `parallel` (how it splits under tensor
+/// parallelism, graph/tensor_parallel.h; None: replicated).
+int linear(Graph& graph, const std::string& name, int x, std::int64_t in, std::int64_t out, bool conv1d_layout = false,
+           TensorParallelHint parallel = {});
+
+/// Megatron-LM's split of a transformer layer's Gemms (Shoeybi et al. 2019 §3): column-parallel for
+/// QKV (`blocks` fused matrices) and MLP-up, row-parallel for the attention output and MLP-down.
+inline TensorParallelHint column_parallel(int blocks = 1) { return {TensorParallelHint::Kind::ColumnParallel, blocks}; }
+inline TensorParallelHint row_parallel() { return {TensorParallelHint::Kind::RowParallel, 1}; }
+/// The embedding table's vocabulary rows split across the group (the lookup and the tied output layer).
+inline TensorParallelHint vocabulary_parallel() { return {TensorParallelHint::Kind::VocabularyParallel, 1}; }
 
 /// LayerNorm over the last dimension with weight [hidden] and bias [hidden]. One task named `name`.
 int layer_norm(Graph& graph, const std::string& name, int x, std::int64_t hidden, double eps);

@@ -1,0 +1,24 @@
+#pragma once
+// The tensor-parallel group of the kernels (core/tensor_parallel_group.h) over a Communicator: the
+// MPI communicator for host tensors, NCCL for GPU tensors.
+#include "comm/communicator.h"
+#include "core/tensor_parallel_group.h"
+
+namespace partrain::comm {
+
+class CommunicatorTensorParallelGroup final : public TensorParallelGroup {
+ public:
+  /// `group` holds the ranks of one tensor-parallel group in tensor-parallel rank order; it must
+  /// outlive this object.
+  explicit CommunicatorTensorParallelGroup(Communicator& group) : group_(group) {}
+  int rank() const override { return group_.rank(); }
+  int size() const override { return group_.size(); }
+  void all_reduce(const Tensor& tensor, Reduction reduction) override {
+    group_.all_reduce(tensor, reduction == Reduction::Max ? ReduceOp::Max : ReduceOp::Sum);
+  }
+
+ private:
+  Communicator& group_;
+};
+
+}  // namespace partrain::comm

@@ -1,0 +1,24 @@
+#pragma once
+// The tensor-parallel group a kernel runs in (Megatron-LM, Shoeybi et al. 2019 §3): the ops that a
+// tensor-parallel graph transformation inserts (graph/tensor_parallel.h) — the conjugate f / g
+// all-reduces, the vocabulary-parallel embedding and cross-entropy, and dropout on a head-split
+// tensor — need the rank's position in its group and an in-place all-reduce over it. The runtime
+// implements it over its communicator; core/ knows nothing of MPI or NCCL.
+#include "core/tensor.h"
+
+namespace partrain {
+
+class TensorParallelGroup {
+ public:
+  enum class Reduction { Sum, Max };
+  virtual ~TensorParallelGroup() = default;
+  /// This rank's position in the group, in [0, size()).
+  virtual int rank() const = 0;
+  /// Ranks in the group (the tensor-parallel degree t).
+  virtual int size() const = 0;
+  /// Reduces `tensor` (on the kernel's device, f32) element-wise over the group, in place; every
+  /// rank gets the result. Collective: every rank of the group calls it in the same order.
+  virtual void all_reduce(const Tensor& tensor, Reduction reduction) = 0;
+};
+
+}  // namespace partrain

@@ -1,0 +1,408 @@
+#include "graph/tensor_parallel.h"
+
+#include <cstring>
+#include <map>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace partrain {
+
+namespace {
+
+// How an activation of the original graph exists on each rank of the group.
+struct Layout {
+  bool split = false;  // false: replicated (the whole tensor on every rank)
+  int axis = -1;       // split: the rank holds 1/t of this dimension
+};
+
+std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
+  std::int64_t result = 1;
+  for (std::size_t d = begin; d < end; ++d) result *= shape[d];
+  return result;
+}
+
+class Transformation {
+ public:
+  Transformation(const Graph& graph, int degree)
+      : graph_(graph), degree_(degree), map_(graph.values().size(), -1), layout_(graph.values().size()) {}
+
+  Graph run() {
+    // Data inputs first, in the original order: they exist even when no task of a stage reads them.
+    for (const Value& value : graph_.values()) {
+      if (value.kind == ValueKind::Input) map_[value.id] = out_.add_input(value.name, value.type.shape, value.type.dtype);
+      if (value.kind == ValueKind::Label) map_[value.id] = out_.add_label(value.name, value.type.shape, value.type.dtype);
+    }
+    bool hinted = false;
+    for (const Task& task : graph_.tasks()) {
+      hinted = hinted || task.tensor_parallel.kind != TensorParallelHint::Kind::None;
+      transform(task);
+    }
+    PARTRAIN_CHECK(hinted, "tensor parallelism: the model has no tensor-parallel layer (only BERT and GPT "
+                           "transformer layers split across ranks); tensor_parallel must be 1, got "
+                               << degree_);
+    for (int output : graph_.outputs()) {
+      PARTRAIN_CHECK(!layout_[output].split, "tensor parallelism: graph output '" << graph_.value(output).name
+                                                                                  << "' would be split across ranks");
+      out_.mark_output(map_[output]);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  const Graph& graph_;
+  const int degree_;
+  Graph out_;
+  std::vector<int> map_;        // original value id -> new value id
+  std::vector<Layout> layout_;  // original activation -> its layout on the ranks
+  std::map<int, int> copies_;   // original value -> its TensorParallelCopy output
+
+  [[noreturn]] void fail(const Task& task, const std::string& message) const {
+    PARTRAIN_FAIL("tensor parallelism (" << degree_ << " ranks): task '" << task.name << "' (" << op_name(task.op)
+                                         << "): " << message);
+  }
+
+  // The new id of a Param, Buffer or Const, created at its first use; a Param gets `sharding`
+  // there (later uses must ask for the same one).
+  int leaf(int value, const Task& task, Sharding sharding = {}) {
+    const Value& v = graph_.value(value);
+    if (map_[value] >= 0) {
+      if (v.kind == ValueKind::Param && !(out_.value(map_[value]).sharding == sharding))
+        fail(task, "parameter '" + v.name + "' is used with two different shardings");
+      return map_[value];
+    }
+    switch (v.kind) {
+      case ValueKind::Param: {
+        Shape shape = v.type.shape;
+        if (sharding.sharded()) {
+          const std::int64_t size = shape.at(static_cast<std::size_t>(sharding.axis));
+          if (size % (static_cast<std::int64_t>(sharding.blocks) * sharding.parts) != 0)
+            fail(task, "parameter '" + v.name + "' dimension " + std::to_string(sharding.axis) + " of size " +
+                           std::to_string(size) + (sharding.blocks > 1 ? " (" + std::to_string(sharding.blocks) + " fused blocks)" : "") +
+                           " does not divide into " + std::to_string(sharding.parts) + " parts");
+          shape[static_cast<std::size_t>(sharding.axis)] = size / sharding.parts;
+        }
+        map_[value] = out_.add_parameter(v.name, shape);
+        if (sharding.sharded()) out_.set_sharding(map_[value], sharding);
+        break;
+      }
+      case ValueKind::Buffer: map_[value] = out_.add_buffer(v.name, v.type.shape); break;
+      case ValueKind::Const: map_[value] = out_.add_constant(v.name, graph_.constant_data(value)); break;
+      default: fail(task, "value '" + v.name + "' has no producer");
+    }
+    return map_[value];
+  }
+
+  bool is_leaf(int value) const {
+    const ValueKind kind = graph_.value(value).kind;
+    return kind == ValueKind::Param || kind == ValueKind::Buffer || kind == ValueKind::Const;
+  }
+  bool is_split(int value) const { return !is_leaf(value) && layout_[value].split; }
+
+  // The new id of an input that the task reads whole.
+  int whole(int value, const Task& task) {
+    if (is_leaf(value)) return leaf(value, task);
+    if (layout_[value].split)
+      fail(task, "needs '" + graph_.value(value).name + "' whole, but it is split across the ranks (dimension " +
+                     std::to_string(layout_[value].axis) + ")");
+    return map_[value];
+  }
+
+  // Megatron's f before a column-parallel layer: one per value, shared by all its column consumers
+  // (BERT's query, key and value read the same hidden states: one all-reduce of their gradients).
+  int copied(int value, const Task& task) {
+    const int input = whole(value, task);
+    auto found = copies_.find(value);
+    if (found != copies_.end()) return found->second;
+    const int copy = out_.add(OpType::TensorParallelCopy, graph_.value(value).name + ".tensor_parallel_copy", {input});
+    copies_[value] = copy;
+    return copy;
+  }
+
+  void finish(const Task& task, const std::vector<int>& new_outputs, Layout layout) {
+    for (std::size_t k = 0; k < task.outputs.size(); ++k) {
+      const int old_value = task.outputs[k];
+      map_[old_value] = new_outputs.at(k);
+      layout_[old_value] = layout;
+      // The local shape must be the whole shape with the split dimension divided.
+      Shape expected = graph_.value(old_value).type.shape;
+      if (layout.split) expected[static_cast<std::size_t>(layout.axis)] /= degree_;
+      const Shape& actual = out_.value(new_outputs.at(k)).type.shape;
+      if (actual != expected)
+        fail(task, "local output " + shape_string(actual) + " is not the rank's part " + shape_string(expected) +
+                       " of " + shape_string(graph_.value(old_value).type.shape));
+    }
+  }
+
+  void emit(const Task& task, OpType op, const std::vector<int>& inputs, const Attributes& attributes, Layout layout) {
+    finish(task, out_.add_task(op, task.name, inputs, attributes), layout);
+  }
+
+  void divisible(const Task& task, std::int64_t size, const std::string& what) const {
+    if (size % degree_ != 0)
+      fail(task, "its " + what + " (" + std::to_string(size) + ") is not a multiple of the tensor-parallel degree " +
+                     std::to_string(degree_));
+  }
+
+  void transform(const Task& task) {
+    switch (task.tensor_parallel.kind) {
+      case TensorParallelHint::Kind::ColumnParallel: return column_parallel(task);
+      case TensorParallelHint::Kind::RowParallel: return row_parallel(task);
+      case TensorParallelHint::Kind::VocabularyParallel: return vocabulary_parallel(task);
+      case TensorParallelHint::Kind::None: break;
+    }
+    bool any_split = false;
+    for (int input : task.inputs) any_split = any_split || is_split(input);
+    if (!any_split) {
+      std::vector<int> inputs;
+      for (int input : task.inputs) inputs.push_back(whole(input, task));
+      return emit(task, task.op, inputs, task.attributes, {});
+    }
+    follow_split(task);
+  }
+
+  void column_parallel(const Task& task) {
+    if (task.op != OpType::Gemm) fail(task, "only a Gemm can be column-parallel");
+    const bool trans_b = task.attributes.get_int("trans_b", 1) == 1;
+    const int blocks = task.tensor_parallel.blocks;
+    const int out_axis = trans_b ? 0 : 1;
+    const std::int64_t features = graph_.value(task.inputs[1]).type.shape[static_cast<std::size_t>(out_axis)];
+    if (features % (static_cast<std::int64_t>(blocks) * degree_) != 0)
+      fail(task, "its " + std::to_string(features) + " output features" +
+                     (blocks > 1 ? " (" + std::to_string(blocks) + " fused blocks)" : "") +
+                     " do not divide by the tensor-parallel degree " + std::to_string(degree_));
+    std::vector<int> inputs{copied(task.inputs[0], task), leaf(task.inputs[1], task, {out_axis, degree_, blocks})};
+    if (task.inputs.size() > 2) inputs.push_back(leaf(task.inputs[2], task, {0, degree_, blocks}));
+    const int rank = static_cast<int>(graph_.value(task.outputs[0]).type.shape.size());
+    emit(task, task.op, inputs, task.attributes, {true, rank - 1});
+  }
+
+  void row_parallel(const Task& task) {
+    if (task.op != OpType::Gemm) fail(task, "only a Gemm can be row-parallel");
+    const int x = task.inputs[0];
+    const int x_rank = static_cast<int>(graph_.value(x).type.shape.size());
+    if (!is_split(x) || layout_[x].axis != x_rank - 1)
+      fail(task, "a row-parallel Gemm needs its input '" + graph_.value(x).name + "' split on its last dimension");
+    const bool trans_b = task.attributes.get_int("trans_b", 1) == 1;
+    const int in_axis = trans_b ? 1 : 0;
+    divisible(task, graph_.value(task.inputs[1]).type.shape[static_cast<std::size_t>(in_axis)], "input features");
+    const int product_value = out_.add(OpType::Gemm, task.name, {map_[x], leaf(task.inputs[1], task, {in_axis, degree_, 1})},
+                                       task.attributes);
+    int result = out_.add(OpType::TensorParallelAllReduce, task.name + ".all_reduce", {product_value});
+    // The bias is added once, after the partial products are summed.
+    if (task.inputs.size() > 2) result = out_.add(OpType::Add, task.name + ".add_bias", {result, leaf(task.inputs[2], task)});
+    finish(task, {result}, {});
+  }
+
+  void vocabulary_parallel(const Task& task) {
+    const int table = task.op == OpType::Gather ? task.inputs[0] : task.inputs[1];
+    divisible(task, graph_.value(table).type.shape[0], "vocabulary size");
+    const int table_part = leaf(table, task, {0, degree_, 1});
+    if (task.op == OpType::Gather) {
+      const int embedded = out_.add(OpType::VocabParallelEmbedding, task.name, {table_part, whole(task.inputs[1], task)});
+      return finish(task, {out_.add(OpType::TensorParallelAllReduce, task.name + ".all_reduce", {embedded})}, {});
+    }
+    if (task.op != OpType::MatMul || task.attributes.get_int("trans_b", 0) != 1 || task.attributes.get_int("trans_a", 0) != 0)
+      fail(task, "a vocabulary-parallel task is a Gather from the table or a MatMul with the table transposed");
+    const int rank = static_cast<int>(graph_.value(task.outputs[0]).type.shape.size());
+    emit(task, task.op, {copied(task.inputs[0], task), table_part}, task.attributes, {true, rank - 1});
+  }
+
+  // An unhinted task with a split input: the split passes through ops that work per slice of it.
+  void follow_split(const Task& task) {
+    const int x = task.inputs[0];
+    const Shape& x_shape = graph_.value(x).type.shape;
+    const int rank = static_cast<int>(x_shape.size());
+    const int axis = is_split(x) ? layout_[x].axis : -1;
+    auto split_inputs_only = [&](std::size_t count) {
+      for (std::size_t i = count; i < task.inputs.size(); ++i)
+        if (is_split(task.inputs[i])) fail(task, "input " + std::to_string(i) + " may not be split");
+    };
+    switch (task.op) {
+      case OpType::Relu: case OpType::Gelu: case OpType::Tanh: case OpType::Scale:
+        return emit(task, task.op, {map_[x]}, task.attributes, layout_[x]);
+      case OpType::Dropout: {
+        // The mask of element e of a sample is drawn from its index in the whole tensor: with the
+        // rank holding 1/t of dimension 1 that index is rank · (its elements per sample) + e.
+        if (axis != 1) fail(task, "dropout of a tensor split on dimension " + std::to_string(axis) + " (only 1 is supported)");
+        Attributes attributes = task.attributes;
+        attributes.set("tensor_parallel_split", std::int64_t{1});
+        return emit(task, task.op, {map_[x]}, attributes, layout_[x]);
+      }
+      case OpType::Add: case OpType::Sub: case OpType::Mul: return binary(task);
+      case OpType::Split: {
+        if (axis < 0) fail(task, "only its input may be split");
+        Attributes attributes = task.attributes;
+        if (normalise_axis(task.attributes.get_int("axis"), x_shape.size()) == axis) {
+          std::vector<std::int64_t> sizes = task.attributes.get_ints("sizes");
+          for (std::int64_t& size : sizes) {
+            divisible(task, size, "split size");
+            size /= degree_;
+          }
+          attributes.set("sizes", sizes);
+        }
+        return finish(task, out_.add_task(OpType::Split, task.name, {map_[x]}, attributes), layout_[x]);
+      }
+      case OpType::Reshape: return reshape(task);
+      case OpType::Permute: {
+        const std::vector<std::int64_t> perm = task.attributes.get_ints("perm");
+        for (int j = 0; j < rank; ++j)
+          if (perm[static_cast<std::size_t>(j)] == axis) return emit(task, task.op, {map_[x]}, task.attributes, {true, j});
+        fail(task, "bad permutation");
+      }
+      case OpType::MatMul: {
+        // Batched over the split dimension (attention heads): each rank multiplies its heads.
+        const int b = task.inputs[1];
+        if (!is_split(x) || !is_split(b) || layout_[b].axis != axis || axis >= rank - 2)
+          fail(task, "a MatMul of split tensors must have both split on the same batch dimension");
+        return emit(task, task.op, {map_[x], map_[b]}, task.attributes, layout_[x]);
+      }
+      case OpType::Softmax: case OpType::Attention: {
+        const std::size_t split_count = task.op == OpType::Attention ? 3 : 1;
+        for (std::size_t i = 0; i < split_count; ++i)
+          if (!is_split(task.inputs[i]) || layout_[task.inputs[i]].axis != axis) fail(task, "inputs split differently");
+        if (axis >= rank - (task.op == OpType::Softmax ? 1 : 2)) fail(task, "split along the dimensions it reduces");
+        split_inputs_only(split_count);
+        std::vector<int> inputs;
+        for (std::size_t i = 0; i < task.inputs.size(); ++i)
+          inputs.push_back(i < split_count ? map_[task.inputs[i]] : broadcast_along(task, task.inputs[i], x_shape, axis));
+        return emit(task, task.op, inputs, task.attributes, layout_[x]);
+      }
+      case OpType::SoftmaxCrossEntropy: {
+        if (axis != rank - 1) fail(task, "logits split on a dimension other than the classes");
+        split_inputs_only(1);
+        const std::vector<int> outputs =
+            out_.add_task(OpType::VocabParallelCrossEntropy, task.name, {map_[x], whole(task.inputs[1], task)}, task.attributes);
+        return finish(task, {outputs[0]}, {});
+      }
+      default:
+        fail(task, "'" + graph_.value(x).name + "' is split across the ranks and this op cannot run on a part of it");
+    }
+  }
+
+  // A replicated input that broadcasts along the split dimension (an attention mask [B, 1, 1, S]).
+  int broadcast_along(const Task& task, int value, const Shape& split_shape, int axis) {
+    const Shape& shape = graph_.value(value).type.shape;
+    const int shift = static_cast<int>(split_shape.size()) - static_cast<int>(shape.size());
+    if (axis >= shift && shape[static_cast<std::size_t>(axis - shift)] != 1)
+      fail(task, "'" + graph_.value(value).name + "' does not broadcast along the split dimension");
+    return whole(value, task);
+  }
+
+  void binary(const Task& task) {
+    const int a = task.inputs[0], b = task.inputs[1];
+    const int split = is_split(a) ? a : b, other = split == a ? b : a;
+    const Layout layout = layout_[split];
+    const Shape& split_shape = graph_.value(split).type.shape;
+    const Shape& other_shape = graph_.value(other).type.shape;
+    int other_new;
+    if (is_split(other)) {
+      if (layout_[other].axis != layout.axis || other_shape != split_shape) fail(task, "operands split differently");
+      other_new = map_[other];
+    } else {
+      const int shift = static_cast<int>(split_shape.size()) - static_cast<int>(other_shape.size());
+      const bool covers = layout.axis >= shift && other_shape[static_cast<std::size_t>(layout.axis - shift)] != 1;
+      if (covers && graph_.value(other).kind == ValueKind::Param) {
+        other_new = leaf(other, task, {layout.axis - shift, degree_, 1});  // the MLM decoder bias: split like the logits
+      } else if (!covers) {
+        other_new = whole(other, task);
+      } else {
+        fail(task, "'" + graph_.value(other).name + "' is whole but its operand is split along a dimension it spans");
+      }
+    }
+    const std::vector<int> inputs = split == a ? std::vector<int>{map_[a], other_new} : std::vector<int>{other_new, map_[b]};
+    emit(task, task.op, inputs, task.attributes, layout);
+  }
+
+  // A reshape that merges or splits dimensions around the split one: the rank's part stays a
+  // contiguous range of the merged index when the split dimension is the outermost of its group.
+  void reshape(const Task& task) {
+    const int x = task.inputs[0];
+    const Shape in = with_batch(graph_.value(x).type.shape, 1);
+    const Shape out = with_batch(graph_.value(task.outputs[0]).type.shape, 1);
+    const auto axis = static_cast<std::size_t>(layout_[x].axis);
+    const std::int64_t before = product(in, 0, axis);
+    std::vector<std::int64_t> shape = task.attributes.get_ints("shape");
+    for (std::size_t j = 0; j < out.size(); ++j) {
+      if (product(out, 0, j) != before || out[j] == 1) continue;
+      divisible(task, out[j], "output dimension " + std::to_string(j));
+      if (shape[j] > 0) {
+        shape[j] /= degree_;
+      } else if (shape[j] == 0 && j != axis) {
+        continue;
+      }
+      Attributes attributes = task.attributes;
+      attributes.set("shape", shape);
+      return emit(task, task.op, {map_[x]}, attributes, {true, static_cast<int>(j)});
+    }
+    fail(task, "the split dimension " + std::to_string(axis) + " of " + shape_string(graph_.value(x).type.shape) +
+                   " has no counterpart in " + shape_string(graph_.value(task.outputs[0]).type.shape));
+  }
+};
+
+// Copies between a whole tensor and a rank's part: the sharded dimension is viewed as
+// [blocks, parts, chunk]; `to_part` copies whole -> part, else part -> whole.
+void copy_shard(const Tensor& whole, const Tensor& part, const Sharding& sharding, int rank, bool to_part) {
+  PARTRAIN_CHECK(whole.device().is_cpu() && part.device().is_cpu(), "shard copies work on host tensors");
+  PARTRAIN_CHECK(whole.dtype() == part.dtype(), "shard copy between dtypes " << dtype_name(whole.dtype()) << " and "
+                                                                            << dtype_name(part.dtype()));
+  const Shape& shape = whole.shape();
+  const auto axis = static_cast<std::size_t>(sharding.axis);
+  PARTRAIN_CHECK(sharding.axis >= 0 && axis < shape.size(), "sharding axis " << sharding.axis << " of a tensor "
+                                                                           << shape_string(shape));
+  PARTRAIN_CHECK(rank >= 0 && rank < sharding.parts, "shard rank " << rank << " outside [0, " << sharding.parts << ")");
+  const std::int64_t size = shape[axis];
+  const std::int64_t pieces = static_cast<std::int64_t>(sharding.blocks) * sharding.parts;
+  PARTRAIN_CHECK(size % pieces == 0, "dimension " << axis << " of " << shape_string(shape) << " does not divide into "
+                                                  << sharding.blocks << " blocks x " << sharding.parts << " parts");
+  Shape local = shape;
+  local[axis] = size / sharding.parts;
+  PARTRAIN_CHECK(part.shape() == local, "shard of " << shape_string(shape) << " should be " << shape_string(local)
+                                                     << ", got " << shape_string(part.shape()));
+  const std::int64_t outer = product(shape, 0, axis);
+  const std::size_t element = dtype_size(whole.dtype());
+  const std::size_t chunk_bytes = static_cast<std::size_t>(size / pieces * product(shape, axis + 1, shape.size())) * element;
+  auto* whole_bytes = static_cast<char*>(whole.raw_data());
+  auto* part_bytes = static_cast<char*>(part.raw_data());
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (int b = 0; b < sharding.blocks; ++b) {
+      char* in_whole = whole_bytes + (static_cast<std::size_t>(o * pieces) + static_cast<std::size_t>(b * sharding.parts + rank)) * chunk_bytes;
+      char* in_part = part_bytes + static_cast<std::size_t>(o * sharding.blocks + b) * chunk_bytes;
+      if (to_part) {
+        std::memcpy(in_part, in_whole, chunk_bytes);
+      } else {
+        std::memcpy(in_whole, in_part, chunk_bytes);
+      }
+    }
+}
+
+}  // namespace
+
+Graph tensor_parallel_graph(const Graph& graph, int degree) {
+  PARTRAIN_CHECK(degree >= 1, "tensor parallelism: the degree must be at least 1, got " << degree);
+  if (degree == 1) return graph;
+  return Transformation(graph, degree).run();
+}
+
+Shape whole_shape(const Value& value) {
+  Shape shape = value.type.shape;
+  if (value.sharding.sharded()) shape[static_cast<std::size_t>(value.sharding.axis)] *= value.sharding.parts;
+  return shape;
+}
+
+Tensor shard_of(const Tensor& whole, const Sharding& sharding, int rank) {
+  if (!sharding.sharded()) return whole;
+  Shape local = whole.shape();
+  PARTRAIN_CHECK(sharding.axis >= 0 && static_cast<std::size_t>(sharding.axis) < local.size(),
+                 "sharding axis " << sharding.axis << " of a tensor " << shape_string(local));
+  local[static_cast<std::size_t>(sharding.axis)] /= sharding.parts;
+  Tensor part = Tensor::empty(local, whole.dtype());
+  copy_shard(whole, part, sharding, rank, true);
+  return part;
+}
+
+void place_shard(const Tensor& whole, const Tensor& part, const Sharding& sharding, int rank) {
+  copy_shard(whole, part, sharding, rank, false);
+}
+
+}  // namespace partrain

@@ -1,0 +1,44 @@
+#pragma once
+// Tensor model parallelism as a transformation of the operator graph (Megatron-LM: Shoeybi et al.
+// 2019 §3; DESIGN.md "Parallelism in three dimensions"). The result is the graph that each of the t
+// ranks of a tensor-parallel group runs — the same structure on every rank, each holding its part of
+// the sharded parameters — so autodiff, profiling, the cost model, the partitioners and the executor
+// all see one graph:
+//  * a ColumnParallel Gemm (QKV, MLP-up) keeps 1/t of its output features; its replicated input goes
+//    through a TensorParallelCopy (f: identity forward, all-reduce of the gradient backward);
+//  * the head-split attention in between runs on the rank's heads/t heads (Reshape, Permute, MatMul,
+//    Softmax, Dropout, fused Attention, element-wise ops follow the split);
+//  * a RowParallel Gemm (attention output, MLP-down) multiplies its 1/t of the input features, a
+//    TensorParallelAllReduce (g) sums the partial products, then the replicated bias is added;
+//  * a VocabularyParallel Gather becomes a VocabParallelEmbedding (rows of the rank's vocabulary
+//    part) + TensorParallelAllReduce; a VocabularyParallel MatMul (the tied LM head / MLM decoder)
+//    produces the rank's vocabulary part of the logits, and the cross-entropy that reads them becomes
+//    a VocabParallelCrossEntropy, so the logits are never gathered;
+//  * every other task (LayerNorm, residual adds, the rest) is replicated: it computes the same
+//    values on every rank, and so its parameters get the same gradients on every rank.
+// Parameters keep their names; a sharded one records its Sharding (graph.h) and has its local shape.
+#include "graph/graph.h"
+
+namespace partrain {
+
+/// The graph of one rank of a tensor-parallel group of `degree` ranks, from a model graph whose
+/// builder marked its tasks with TensorParallelHint. degree 1 returns a copy of `graph`. Task names
+/// stay; inserted tasks are named "<value>.tensor_parallel_copy", "<task>.all_reduce" and
+/// "<task>.add_bias". Throws partrain::Error naming the task and the size when degree does not divide a
+/// split dimension (heads, hidden, intermediate or vocabulary size), when a split tensor reaches a
+/// task that needs it whole, or when the graph has no tensor-parallel layer at all (ResNet).
+Graph tensor_parallel_graph(const Graph& graph, int degree);
+
+/// The whole shape of a (possibly sharded) parameter: its local shape with the sharded axis × parts.
+Shape whole_shape(const Value& value);
+
+/// Rank `rank`'s part of the whole host tensor `whole` under `sharding` (a new host tensor of the
+/// local shape, any dtype). Throws partrain::Error when the axis does not divide into
+/// blocks × parts or the rank is outside [0, parts).
+Tensor shard_of(const Tensor& whole, const Sharding& sharding, int rank);
+
+/// Writes rank `rank`'s `part` into its place in the whole host tensor `whole` (the inverse of
+/// shard_of). Throws partrain::Error on a shape that does not match.
+void place_shard(const Tensor& whole, const Tensor& part, const Sharding& sharding, int rank);
+
+}  // namespace partrain
