@@ -10,6 +10,9 @@
 #include "graph/subgraph.h"
 #include "models/model.h"
 #include "plan/plan.h"
+#include "plan/schedule.h"
+#include "plan/schedule_topology.h"
+#include "plan/schedule_checker.h"
 #include "partition/plan_builder.h"
 #include "partition/planner.h"
 #include "support/errors.h"
@@ -124,6 +127,34 @@ TEST(Plan, RankMapAndReplicaSamples) {
   EXPECT_EQ(plan.replica_samples(1, 0), (std::pair<std::int64_t, std::int64_t>{0, 3}));
   EXPECT_NE(error_message([&] { plan.placement_of(6); }).find("rank 6 is outside"), std::string::npos);
   EXPECT_NO_THROW(plan.validate(graph));
+}
+
+TEST(Plan, TensorParallelRankMapGroupsAndSchedule) {
+  const Graph graph = build_model(tiny_model_config("bert"));
+  Plan plan = two_stage_plan(graph);  // 2 copies x (2 + 1 replicas)
+  plan.tensor_parallel = 2;
+  plan.world_size = 12;
+  EXPECT_EQ(plan.devices_per_copy(), 6);
+  // A tensor-parallel group is 2 consecutive ranks: rank 5 is copy 0, stage 1, replica 0, tensor rank 1.
+  const Placement placement = plan.placement_of(5);
+  EXPECT_EQ(placement.copy, 0);
+  EXPECT_EQ(placement.stage, 1);
+  EXPECT_EQ(placement.replica, 0);
+  EXPECT_EQ(placement.tensor_rank, 1);
+  for (int rank = 0; rank < 12; ++rank) EXPECT_EQ(plan.rank_of(plan.placement_of(rank)), rank);
+  EXPECT_EQ(tensor_group(plan, plan.placement_of(2)), (std::vector<int>{2, 3}));
+  EXPECT_EQ(stage_group(plan, 0, 1), (std::vector<int>{1, 3, 7, 9}));  // the stage's data-parallel group of tensor rank 1
+  // Every rank's list is deadlock-free and complete, and talks only to its own tensor rank.
+  const Schedule schedule = generate_schedule(plan);
+  EXPECT_NO_THROW(check_schedule(plan, schedule));
+  for (int rank = 0; rank < 12; ++rank)
+    for (const Action& action : schedule[rank])
+      if (action.peer >= 0) EXPECT_EQ(plan.placement_of(action.peer).tensor_rank, plan.placement_of(rank).tensor_rank);
+  // The plan JSON keeps the degree; a plan without the key (made before) reads as 1.
+  EXPECT_EQ(Plan::from_json(plan.to_json(), "test").tensor_parallel, 2);
+  nlohmann::json old = plan.to_json();
+  old.erase("tensor_parallel");
+  EXPECT_EQ(Plan::from_json(old, "test").tensor_parallel, 1);
 }
 
 TEST(Plan, ValidationNamesTheProblem) {

@@ -1,6 +1,7 @@
 // Checkpoints end to end (issue 6) with the real program: resume is bitwise (10 steps straight vs the
 // same run resumed from its step-5 checkpoint), a checkpoint resumes under another plan and world size
-// (4 ranks 2 stages x 2 replicas -> 3 ranks 3 stages -> 1 rank) with the same losses (GPT's loss is a
+// (4 ranks 2 stages x 2 replicas -> 3 ranks 3 stages -> 1 rank -> tensor parallel 2 x 2 stages, and
+// a tensor-parallel checkpoint -> 1 rank) with the same losses (GPT's loss is a
 // mean over equal-length samples, so it does not depend on the plan), damaged files are detected and
 // `--resume latest` falls back to the newest valid one, and h5dump reads the files. Built into
 // test_checkpoint_resume (labels validation;mpi).
@@ -32,6 +33,12 @@ testing::PartrainRun train(int ranks, const std::string& directory, const std::v
 std::vector<std::string> two_by_two() {
   return {"parallel.planner=manual", "parallel.stages=2", "parallel.replicas=[2,2]", "parallel.boundaries=[\"h.1\"]",
           "train.microbatches=2"};
+}
+
+// Tensor parallelism t = 2 inside each of 2 stages (4 ranks).
+std::vector<std::string> tensor_parallel_two_stages() {
+  return {"parallel.planner=manual", "parallel.stages=2", "parallel.replicas=[1,1]", "parallel.boundaries=[\"h.1\"]",
+          "parallel.tensor_parallel=2", "train.microbatches=2"};
 }
 
 // The straight 4-rank run every test compares with (made once per ctest run).
@@ -78,6 +85,7 @@ TEST(CheckpointResume, ReshardsToOtherPlansAndWorldSizes) {
       {"three-stages", 3, {"parallel.planner=manual", "parallel.stages=3", "parallel.replicas=[1,1,1]",
                            "parallel.boundaries=[\"h.0\",\"h.1\"]", "train.microbatches=2"}},
       {"one-rank", 1, {"parallel.planner=dpl", "train.microbatches=1"}},
+      {"tensor-parallel", 4, tensor_parallel_two_stages()},
   };
   for (const Target& target : targets) {
     const std::string directory = kRoot + "/reshard-" + target.name;
@@ -92,6 +100,36 @@ TEST(CheckpointResume, ReshardsToOtherPlansAndWorldSizes) {
     for (std::size_t i = 0; i < actual.size(); ++i)
       EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << target.name << " step " << 6 + i;
   }
+}
+
+// A checkpoint written under tensor parallelism (each rank writes its part of every split parameter
+// and of its optimizer state as a hyperslab of the whole dataset) resumes on one rank with the losses
+// of the straight run; the tensor-parallel run itself matches it too.
+TEST(CheckpointResume, TensorParallelCheckpointResumesOnOneRank) {
+  const std::string straight = straight_run();
+  const std::vector<double> expected = testing::metric_values(straight, "loss");
+  ASSERT_EQ(expected.size(), 10u);
+  const std::string tensor_parallel = kRoot + "/tensor-parallel";
+  const testing::PartrainRun run = train(4, tensor_parallel, tensor_parallel_two_stages());
+  ASSERT_EQ(run.status, 0) << run.command << "\n" << run.log;
+  const std::vector<double> split = testing::metric_values(tensor_parallel, "loss");
+  ASSERT_EQ(split.size(), 10u);
+  for (std::size_t i = 0; i < split.size(); ++i)
+    EXPECT_NEAR(split[i], expected[i], 1e-5 * std::abs(expected[i])) << "tensor-parallel step " << i + 1;
+
+  const std::string directory = kRoot + "/tensor-parallel-to-one-rank";
+  const testing::PartrainRun resumed = testing::run_partrain(
+      1,
+      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + tensor_parallel +
+          "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
+          " --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=dpl" +
+          " --set train.microbatches=1",
+      directory + ".log");
+  ASSERT_EQ(resumed.status, 0) << resumed.log;
+  const std::vector<double> actual = testing::metric_values(directory, "loss");
+  ASSERT_EQ(actual.size(), 5u);
+  for (std::size_t i = 0; i < actual.size(); ++i)
+    EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << "step " << 6 + i;
 }
 
 TEST(CheckpointResume, DamagedNewestCheckpointIsSkipped) {

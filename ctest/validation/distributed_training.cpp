@@ -6,6 +6,7 @@
 // test_distributed_training (registered with labels validation;mpi).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -37,10 +38,21 @@ struct TrainingCase {
   std::vector<int> replicas;           // manual: replicas per stage
   std::string schedule = "1f1b";
   bool recompute = false;
+  int tensor_parallel = 1;             // [parallel] tensor_parallel
+  std::vector<std::string> model_overrides;  // e.g. more heads, for the run and its single-rank reference
 };
 
 std::string case_name(const TrainingCase& c) {
   return c.model + "_" + c.plan + "_" + c.schedule + (c.recompute ? "_recompute" : "");
+}
+
+// Distinguishes the single-rank references of cases that change the model.
+std::string model_key(const TrainingCase& c) {
+  std::string key = c.model;
+  for (const std::string& setting : c.model_overrides) key += "_" + setting;
+  for (char& character : key)
+    if (!std::isalnum(static_cast<unsigned char>(character)) && character != '_') character = '-';
+  return key;
 }
 
 constexpr int kSteps = 10, kMicrobatches = 2;
@@ -66,6 +78,7 @@ std::string run_training(const TrainingCase& c, int ranks, const std::string& di
             << " --set log.dir=" << directory << " --set log.save_parameters=true --set train.eval_every=5"
             << " --set data.path=" << PARTRAIN_DATA_DIR << (c.model == "resnet" ? "/fashion_mnist.h5" : "/text.h5");
   for (const std::string& setting : model_settings(c.model)) arguments << " --set '" << setting << "'";
+  for (const std::string& setting : c.model_overrides) arguments << " --set '" << setting << "'";
   for (const std::string& setting : extra) arguments << " --set '" << setting << "'";
   if (!options.empty()) arguments << " " << options;
   std::filesystem::create_directories(directory);
@@ -80,7 +93,7 @@ class DistributedTraining : public ::testing::TestWithParam<TrainingCase> {};
 // that need it (made in a private directory, then renamed into place; a concurrent maker's copy is
 // as good).
 std::string reference_run(const TrainingCase& c, int pieces, const std::string& root) {
-  const std::string directory = root + "/reference-" + c.model + "-" + std::to_string(pieces);
+  const std::string directory = root + "/reference-" + model_key(c) + "-" + std::to_string(pieces);
   if (std::filesystem::exists(directory + "/parameters.h5")) return directory;
   const std::string temporary = directory + ".tmp" + std::to_string(::getpid());
   run_training(c, 1, temporary, {"parallel.planner=dpl", "train.microbatches=" + std::to_string(pieces),
@@ -156,6 +169,7 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
     settings.push_back("parallel.replicas=[" + replicas + "]");
     settings.push_back("parallel.boundaries=[" + boundaries + "]");
     settings.push_back("train.microbatches=" + std::to_string(kMicrobatches));
+    settings.push_back("parallel.tensor_parallel=" + std::to_string(c.tensor_parallel));
   }
   const std::string distributed = root + "/" + case_name(c) + "-" + std::to_string(::getpid());
   run_training(c, 4, distributed, settings);
@@ -204,6 +218,37 @@ std::vector<TrainingCase> manual_cases(bool core) {
         }
       }
     }
+  }
+  return result;
+}
+
+// Tensor parallelism (Megatron-LM) on 4 ranks: t = 2 under 2 stages (1f1b; gpipe with recomputation)
+// and under 2 replicas, and t = 4 (BERT-tiny with 4 heads, so that t divides them).
+std::vector<TrainingCase> tensor_parallel_cases() {
+  std::vector<TrainingCase> result;
+  for (const std::string model : {"bert", "gpt"}) {
+    const std::string second_stage = model == "bert" ? "encoder.layer.1" : "h.1";
+    TrainingCase c;
+    c.model = model;
+    c.tensor_parallel = 2;
+    c.plan = "tp2_2stages";
+    c.boundaries = {second_stage};
+    c.replicas = {1, 1};
+    result.push_back(c);
+    c.schedule = "gpipe";
+    c.recompute = true;
+    result.push_back(c);
+    c = TrainingCase{};
+    c.model = model;
+    c.tensor_parallel = 2;
+    c.plan = "tp2_2replicas";
+    c.replicas = {2};
+    result.push_back(c);
+    c.plan = "tp4";
+    c.tensor_parallel = 4;
+    c.replicas = {1};
+    if (model == "bert") c.model_overrides = {"model.heads=4"};
+    result.push_back(c);
   }
   return result;
 }
@@ -430,6 +475,8 @@ INSTANTIATE_TEST_SUITE_P(Precision, MixedPrecision, ::testing::Values("bert", "g
 INSTANTIATE_TEST_SUITE_P(Core, DistributedTraining, ::testing::ValuesIn(manual_cases(true)),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Planners, DistributedTraining, ::testing::ValuesIn(planner_cases()),
+                         [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(TensorParallel, DistributedTraining, ::testing::ValuesIn(tensor_parallel_cases()),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Matrix, DistributedTraining, ::testing::ValuesIn(manual_cases(false)),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });

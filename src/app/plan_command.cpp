@@ -74,7 +74,7 @@ int run_config_plan(const PlanArguments& arguments) {
   app::PlanningSetup setup = planning_setup(config, static_cast<int>(world_size), device_memory, arguments.planner);
   if (arguments.max_ideals > 0) setup.options.max_ideals = static_cast<std::size_t>(arguments.max_ideals);
 
-  const Graph graph = build_model(config.model);
+  const Graph graph = planned_graph(config, setup.options.tensor_parallel);
   std::unique_ptr<profile::ProfileDB> database;
   std::unique_ptr<partition::CostModel> cost;
   if (arguments.profile_db.empty()) {
@@ -84,7 +84,7 @@ int run_config_plan(const PlanArguments& arguments) {
     cost = partition::make_calibrated_cost_model(graph, *database, setup.device);
   }
   std::printf("model: %s (%zu tasks, %lld parameters), global batch %lld, %ld devices of %.2f GiB\n",
-              config.path.c_str(), graph.tasks().size(), static_cast<long long>(graph.parameter_count()),
+              config.path.c_str(), graph.tasks().size(), static_cast<long long>(build_model(config.model).parameter_count()),
               static_cast<long long>(config.train.global_batch), world_size, setup.device.memory_bytes / (1ull << 30));
   std::fflush(stdout);
 

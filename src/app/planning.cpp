@@ -1,6 +1,8 @@
 #include "app/planning.h"
 
 #include "core/error.h"
+#include "graph/tensor_parallel.h"
+#include "models/model.h"
 
 namespace partrain::app {
 
@@ -18,6 +20,7 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   partition::PlannerOptions& options = setup.options;
   options.planner = planner.empty() ? parallel.planner : planner;
   options.world_size = world_size;
+  options.tensor_parallel = static_cast<int>(parallel.tensor_parallel);
   options.global_batch = config.train.global_batch;
   options.microbatches = static_cast<int>(config.train.microbatches);
   options.schedule = parse_schedule(parallel.schedule);
@@ -49,6 +52,22 @@ void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config,
   PARTRAIN_CHECK(train.microbatches == 0 || train.microbatches == plan.microbatches,
                  plan_file << " was made for " << plan.microbatches << " microbatches, but " << config.path
                            << " sets [train] microbatches = " << train.microbatches);
+}
+
+Graph planned_graph(const ExperimentConfig& config, int tensor_parallel) {
+  Graph graph = build_model(config.model);
+  if (tensor_parallel == 1) return graph;
+  const ModelConfig& model = config.model;
+  PARTRAIN_CHECK(model.type != "resnet", config.path << ": [parallel] tensor_parallel = " << tensor_parallel
+                                                     << ", but a resnet has no tensor-parallel layers (only BERT and GPT "
+                                                        "transformer layers split across ranks); use 1");
+  const std::pair<const char*, std::int64_t> sizes[] = {
+      {"heads", model.heads}, {"hidden", model.hidden}, {"intermediate", model.intermediate_size()}, {"vocab", model.vocab}};
+  for (const auto& [key, size] : sizes)
+    PARTRAIN_CHECK(size % tensor_parallel == 0,
+                   config.path << ": [model] " << key << " = " << size << " is not a multiple of [parallel] tensor_parallel = "
+                               << tensor_parallel << (std::string(key) == "vocab" ? " (pad the vocabulary as Megatron does)" : ""));
+  return tensor_parallel_graph(graph, tensor_parallel);
 }
 
 runtime::RuntimeOptions runtime_options(const TrainConfig& train) {

@@ -26,6 +26,12 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
 /// than `config` asks for: the plan's memory and time predictions hold only for what it recorded.
 void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config, const std::string& plan_file);
 
+/// The graph a plan of tensor-parallel degree `tensor_parallel` indexes: the model of [model], and
+/// for a degree above 1 its tensor_parallel_graph (graph/tensor_parallel.h). Throws partrain::Error
+/// naming the config file and the [model] key (heads, hidden, intermediate, vocab) that the degree
+/// does not divide, or saying that the model type has no tensor-parallel layers (resnet).
+Graph planned_graph(const ExperimentConfig& config, int tensor_parallel);
+
 /// The executor's run settings from the [train] section (seed, optimizer hyper-parameters, learning
 /// rate schedule, clipping). Throws partrain::Error for a bad learning-rate schedule.
 runtime::RuntimeOptions runtime_options(const TrainConfig& train);

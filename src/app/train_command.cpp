@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 
 #include <omp.h>
@@ -26,6 +27,7 @@
 #include "core/backend_registry.h"
 #include "core/collective_error.h"
 #include "core/error.h"
+#include "graph/tensor_parallel.h"
 #include "io/batch_source.h"
 #include "io/checkpoint.h"
 #include "io/chrome_trace.h"
@@ -200,30 +202,38 @@ void save_tensors(const std::string& path, const std::string& group, const Graph
   if (placement.copy == 0 && placement.replica == 0) {
     for (const auto& [value, tensor] : tensors) {
       const std::vector<float> values = to_host(tensor, executor.backend()).to_float_vector();
-      const std::int64_t id = value, count = static_cast<std::int64_t>(values.size());
-      bytes.append(reinterpret_cast<const char*>(&id), sizeof id);
-      bytes.append(reinterpret_cast<const char*>(&count), sizeof count);
+      const std::int64_t header[3] = {value, static_cast<std::int64_t>(values.size()), placement.tensor_rank};
+      bytes.append(reinterpret_cast<const char*>(header), sizeof header);
       bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
     }
   }
-  const std::vector<std::string> parts = world.gather_bytes(bytes, 0);
+  const std::vector<std::string> gathered = world.gather_bytes(bytes, 0);
   if (world.rank() != 0) return;
-  io::Hdf5File file = io::Hdf5File::create(path);
-  std::vector<bool> written(graph.values().size(), false);
-  for (const std::string& part : parts) {
-    for (std::size_t offset = 0; offset < part.size();) {
-      std::int64_t id = 0, count = 0;
-      std::memcpy(&id, part.data() + offset, sizeof id);
-      std::memcpy(&count, part.data() + offset + sizeof id, sizeof count);
-      offset += sizeof id + sizeof count;
-      std::vector<float> values(static_cast<std::size_t>(count));
-      std::memcpy(values.data(), part.data() + offset, values.size() * sizeof(float));
+  // value id -> tensor rank -> values (tied parameters: every holder has the same values, the first is kept)
+  std::map<int, std::map<int, std::vector<float>>> pieces;
+  for (const std::string& from_rank : gathered) {
+    for (std::size_t offset = 0; offset < from_rank.size();) {
+      std::int64_t header[3] = {0, 0, 0};
+      std::memcpy(header, from_rank.data() + offset, sizeof header);
+      offset += sizeof header;
+      std::vector<float> values(static_cast<std::size_t>(header[1]));
+      std::memcpy(values.data(), from_rank.data() + offset, values.size() * sizeof(float));
       offset += values.size() * sizeof(float);
-      if (written[id]) continue;  // tied parameters: every holder has the same values
-      written[id] = true;
-      const Value& value = graph.value(static_cast<int>(id));
-      file.write(group + "/" + value.name, value.type.shape, values);
+      pieces[static_cast<int>(header[0])].try_emplace(static_cast<int>(header[2]), std::move(values));
     }
+  }
+  io::Hdf5File file = io::Hdf5File::create(path);
+  for (auto& [id, by_tensor_rank] : pieces) {
+    const Value& value = graph.value(id);
+    if (!value.sharding.sharded()) {
+      file.write(group + "/" + value.name, value.type.shape, by_tensor_rank.begin()->second);
+      continue;
+    }
+    // A tensor-parallel parameter: its parts assembled into the whole tensor.
+    const Tensor whole = Tensor::zeros(whole_shape(value));
+    for (const auto& [tensor_rank, values] : by_tensor_rank)
+      place_shard(whole, Tensor::from_vector<float>(value.type.shape, values), value.sharding, tensor_rank);
+    file.write(group + "/" + value.name, whole.shape(), whole.to_float_vector());
   }
 }
 
@@ -386,7 +396,13 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const std::vector<io::RunLock> locks =
       lock_run_directories(directory, checkpoint_directory, checkpoint_elsewhere, world);
   const std::string checkpoint_path = resume.empty() ? "" : resume_path(resume, checkpoint_directory, world);
-  const Graph graph = build_model(config.model);
+  // The tensor-parallel degree: the loaded plan's, or [parallel] tensor_parallel.
+  const int tensor_parallel =
+      arguments.plan_file.empty()
+          ? static_cast<int>(config.parallel.tensor_parallel)
+          : std::stoi(decide_on_rank0(world, [&] { return std::to_string(Plan::load(arguments.plan_file).tensor_parallel); }));
+  const Graph model = build_model(config.model);
+  const Graph graph = planned_graph(config, tensor_parallel);
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
   // Every rank computes on its node's GPU (one per rank, NCCL between them) or on the CPU (MPI).
   Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
@@ -396,7 +412,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
 
   if (leader) {
     std::printf("model: %s (%s, %lld parameters), data: %s (%lld samples per epoch)\n", config.path.c_str(),
-                config.model.type.c_str(), static_cast<long long>(graph.parameter_count()), data->path().c_str(),
+                config.model.type.c_str(), static_cast<long long>(model.parameter_count()), data->path().c_str(),
                 static_cast<long long>(data->samples_per_epoch()));
     std::fputs(format_plan_table(plan).c_str(), stdout);
     plan.save(directory + "/plan.json");
@@ -405,12 +421,15 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     std::fflush(stdout);
   }
 
-  if (leader && config.log.save_initial) save_initial(directory + "/initial_parameters.h5", config, graph, *data);
+  if (leader && config.log.save_initial) save_initial(directory + "/initial_parameters.h5", config, model, *data);
   // The initial values are a temporary: the executor keeps its own stage's copy, so the whole model's
-  // host copy does not sit in the allocator (and in the measured peak) for the whole run.
+  // host copy does not sit in the allocator (and in the measured peak) for the whole run. They are
+  // drawn for the whole model (the same numbers under any plan) and cut to this rank's tensor part.
   runtime::PipelineExecutor executor(
       graph, plan, run_world, backend, *data,
-      initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range),
+      shard_values(model,
+                   initialize_parameters(model, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range),
+                   graph, plan.placement_of(world.rank()).tensor_rank),
       runtime_options(config.train));
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
@@ -429,7 +448,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     metrics.open(directory + "/metrics.jsonl", first_step > 0 ? std::ios::app : std::ios::trunc);
     PARTRAIN_CHECK(metrics, directory << "/metrics.jsonl: cannot write");
   }
-  const double flops_per_sample = training_flops_per_sample(graph);
+  const double flops_per_sample = training_flops_per_sample(model);  // the whole model's, not one rank's part
   double first_loss = NAN, last_loss = NAN;
   std::vector<double> step_seconds, measured_peak_bytes(static_cast<std::size_t>(world.size()), 0.0);
   std::int64_t checkpointed_step = first_step;  // the step of the newest checkpoint on disk

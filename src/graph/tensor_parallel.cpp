@@ -1,5 +1,6 @@
 #include "graph/tensor_parallel.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -384,6 +385,12 @@ Graph tensor_parallel_graph(const Graph& graph, int degree) {
   return Transformation(graph, degree).run();
 }
 
+int tensor_parallel_degree(const Graph& graph) {
+  int degree = 1;
+  for (const Value& value : graph.values()) degree = std::max(degree, value.sharding.parts);
+  return degree;
+}
+
 Shape whole_shape(const Value& value) {
   Shape shape = value.type.shape;
   if (value.sharding.sharded()) shape[static_cast<std::size_t>(value.sharding.axis)] *= value.sharding.parts;
@@ -403,6 +410,18 @@ Tensor shard_of(const Tensor& whole, const Sharding& sharding, int rank) {
 
 void place_shard(const Tensor& whole, const Tensor& part, const Sharding& sharding, int rank) {
   copy_shard(whole, part, sharding, rank, false);
+}
+
+std::unordered_map<int, Tensor> shard_values(const Graph& whole, const std::unordered_map<int, Tensor>& whole_values,
+                                             const Graph& part, int rank) {
+  std::unordered_map<int, Tensor> values;
+  for (const Value& value : part.values()) {
+    if (value.kind != ValueKind::Param && value.kind != ValueKind::Buffer) continue;
+    auto found = whole_values.find(whole.value_id(value.name));
+    PARTRAIN_CHECK(found != whole_values.end(), "shard_values: no value for '" << value.name << "'");
+    values[value.id] = shard_of(found->second, value.sharding, rank);
+  }
+  return values;
 }
 
 }  // namespace partrain

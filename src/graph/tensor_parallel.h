@@ -17,6 +17,8 @@
 //  * every other task (LayerNorm, residual adds, the rest) is replicated: it computes the same
 //    values on every rank, and so its parameters get the same gradients on every rank.
 // Parameters keep their names; a sharded one records its Sharding (graph.h) and has its local shape.
+#include <unordered_map>
+
 #include "graph/graph.h"
 
 namespace partrain {
@@ -29,6 +31,9 @@ namespace partrain {
 /// task that needs it whole, or when the graph has no tensor-parallel layer at all (ResNet).
 Graph tensor_parallel_graph(const Graph& graph, int degree);
 
+/// The tensor-parallel degree a graph was made for: the parts of its sharded parameters (1 when none).
+int tensor_parallel_degree(const Graph& graph);
+
 /// The whole shape of a (possibly sharded) parameter: its local shape with the sharded axis × parts.
 Shape whole_shape(const Value& value);
 
@@ -40,5 +45,11 @@ Tensor shard_of(const Tensor& whole, const Sharding& sharding, int rank);
 /// Writes rank `rank`'s `part` into its place in the whole host tensor `whole` (the inverse of
 /// shard_of). Throws partrain::Error on a shape that does not match.
 void place_shard(const Tensor& whole, const Tensor& part, const Sharding& sharding, int rank);
+
+/// The Param and Buffer values of `part` (tensor_parallel_graph of `whole`) for tensor rank `rank`:
+/// `whole_values` (host tensors by value id of `whole`) matched by name and cut to the rank's part.
+/// Throws partrain::Error when one is missing.
+std::unordered_map<int, Tensor> shard_values(const Graph& whole, const std::unordered_map<int, Tensor>& whole_values,
+                                             const Graph& part, int rank);
 
 }  // namespace partrain

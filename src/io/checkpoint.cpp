@@ -400,19 +400,31 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
     const CheckpointTensor& tensor = tensors[i];
     digest = fnv1a(digest, tensor.name.data(), tensor.name.size() + 1);
     digest = fnv1a(digest, tensor.shape.data(), tensor.shape.size() * sizeof(std::int64_t));
+    const int layout[3] = {tensor.part.axis, tensor.part.parts, tensor.part.blocks};
+    digest = fnv1a(digest, layout, sizeof layout);
     digest = fnv1a(digest, "|", 1);
     if (local_error.empty()) local_error = name_problem(tensor.name);
+    if (local_error.empty() && tensor.part.parts > 1 &&
+        (tensor.part.axis < 0 || tensor.part.axis >= static_cast<int>(tensor.shape.size()) || tensor.part.parts > 250 ||
+         tensor.part.blocks < 1 ||
+         tensor.shape[static_cast<std::size_t>(tensor.part.axis)] % (static_cast<std::int64_t>(tensor.part.parts) * tensor.part.blocks) != 0 ||
+         tensor.part.index < 0 || tensor.part.index >= tensor.part.parts))
+      local_error = "tensor '" + tensor.name + "' of shape " + shape_string(tensor.shape) + " cannot be written in " +
+                    std::to_string(tensor.part.parts) + " parts along dimension " + std::to_string(tensor.part.axis);
     if (local_error.empty() && std::any_of(tensor.shape.begin(), tensor.shape.end(), [](auto d) { return d < 0; }))
       local_error = "tensor '" + tensor.name + "' has a symbolic or negative shape " + shape_string(tensor.shape);
     if (!tensor.data.defined()) continue;
-    writers[i] = '1';
+    // '1': the whole tensor; part k of a split tensor: the character 2 + k.
+    writers[i] = tensor.part.parts > 1 ? static_cast<char>('0' + 2 + tensor.part.index) : '1';
     if (!local_error.empty()) continue;
+    Shape expected = tensor.shape;
+    if (tensor.part.parts > 1) expected[static_cast<std::size_t>(tensor.part.axis)] /= tensor.part.parts;
     if (!tensor.data.device().is_cpu())
       local_error = "tensor '" + tensor.name + "' is on " + tensor.data.device().to_string() +
                     " (copy it to the host first)";
-    else if (tensor.data.shape() != tensor.shape)
+    else if (tensor.data.shape() != expected)
       local_error = "tensor '" + tensor.name + "' has data of shape " + shape_string(tensor.data.shape()) +
-                    ", declared " + shape_string(tensor.shape);
+                    ", declared " + shape_string(expected);
   }
   for (std::size_t i = 0; i + 1 < tensors.size() && local_error.empty(); ++i)
     for (std::size_t j = i + 1; j < tensors.size(); ++j)
@@ -436,16 +448,28 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
     else if (bar != gathered[0].find('|') || their_digest != reference_digest)
       error = "rank " + std::to_string(r) + " passed a different list of tensor names and shapes than rank 0";
   }
-  std::vector<int> writer_of(tensors.size(), -1);
   for (std::size_t i = 0; i < tensors.size() && error.empty(); ++i) {
-    std::vector<int> ranks;
-    for (std::size_t r = 0; r < gathered.size(); ++r)
-      if (gathered[r][i] == '1') ranks.push_back(static_cast<int>(r));
-    if (ranks.empty()) error = "no rank holds the data of tensor '" + tensors[i].name + "'";
-    else if (ranks.size() > 1)
-      error = "tensor '" + tensors[i].name + "' has data on ranks " + std::to_string(ranks[0]) + " and " +
-              std::to_string(ranks[1]) + " (exactly one rank must write it)";
-    else writer_of[i] = ranks[0];
+    // Who holds which part: one rank for the whole tensor, or one rank per part index.
+    const int parts = tensors[i].part.parts;
+    std::vector<std::vector<int>> holders(static_cast<std::size_t>(parts));
+    for (std::size_t r = 0; r < gathered.size() && error.empty(); ++r) {
+      const char mark = gathered[r][i];
+      if (mark == '0') continue;
+      const int index = mark == '1' ? 0 : mark - '0' - 2;
+      if ((parts > 1) != (mark != '1') || index < 0 || index >= parts) {
+        error = "rank " + std::to_string(r) + " holds an unexpected part of tensor '" + tensors[i].name + "'";
+      } else {
+        holders[static_cast<std::size_t>(index)].push_back(static_cast<int>(r));
+      }
+    }
+    for (int index = 0; index < parts && error.empty(); ++index) {
+      const std::vector<int>& ranks = holders[static_cast<std::size_t>(index)];
+      const std::string what = parts > 1 ? "part " + std::to_string(index) + " of tensor '" : "tensor '";
+      if (ranks.empty()) error = "no rank holds the data of " + what + tensors[i].name + "'";
+      else if (ranks.size() > 1)
+        error = what + tensors[i].name + "' has data on ranks " + std::to_string(ranks[0]) + " and " +
+                std::to_string(ranks[1]) + " (exactly one rank must write it)";
+    }
   }
   if (!error.empty()) PARTRAIN_FAIL_COLLECTIVE("cannot write checkpoint " << prefix << error);
 
@@ -526,10 +550,23 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
                                     link_create.get(), create.get(), H5P_DEFAULT));
       PARTRAIN_CHECK(dataset.valid(), with_os_detail(what + ": cannot create it"));
       if (count == 0) return;
-      const bool writer = writer_of[i] == world.rank();
-      const hsize_t memory_count = static_cast<hsize_t>(count);
+      const bool writer = tensor.data.defined();
+      const hsize_t memory_count = static_cast<hsize_t>(writer ? tensor.data.numel() : count);
       Hdf5Handle memory_space(H5Screate_simple(1, &memory_count, nullptr));
       Hdf5Handle file_space(H5Dget_space(dataset.get()));
+      if (writer && tensor.part.parts > 1) {
+        // The part's hyperslab: along the split axis `blocks` blocks of `chunk` rows, `parts` chunks apart.
+        const auto axis = static_cast<std::size_t>(tensor.part.axis);
+        const hsize_t chunk = dims[axis] / static_cast<hsize_t>(tensor.part.parts * tensor.part.blocks);
+        std::vector<hsize_t> start(dims.size(), 0), stride(dims.size(), 1), blocks(dims.size(), 1), block = dims;
+        start[axis] = chunk * static_cast<hsize_t>(tensor.part.index);
+        stride[axis] = chunk * static_cast<hsize_t>(tensor.part.parts);
+        blocks[axis] = static_cast<hsize_t>(tensor.part.blocks);
+        block[axis] = chunk;
+        PARTRAIN_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), stride.data(), blocks.data(),
+                                           block.data()) >= 0,
+                       with_detail(what + ": cannot select part " + std::to_string(tensor.part.index)));
+      }
       std::vector<float> converted;
       float dummy = 0.0f;
       const void* buffer = &dummy;

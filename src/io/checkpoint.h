@@ -25,10 +25,21 @@ inline constexpr std::int64_t kCheckpointFormatVersion = 1;
 /// One tensor of a checkpoint: its full name ("model/bert.embeddings.word_embeddings.weight",
 /// "optim/<param name>/exp_avg"), shape, and - on the one rank that writes it - its data (a host
 /// tensor of that shape; fp32, other dtypes are converted to fp32). `data` is undefined elsewhere.
+/// Which part of a whole tensor one rank writes (tensor-parallel shards, graph/tensor_parallel.h):
+/// dimension `axis` is viewed as [blocks, parts, size / (blocks · parts)] and the rank writes
+/// [:, index, :] — a strided hyperslab of the dataset. parts 1: the whole tensor.
+struct CheckpointPart {
+  int axis = -1;
+  int parts = 1;
+  int blocks = 1;
+  int index = 0;
+};
+
 struct CheckpointTensor {
   std::string name;
-  Shape shape;
-  Tensor data;
+  Shape shape;        // of the whole tensor (the dataset)
+  Tensor data;        // the whole tensor, or this rank's part (shape divided along part.axis)
+  CheckpointPart part;
 };
 
 /// Everything besides tensors that a resume needs.
@@ -53,8 +64,9 @@ inline constexpr const char* kFaultInjectVariable = "PARTRAIN_FAULT_INJECT";
 std::string checkpoint_file_name(std::int64_t step);
 
 /// Writes `directory`/step_<step, 6 digits>.h5 collectively over `world` (an MpiCommunicator; every
-/// rank calls it with the SAME names and shapes in the same order, and `data` defined on exactly one
-/// rank per tensor). Checked before anything is written, on every rank alike (a tensor with no
+/// rank calls it with the SAME names, shapes and part layouts in the same order, and `data` defined on
+/// exactly one rank per tensor — or, for a tensor declared in `parts` parts, on one rank per part
+/// index, each writing its hyperslab). Checked before anything is written, on every rank alike (a tensor with no
 /// writer or with two, differing name lists, a data shape that is not the declared one, a GPU
 /// tensor): all ranks throw the same partrain::Error. Writes `step_XXXXXX.h5.tmp` with parallel HDF5
 /// (MPI-IO, collective transfers), flushes and closes it, renames it (rank 0, after a barrier), then

@@ -413,6 +413,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("max_microbatches", config.max_microbatches);
   reader.read("max_ideals", config.max_ideals);
   reader.read("stages", config.stages);
+  reader.read("tensor_parallel", config.tensor_parallel);
   reader.read("replicas", config.replicas);
   reader.read("boundaries", config.boundaries);
   reader.read("device_flops", config.device_flops);
@@ -426,6 +427,9 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   if (config.max_microbatches <= 0) reader.fail("max_microbatches", "must be positive");
   if (config.max_ideals <= 0) reader.fail("max_ideals", "must be positive");
   if (config.stages < 0) reader.fail("stages", "must not be negative (0: the planner's choice)");
+  if (config.tensor_parallel < 1 || config.tensor_parallel > config.devices_per_node)
+    reader.fail("tensor_parallel", "must be between 1 and devices_per_node (" + std::to_string(config.devices_per_node) +
+                                       "): a tensor-parallel group all-reduces in every layer and stays inside a node");
   for (std::int64_t replicas : config.replicas)
     if (replicas <= 0) reader.fail("replicas", "must hold positive counts");
   if (!config.replicas.empty() && config.stages != 0 && static_cast<std::int64_t>(config.replicas.size()) != config.stages)

@@ -50,19 +50,25 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   PARTRAIN_CHECK(options.world_size > 0, "planning needs a positive world size, not " << options.world_size);
   PARTRAIN_CHECK(options.global_batch > 0, "planning needs a positive global batch, not " << options.global_batch);
   const std::string& name = options.planner;
+  const int tensor_parallel = options.tensor_parallel;
+  PARTRAIN_CHECK(tensor_parallel >= 1 && options.world_size % tensor_parallel == 0,
+                 "tensor_parallel " << tensor_parallel << " does not divide the " << options.world_size << " devices");
+  // Each tensor-parallel group of t ranks is one device of the stage-and-replica layout.
+  PlannerOptions groups = options;
+  groups.world_size = options.world_size / tensor_parallel;
   Plan plan;
   if (name == "rannc") {
-    plan = plan_rannc(graph, cost, options);
+    plan = plan_rannc(graph, cost, groups);
   } else if (name == "ideals" || name == "dpl") {
-    plan = plan_tarnawski(graph, cost, options, name == "dpl");
+    plan = plan_tarnawski(graph, cost, groups, name == "dpl");
   } else if (name == "capslog") {
-    plan = plan_capslog(graph, cost, options);
+    plan = plan_capslog(graph, cost, groups);
   } else if (name == "merak") {
-    plan = plan_merak(graph, cost, options);
+    plan = plan_merak(graph, cost, groups);
   } else if (name == "uniform") {
-    plan = plan_uniform(graph, cost, options);
+    plan = plan_uniform(graph, cost, groups);
   } else if (name == "manual") {
-    plan = plan_manual(graph, cost, options);
+    plan = plan_manual(graph, cost, groups);
   } else {
     PARTRAIN_FAIL("unknown planner '" << name << "' (expected rannc, ideals, dpl, capslog, merak, uniform or manual)");
   }
@@ -70,7 +76,9 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   plan.optimizer = options.optimizer;
   plan.optimizer_state_copies = options.optimizer_state_copies;
   // A planner that chose replicas per stage may have cut between a loss piece and its consumer.
-  if (move_loss_pieces_off_unequal_boundaries(graph, plan)) predict_plan(plan, graph, cost, options);
+  if (move_loss_pieces_off_unequal_boundaries(graph, plan)) predict_plan(plan, graph, cost, groups);
+  plan.tensor_parallel = tensor_parallel;
+  plan.world_size = plan.pipeline_copies * plan.devices_per_copy();
   plan.validate(graph);
   if (options.progress) options.progress(1.0);
   return plan;

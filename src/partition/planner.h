@@ -15,6 +15,9 @@ namespace partrain::partition {
 struct PlannerOptions {
   std::string planner = "rannc";
   int world_size = 1;                    // devices to plan for
+  /// Tensor-parallel degree t: the graph is tensor_parallel_graph(model, t) (per-rank costs and
+  /// memory) and the planners lay out world_size / t groups of t ranks as if each were one device.
+  int tensor_parallel = 1;
   std::int64_t global_batch = 8;         // samples per optimizer step
   int microbatches = 0;                  // per step and pipeline copy; 0: the planner chooses
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;

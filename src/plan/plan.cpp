@@ -72,7 +72,7 @@ RecomputePolicy parse_recompute(const std::string& name) {
 int Plan::devices_per_copy() const {
   int devices = 0;
   for (const PlanStage& stage : stages) devices += stage.replicas;
-  return devices;
+  return devices * tensor_parallel;
 }
 
 std::int64_t Plan::microbatch_size() const {
@@ -90,9 +90,12 @@ int Plan::rank_of(const Placement& placement) const {
                      placement.replica < stages[placement.stage].replicas,
                  "plan: no rank for copy " << placement.copy << ", stage " << placement.stage << ", replica "
                                            << placement.replica);
-  int rank = placement.copy * devices_per_copy();
-  for (int s = 0; s < placement.stage; ++s) rank += stages[s].replicas;
-  return rank + placement.replica;
+  PARTRAIN_CHECK(placement.tensor_rank >= 0 && placement.tensor_rank < tensor_parallel,
+                 "plan: no tensor-parallel rank " << placement.tensor_rank << " in a group of " << tensor_parallel);
+  int replicas_before = 0;
+  for (int s = 0; s < placement.stage; ++s) replicas_before += stages[s].replicas;
+  return placement.copy * devices_per_copy() + (replicas_before + placement.replica) * tensor_parallel +
+         placement.tensor_rank;
 }
 
 Placement Plan::placement_of(int rank) const {
@@ -101,7 +104,8 @@ Placement Plan::placement_of(int rank) const {
                  "plan: rank " << rank << " is outside the plan's " << pipeline_copies * devices << " ranks");
   Placement placement;
   placement.copy = rank / devices;
-  int offset = rank % devices;
+  placement.tensor_rank = rank % devices % tensor_parallel;
+  int offset = rank % devices / tensor_parallel;
   while (offset >= stages[placement.stage].replicas) offset -= stages[placement.stage++].replicas;
   placement.replica = offset;
   return placement;
@@ -233,6 +237,7 @@ void Plan::validate(const Graph& graph) const {
                           << " state copies (expected adamw with 2 or sgd with 1)");
   PARTRAIN_CHECK(pipeline_copies > 0 && microbatches > 0,
                  "plan (" << planner << "): pipeline copies and microbatches must be positive");
+  PARTRAIN_CHECK(tensor_parallel >= 1, "plan (" << planner << "): tensor_parallel must be at least 1, got " << tensor_parallel);
   PARTRAIN_CHECK(world_size == pipeline_copies * devices_per_copy(),
                  "plan (" << planner << "): the world size " << world_size << " is not " << pipeline_copies
                           << " pipeline copies x " << devices_per_copy() << " devices per copy");
@@ -271,6 +276,7 @@ nlohmann::json Plan::to_json() const {
           {"graph_hash", hash_hex(graph_hash)},
           {"world_size", world_size},
           {"pipeline_copies", pipeline_copies},
+          {"tensor_parallel", tensor_parallel},
           {"global_batch", global_batch},
           {"microbatches", microbatches},
           {"schedule", schedule_name(schedule)},
@@ -298,6 +304,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
     plan.graph_hash = std::stoull(document.at("graph_hash").get<std::string>(), nullptr, 16);
     plan.world_size = document.at("world_size").get<int>();
     plan.pipeline_copies = document.at("pipeline_copies").get<int>();
+    plan.tensor_parallel = document.value("tensor_parallel", 1);  // plans made before tensor parallelism: 1
     plan.global_batch = document.at("global_batch").get<std::int64_t>();
     plan.microbatches = document.at("microbatches").get<int>();
     plan.schedule = parse_schedule(document.at("schedule").get<std::string>());
@@ -386,7 +393,9 @@ std::string format_plan_table(const Plan& plan) {
   const int bottleneck = plan.bottleneck_stage();
   char line[512];
   out << "plan: " << plan.planner << ", " << plan.stages.size() << " stages x " << plan.pipeline_copies
-      << " pipeline copies on " << plan.world_size << " devices, " << plan.microbatches << " microbatches of "
+      << " pipeline copies";
+  if (plan.tensor_parallel > 1) out << " x tensor parallel " << plan.tensor_parallel;
+  out << " on " << plan.world_size << " devices, " << plan.microbatches << " microbatches of "
       << plan.microbatch_size() << " samples, schedule " << schedule_name(plan.schedule) << "\n";
   if (!plan.cost_model.empty()) out << "costs: " << plan.cost_model << "\n";
   std::snprintf(line, sizeof line, "%-5s %-6s %-8s %-10s %10s %10s %10s %-9s %s\n", "stage", "tasks", "replicas",

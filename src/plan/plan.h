@@ -53,6 +53,7 @@ struct Placement {
   int copy = 0;     // pipeline copy (R copies run data parallel)
   int stage = 0;
   int replica = 0;  // among the stage's replicas in this copy
+  int tensor_rank = 0;  // position in the replica's tensor-parallel group, [0, tensor_parallel)
 };
 
 struct Plan {
@@ -60,6 +61,9 @@ struct Plan {
   std::uint64_t graph_hash = 0;        // Graph::hash() of the model it was made for
   int world_size = 1;                  // ranks = pipeline_copies × devices_per_copy()
   int pipeline_copies = 1;             // R
+  /// Ranks of each stage replica's tensor-parallel group (Megatron-LM's t). With t > 1 the stages'
+  /// task ids index tensor_parallel_graph(model, t) (graph/tensor_parallel.h), whose hash graph_hash is.
+  int tensor_parallel = 1;
   std::int64_t global_batch = 1;       // samples per optimizer step
   int microbatches = 1;                // per step and pipeline copy
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
@@ -73,13 +77,14 @@ struct Plan {
   double predicted_bubble_fraction = 0;  // idle share of the pipeline phase in that simulation
   std::string cost_model;              // description of the cost model used
 
-  /// Σ replicas over the stages (devices of one pipeline copy).
+  /// Σ replicas over the stages × tensor_parallel (devices of one pipeline copy).
   int devices_per_copy() const;
   /// Samples of one microbatch of one pipeline copy: global_batch / (pipeline_copies · microbatches).
   std::int64_t microbatch_size() const;
   /// Samples per second predicted from predicted_step_seconds (0 when not predicted).
   double predicted_samples_per_second() const;
-  /// Rank map: copy-major, then stage, then replica — the replicas of a stage are consecutive ranks.
+  /// Rank map: copy-major, then stage, then replica, then tensor rank — a tensor-parallel group is t
+  /// consecutive ranks (inside a node: Megatron's layout), the replicas of a stage follow each other.
   int rank_of(const Placement& placement) const;
   /// Inverse of rank_of; throws partrain::Error for a rank outside [0, world_size).
   Placement placement_of(int rank) const;

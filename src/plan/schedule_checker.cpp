@@ -20,9 +20,9 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
   const int s = place.stage;
   const int M = plan.microbatches;
   const auto [begin, end] = plan.replica_samples(s, place.replica);
-  const std::vector<Link> previous = links_to(plan, place.copy, s - 1, begin, end);
-  const std::vector<Link> next = links_to(plan, place.copy, s + 1, begin, end);
-  const std::vector<int> group = stage_group(plan, s);
+  const std::vector<Link> previous = links_to(plan, place, s - 1, begin, end);
+  const std::vector<Link> next = links_to(plan, place, s + 1, begin, end);
+  const std::vector<int> group = stage_group(plan, s, place.tensor_rank);
 
   struct State {
     int forwards = 0, backwards = 0, recomputes = 0;

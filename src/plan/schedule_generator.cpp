@@ -104,8 +104,8 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
   // Plain variables, not a structured binding: the lambdas below capture them (clang < 16 cannot).
   const std::pair<std::int64_t, std::int64_t> samples = plan.replica_samples(s, place.replica);
   const std::int64_t begin = samples.first, end = samples.second;
-  const std::vector<Link> previous = links_to(plan, place.copy, s - 1, begin, end);
-  const std::vector<Link> next = links_to(plan, place.copy, s + 1, begin, end);
+  const std::vector<Link> previous = links_to(plan, place, s - 1, begin, end);
+  const std::vector<Link> next = links_to(plan, place, s + 1, begin, end);
   const ScheduleKind kind = plan.schedule;
   const bool scp = kind == ScheduleKind::ShiftedCriticalPath;
   const bool recompute =
@@ -142,7 +142,7 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
     for (int mb = M - warmup; mb < M; ++mb) emit_backward(mb);
   }
 
-  std::vector<int> group = stage_group(plan, s);
+  std::vector<int> group = stage_group(plan, s, place.tensor_rank);
   if (group.size() > 1) list.push_back(Action::all_reduce(std::move(group)));
   list.push_back(Action::step());
   return list;

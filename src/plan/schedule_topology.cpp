@@ -23,21 +23,28 @@ void check_plan_shape(const Plan& plan) {
 }
 
 
-std::vector<Link> links_to(const Plan& plan, int copy, int other_stage, std::int64_t begin, std::int64_t end) {
+std::vector<Link> links_to(const Plan& plan, const Placement& from, int other_stage, std::int64_t begin, std::int64_t end) {
   std::vector<Link> links;
   if (other_stage < 0 || other_stage >= static_cast<int>(plan.stages.size())) return links;
   for (int q = 0; q < plan.stages[other_stage].replicas; ++q) {
     auto [b, e] = plan.replica_samples(other_stage, q);
     const std::int64_t lo = std::max(b, begin), hi = std::min(e, end);
-    if (lo < hi) links.push_back({plan.rank_of({copy, other_stage, q}), lo, hi});
+    if (lo < hi) links.push_back({plan.rank_of({from.copy, other_stage, q, from.tensor_rank}), lo, hi});
   }
   return links;
 }
 
-std::vector<int> stage_group(const Plan& plan, int stage) {
+std::vector<int> stage_group(const Plan& plan, int stage, int tensor_rank) {
   std::vector<int> group;
   for (int c = 0; c < plan.pipeline_copies; ++c)
-    for (int r = 0; r < plan.stages[stage].replicas; ++r) group.push_back(plan.rank_of({c, stage, r}));
+    for (int r = 0; r < plan.stages[stage].replicas; ++r) group.push_back(plan.rank_of({c, stage, r, tensor_rank}));
+  return group;
+}
+
+std::vector<int> tensor_group(const Plan& plan, const Placement& placement) {
+  std::vector<int> group;
+  for (int t = 0; t < plan.tensor_parallel; ++t)
+    group.push_back(plan.rank_of({placement.copy, placement.stage, placement.replica, t}));
   return group;
 }
 

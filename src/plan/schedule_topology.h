@@ -18,11 +18,16 @@ struct Link {
   std::int64_t begin, end;
 };
 
-/// The replicas of `other_stage` (same copy) whose samples intersect [begin, end), with the
+/// The replicas of `other_stage` (in the copy of `from`, at its tensor rank: tensor rank r of one
+/// stage talks to tensor rank r of the next) whose samples intersect [begin, end), with the
 /// intersections, in replica order (none when other_stage is outside the plan).
-std::vector<Link> links_to(const Plan& plan, int copy, int other_stage, std::int64_t begin, std::int64_t end);
+std::vector<Link> links_to(const Plan& plan, const Placement& from, int other_stage, std::int64_t begin, std::int64_t end);
 
-/// The stage's data-parallel group: its replicas in every pipeline copy, ascending.
-std::vector<int> stage_group(const Plan& plan, int stage);
+/// The stage's data-parallel group of tensor rank `tensor_rank`: its replicas in every pipeline
+/// copy, ascending.
+std::vector<int> stage_group(const Plan& plan, int stage, int tensor_rank = 0);
+
+/// The tensor-parallel group of the replica at `placement`: its tensor_parallel consecutive ranks.
+std::vector<int> tensor_group(const Plan& plan, const Placement& placement);
 
 }  // namespace partrain

@@ -11,12 +11,25 @@
 #include "core/statistics.h"
 #include "graph/autodiff.h"
 #include "graph/subgraph.h"
+#include "graph/tensor_parallel.h"
 #include "models/model.h"
 #include "graph/interpreter.h"
 
 namespace partrain::profile {
 
 namespace {
+
+// Rank 0 of a tensor-parallel group of `size` ranks that exchanges nothing (profiling only).
+class StandInTensorParallelGroup final : public TensorParallelGroup {
+ public:
+  explicit StandInTensorParallelGroup(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  void all_reduce(const Tensor&, Reduction) override {}
+
+ private:
+  int size_;
+};
 
 constexpr std::int64_t kUnbounded = std::numeric_limits<std::int64_t>::max();
 
@@ -141,6 +154,13 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
   }
 
   CachingAllocator& allocator = backend.allocator();
+  // A tensor-parallel graph's communication tasks run against a stand-in group of the graph's
+  // degree whose all-reduces do nothing: the measurement is the rank's computation; the cost model
+  // prices the all-reduces from the measured communication profile.
+  const int degree = tensor_parallel_degree(graph);
+  StandInTensorParallelGroup stand_in(degree);
+  ExecutionOptions execution;
+  execution.tensor_parallel = degree > 1 ? &stand_in : nullptr;
   {
     // The trimmed model and its tensors (all released at the end of this scope).
     const Graph trimmed = standalone_graph(graph, original);
@@ -182,7 +202,7 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       allocator.reset_peak();
       TensorMap values = inputs;
       const auto forward_start = Clock::now();
-      run_forward(trimmed, whole, values, backend);
+      run_forward(trimmed, whole, values, backend, execution);
       backend.synchronise();
       const auto forward_end = Clock::now();
 
@@ -190,7 +210,7 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       for (int v : program.output_grads) grads[v] = ones_like(values.at(v), backend);
       backend.synchronise();
       const auto backward_start = Clock::now();
-      run_backward(trimmed, program, values, grads, backend);
+      run_backward(trimmed, program, values, grads, backend, execution);
       backend.synchronise();
       const auto backward_end = Clock::now();
       peak = std::max(peak, static_cast<double>(allocator.peak_bytes()) - static_cast<double>(before));

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "graph/tensor_parallel.h"
 
 namespace partrain::runtime {
 namespace {
@@ -49,19 +50,26 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
   std::vector<io::CheckpointTensor> tensors;
   for (int value : saved_values(graph)) {
     const Value& v = graph.value(value);
-    const bool mine = first_replica && writer.count(value) && writer.at(value) == placement.stage;
+    const bool holder = first_replica && writer.count(value) && writer.at(value) == placement.stage;
+    // Tensor parallelism: every rank of the group writes its part of a sharded parameter as a
+    // hyperslab of the whole dataset; a replicated one is written by tensor rank 0.
+    const bool sharded = v.sharding.sharded();
+    const bool mine = holder && (sharded || placement.tensor_rank == 0);
+    const io::CheckpointPart part =
+        sharded ? io::CheckpointPart{v.sharding.axis, v.sharding.parts, v.sharding.blocks, placement.tensor_rank}
+                : io::CheckpointPart{};
+    const Shape shape = whole_shape(v);
     // The writer reads host memory: device tensors are copied out first.
     Backend& backend = executor.backend();
-    io::CheckpointTensor model{"model/" + v.name, v.type.shape, mine ? to_host(executor.state().at(value), backend) : Tensor()};
-    tensors.push_back(std::move(model));
+    tensors.push_back({"model/" + v.name, shape, mine ? to_host(executor.state().at(value), backend) : Tensor(), part});
     if (v.kind != ValueKind::Param) continue;
     for (const std::string& state : states) {
       Tensor data;
       if (mine) data = optimizer.has_state(v.name) ? to_host(optimizer.state(v.name, state), backend) : Tensor::zeros(v.type.shape);
-      tensors.push_back({"optim/" + v.name + "/" + state, v.type.shape, data});
+      tensors.push_back({"optim/" + v.name + "/" + state, shape, data, part});
     }
     Tensor step;
-    if (mine) step = Tensor::full({1}, static_cast<double>(optimizer.step_count(v.name)));
+    if (holder && placement.tensor_rank == 0) step = Tensor::full({1}, static_cast<double>(optimizer.step_count(v.name)));
     tensors.push_back({"optim/" + v.name + "/step", {1}, step});
   }
   return tensors;
@@ -78,12 +86,14 @@ void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, Pi
   };
   Optimizer& optimizer = executor.optimizer();
   const std::vector<std::string> states = optimizer.state_names();
+  const int tensor_rank = executor.placement().tensor_rank;
   for (const auto& [value, live] : executor.state()) {
     const Value& v = graph.value(value);
-    const Tensor& saved = tensor("model/" + v.name, v.type.shape);
-    executor.backend().copy(live, saved);
+    // Whole tensors in the file; a tensor-parallel rank takes its part.
+    auto part = [&](const std::string& name) { return shard_of(tensor(name, whole_shape(v)), v.sharding, tensor_rank); };
+    executor.backend().copy(live, part("model/" + v.name));
     if (v.kind != ValueKind::Param) continue;
-    for (const std::string& state : states) optimizer.set_state(v.name, state, tensor("optim/" + v.name + "/" + state, v.type.shape));
+    for (const std::string& state : states) optimizer.set_state(v.name, state, part("optim/" + v.name + "/" + state));
     optimizer.set_step_count(v.name, static_cast<std::int64_t>(tensor("optim/" + v.name + "/step", {1}).data<float>()[0]));
   }
   executor.refresh_working_parameters();

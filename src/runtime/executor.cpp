@@ -6,7 +6,9 @@
 #include <map>
 
 #include "core/allocator.h"
+#include "comm/tensor_parallel_group.h"
 #include "core/error.h"
+#include "plan/schedule_topology.h"
 
 namespace partrain::runtime {
 namespace {
@@ -82,12 +84,13 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   std::map<int, std::vector<int>> stages_of;  // parameter -> stages reading it
   for (const StageProgram& program : programs)
     for (int value : program.parameters) stages_of[value].push_back(program.stage);
+  // Data-parallel and tied groups join the ranks holding the same part of a tensor-parallel stage.
   auto ranks_of_stages = [&](const std::vector<int>& stages) {
     std::vector<int> ranks;
     for (int copy = 0; copy < plan.pipeline_copies; ++copy)
       for (int stage : stages)
         for (int replica = 0; replica < plan.stages[stage].replicas; ++replica)
-          ranks.push_back(plan.rank_of({copy, stage, replica}));
+          ranks.push_back(plan.rank_of({copy, stage, replica, placement_.tensor_rank}));
     std::sort(ranks.begin(), ranks.end());
     return ranks;
   };
@@ -106,12 +109,20 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     tied_group_ = std::move(group);
   }
   stage_group_ = world.group(ranks_of_stages({placement_.stage}));
+  if (plan.tensor_parallel > 1) {
+    tensor_group_ = world.group(tensor_group(plan, placement_));
+    tensor_parallel_ = std::make_unique<comm::CommunicatorTensorParallelGroup>(*tensor_group_);
+  }
 
   std::vector<OptimizerParameter> parameters;
   for (int value : program_.parameters) {
     parameter_order_.push_back(value);
-    double holders = 0;
-    for (int stage : stages_of[value]) holders += plan.stages[stage].replicas * plan.pipeline_copies;
+    // A replicated parameter of a tensor-parallel stage (LayerNorm, row-parallel bias) has the same
+    // gradient on the t ranks of its group; a sharded one is a different part on each.
+    double holders = graph.value(value).sharding.sharded() ? 1 : plan.tensor_parallel;
+    double replicas = 0;
+    for (int stage : stages_of[value]) replicas += plan.stages[stage].replicas * plan.pipeline_copies;
+    holders *= replicas;
     holders_.push_back(holders);
     (stages_of[value].size() > 1 ? tied_ : untied_).push_back(value);
     // No weight decay for biases and normalisation weights (1-D), as in Hugging Face and Megatron.
@@ -170,7 +181,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
   auto forward = [&](MicrobatchState& state, int microbatch) {
     for (const auto& [value, tensor] : working_) state.values[value] = tensor;
     for (const auto& [value, tensor] : constants_) state.values[value] = tensor;
-    run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch)});
+    run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch), tensor_parallel_.get()});
   };
 
   switch (action.kind) {
@@ -222,7 +233,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       }
       forward(state, action.microbatch);
       for (int value : program_.sent) state.outputs[value] = state.values.at(value);
-      if (program_.loss >= 0) {
+      if (program_.loss >= 0 && placement_.tensor_rank == 0) {  // the t ranks of a group share one loss
         const double weight = static_cast<double>(rows) / plan_.global_batch;
         loss_sum += weight * to_host(state.values.at(program_.loss), backend_).to_float_vector().at(0);
       }
@@ -257,7 +268,8 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
           grads[value] = backend_.zeros(output.shape(), output.dtype());
         }
       }
-      run_backward(graph_, program_.backward, state.values, grads, backend_, {true, random_context(action.microbatch)});
+      run_backward(graph_, program_.backward, state.values, grads, backend_,
+                   {true, random_context(action.microbatch), tensor_parallel_.get()});
       for (int value : program_.gradients_sent) {
         Tensor gradient;
         if (auto own = grads.find(value); own != grads.end() && own->second.defined()) gradient = own->second;

@@ -44,7 +44,8 @@ struct StepResult {
 class PipelineExecutor {
  public:
   /// Sets up rank `world.rank()` of `plan`: its stage program, its share of `initial_values` (every
-  /// Param and Buffer of the graph by value id; only this stage's are kept, copied), the optimizer
+  /// Param and Buffer of the graph by value id — for a tensor-parallel plan `graph` is
+  /// tensor_parallel_graph(model, t) and the values are this rank's parts; only this stage's are kept, copied), the optimizer
   /// and the communicators of its groups (collective over `world`: every rank constructs its
   /// executor at the same time). The plan says what runs (its precision and optimizer included);
   /// `options` only tune it. Throws partrain::Error when the world size differs from the plan's.
@@ -102,8 +103,10 @@ class PipelineExecutor {
   std::vector<double> holders_;                 // per parameter_order_: ranks holding the parameter
   std::vector<int> tied_;                       // parameters shared with other stages
   std::vector<int> untied_;
-  std::unique_ptr<comm::Communicator> stage_group_;
+  std::unique_ptr<comm::Communicator> stage_group_;   // data parallel: the stage's replicas at this tensor rank
   std::unique_ptr<comm::Communicator> tied_group_;
+  std::unique_ptr<comm::Communicator> tensor_group_;  // tensor parallel: the t ranks of this replica
+  std::unique_ptr<TensorParallelGroup> tensor_parallel_;  // what the kernels of the stage's communication tasks use
   std::unique_ptr<Optimizer> optimizer_;
   LearningRateSchedule lr_schedule_;
   std::vector<io::TraceEvent> trace_;
