@@ -394,5 +394,24 @@ TEST(MpiCommunicator, ReceiveOfTheWrongSizeIsAnErrorAtWait) {
   world().barrier();
 }
 
+
+TEST(MpiCommunicator, ReduceScatterAndAllGatherAgainstSums) {
+  const int n = world().size(), r = world().rank();
+  constexpr int kPart = 5;
+  // Rank r contributes value (r + 1) · (i + 1) at element i: the sum over ranks is (i + 1) · n(n+1)/2.
+  std::vector<float> values(static_cast<std::size_t>(kPart * n));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((r + 1) * (i + 1));
+  const Tensor input = Tensor::from_vector<float>({kPart * n}, values);
+  const Tensor part = Tensor::zeros({kPart});
+  world().reduce_scatter(input, part);
+  const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
+  for (int i = 0; i < kPart; ++i)
+    EXPECT_EQ(part.data<float>()[i], static_cast<float>(r * kPart + i + 1) * ranks_sum) << "element " << i;
+  const Tensor gathered = Tensor::zeros({kPart * n});
+  world().all_gather(part, gathered);
+  for (int i = 0; i < kPart * n; ++i) EXPECT_EQ(gathered.data<float>()[i], static_cast<float>(i + 1) * ranks_sum);
+  expect_error([&] { world().reduce_scatter(input, Tensor::zeros({kPart + 1})); }, "are not");
+}
+
 }  // namespace
 }  // namespace partrain::comm

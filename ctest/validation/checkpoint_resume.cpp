@@ -86,6 +86,8 @@ TEST(CheckpointResume, ReshardsToOtherPlansAndWorldSizes) {
                            "parallel.boundaries=[\"h.0\",\"h.1\"]", "train.microbatches=2"}},
       {"one-rank", 1, {"parallel.planner=dpl", "train.microbatches=1"}},
       {"tensor-parallel", 4, tensor_parallel_two_stages()},
+      {"zero1", 4, {"parallel.planner=manual", "parallel.stages=2", "parallel.replicas=[2,2]",
+                    "parallel.boundaries=[\"h.1\"]", "parallel.zero=1", "train.microbatches=2"}},
   };
   for (const Target& target : targets) {
     const std::string directory = kRoot + "/reshard-" + target.name;
@@ -102,34 +104,41 @@ TEST(CheckpointResume, ReshardsToOtherPlansAndWorldSizes) {
   }
 }
 
-// A checkpoint written under tensor parallelism (each rank writes its part of every split parameter
-// and of its optimizer state as a hyperslab of the whole dataset) resumes on one rank with the losses
-// of the straight run; the tensor-parallel run itself matches it too.
-TEST(CheckpointResume, TensorParallelCheckpointResumesOnOneRank) {
+// Checkpoints written under tensor parallelism (each rank writes its part of every split parameter
+// and of its optimizer state as a hyperslab of the whole dataset), with and without ZeRO-1 (the
+// optimizer state parts gathered over each data-parallel group), resume on one rank with the losses
+// of the straight run; the runs themselves match it too.
+TEST(CheckpointResume, TensorParallelAndZeroCheckpointsResumeOnOneRank) {
   const std::string straight = straight_run();
   const std::vector<double> expected = testing::metric_values(straight, "loss");
   ASSERT_EQ(expected.size(), 10u);
-  const std::string tensor_parallel = kRoot + "/tensor-parallel";
-  const testing::PartrainRun run = train(4, tensor_parallel, tensor_parallel_two_stages());
-  ASSERT_EQ(run.status, 0) << run.command << "\n" << run.log;
-  const std::vector<double> split = testing::metric_values(tensor_parallel, "loss");
-  ASSERT_EQ(split.size(), 10u);
-  for (std::size_t i = 0; i < split.size(); ++i)
-    EXPECT_NEAR(split[i], expected[i], 1e-5 * std::abs(expected[i])) << "tensor-parallel step " << i + 1;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"tp2-2stages", tensor_parallel_two_stages()},
+      {"tp2-2replicas-zero1", {"parallel.planner=manual", "parallel.stages=1", "parallel.replicas=[2]",
+                               "parallel.tensor_parallel=2", "parallel.zero=1", "train.microbatches=2"}}};
+  for (const auto& [name, settings] : layouts) {
+    const std::string written = kRoot + "/" + name;
+    const testing::PartrainRun run = train(4, written, settings);
+    ASSERT_EQ(run.status, 0) << run.command << "\n" << run.log;
+    const std::vector<double> split = testing::metric_values(written, "loss");
+    ASSERT_EQ(split.size(), 10u);
+    for (std::size_t i = 0; i < split.size(); ++i)
+      EXPECT_NEAR(split[i], expected[i], 1e-5 * std::abs(expected[i])) << name << " step " << i + 1;
 
-  const std::string directory = kRoot + "/tensor-parallel-to-one-rank";
-  const testing::PartrainRun resumed = testing::run_partrain(
-      1,
-      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + tensor_parallel +
-          "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
-          " --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=dpl" +
-          " --set train.microbatches=1",
-      directory + ".log");
-  ASSERT_EQ(resumed.status, 0) << resumed.log;
-  const std::vector<double> actual = testing::metric_values(directory, "loss");
-  ASSERT_EQ(actual.size(), 5u);
-  for (std::size_t i = 0; i < actual.size(); ++i)
-    EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << "step " << 6 + i;
+    const std::string directory = written + "-to-one-rank";
+    const testing::PartrainRun resumed = testing::run_partrain(
+        1,
+        std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + written +
+            "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
+            " --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=dpl" +
+            " --set train.microbatches=1",
+        directory + ".log");
+    ASSERT_EQ(resumed.status, 0) << resumed.log;
+    const std::vector<double> actual = testing::metric_values(directory, "loss");
+    ASSERT_EQ(actual.size(), 5u);
+    for (std::size_t i = 0; i < actual.size(); ++i)
+      EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << name << " step " << 6 + i;
+  }
 }
 
 TEST(CheckpointResume, DamagedNewestCheckpointIsSkipped) {

@@ -39,6 +39,7 @@ struct TrainingCase {
   std::string schedule = "1f1b";
   bool recompute = false;
   int tensor_parallel = 1;             // [parallel] tensor_parallel
+  int zero = 0;                        // [parallel] zero
   std::vector<std::string> model_overrides;  // e.g. more heads, for the run and its single-rank reference
 };
 
@@ -170,6 +171,7 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
     settings.push_back("parallel.boundaries=[" + boundaries + "]");
     settings.push_back("train.microbatches=" + std::to_string(kMicrobatches));
     settings.push_back("parallel.tensor_parallel=" + std::to_string(c.tensor_parallel));
+    settings.push_back("parallel.zero=" + std::to_string(c.zero));
   }
   const std::string distributed = root + "/" + case_name(c) + "-" + std::to_string(::getpid());
   run_training(c, 4, distributed, settings);
@@ -223,7 +225,8 @@ std::vector<TrainingCase> manual_cases(bool core) {
 }
 
 // Tensor parallelism (Megatron-LM) on 4 ranks: t = 2 under 2 stages (1f1b; gpipe with recomputation)
-// and under 2 replicas, and t = 4 (BERT-tiny with 4 heads, so that t divides them).
+// and under 2 replicas (with and without ZeRO-1), t = 4 (BERT-tiny with 4 heads, so that t divides
+// them), and ZeRO-1 alone under 2 stages x 2 replicas.
 std::vector<TrainingCase> tensor_parallel_cases() {
   std::vector<TrainingCase> result;
   for (const std::string model : {"bert", "gpt"}) {
@@ -244,6 +247,16 @@ std::vector<TrainingCase> tensor_parallel_cases() {
     c.plan = "tp2_2replicas";
     c.replicas = {2};
     result.push_back(c);
+    c.plan = "tp2_2replicas_zero1";
+    c.zero = 1;
+    result.push_back(c);
+    c.plan = "2x2_zero1";  // ZeRO-1 without tensor parallelism: 2 stages x 2 replicas
+    c.tensor_parallel = 1;
+    c.boundaries = {second_stage};
+    c.replicas = {2, 2};
+    result.push_back(c);
+    c.zero = 0;
+    c.boundaries.clear();
     c.plan = "tp4";
     c.tensor_parallel = 4;
     c.replicas = {1};

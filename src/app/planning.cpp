@@ -21,6 +21,7 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.planner = planner.empty() ? parallel.planner : planner;
   options.world_size = world_size;
   options.tensor_parallel = static_cast<int>(parallel.tensor_parallel);
+  options.zero = static_cast<int>(parallel.zero);
   options.global_batch = config.train.global_batch;
   options.microbatches = static_cast<int>(config.train.microbatches);
   options.schedule = parse_schedule(parallel.schedule);

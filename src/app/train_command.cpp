@@ -410,6 +410,9 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   comm::Communicator& run_world = device_world ? *device_world : world;
   const Plan plan = agree_on_plan(config, graph, arguments, world, run_world, backend);
 
+  PARTRAIN_CHECK(!(config.log.save_gradients && plan.zero == 1),
+                 "[log] save_gradients = true (" << config.path << ") needs whole reduced gradients, which ZeRO-1 "
+                                                   "(the plan's zero = 1) keeps only in parts; use zero = 0");
   if (leader) {
     std::printf("model: %s (%s, %lld parameters), data: %s (%lld samples per epoch)\n", config.path.c_str(),
                 config.model.type.c_str(), static_cast<long long>(model.parameter_count()), data->path().c_str(),

@@ -116,6 +116,13 @@ void Communicator::all_reduce_coalesced(std::span<const Tensor> tensors, ReduceO
   }
 }
 
+void check_scatter_gather(const Tensor& whole, const Tensor& part, int ranks, const char* operation) {
+  PARTRAIN_CHECK(whole.defined() && part.defined() && whole.dtype() == DType::F32 && part.dtype() == DType::F32,
+                 operation << ": needs defined f32 tensors");
+  PARTRAIN_CHECK(whole.numel() == part.numel() * ranks, operation << ": " << whole.numel() << " elements are not "
+                                                                  << ranks << " parts of " << part.numel());
+}
+
 int group_rank_of(const Communicator& communicator, int global_rank) {
   const std::span<const int> ranks = communicator.global_ranks();
   for (std::size_t i = 0; i < ranks.size(); ++i)

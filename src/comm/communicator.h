@@ -127,6 +127,13 @@ class Communicator {
   /// all_reduce of several tensors of one dtype as one message (a gradient bucket). The default
   /// packs host tensors into one buffer, reduces it and unpacks it.
   virtual void all_reduce_coalesced(std::span<const Tensor> tensors, ReduceOp op = ReduceOp::Sum);
+  /// Reduce-scatter (ZeRO's gradient step, Rajbhandari et al. 2020): `input` (f32, size() × n
+  /// elements) is summed element-wise over all ranks and rank r receives elements [r·n, (r+1)·n) in
+  /// `output` (f32, n elements). Throws partrain::Error on another dtype or size.
+  virtual void reduce_scatter(const Tensor& input, const Tensor& output) = 0;
+  /// All-gather: rank r's `input` (f32, n elements) lands at [r·n, (r+1)·n) of `output` (f32,
+  /// size() × n elements) on every rank. Throws partrain::Error on another dtype or size.
+  virtual void all_gather(const Tensor& input, const Tensor& output) = 0;
   /// All-reduce of one host scalar (loss, gradient norm², token counts), in double precision.
   virtual double all_reduce_scalar(double value, ReduceOp op = ReduceOp::Sum) = 0;
   /// Copies `tensor` of rank `root` into `tensor` on every rank (same shape and dtype everywhere).
@@ -154,6 +161,10 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 };
+
+/// Checks the operands of reduce_scatter / all_gather on a communicator of `ranks` ranks: f32,
+/// `whole` holding ranks × part.numel() elements. Throws partrain::Error naming `operation`.
+void check_scatter_gather(const Tensor& whole, const Tensor& part, int ranks, const char* operation);
 
 /// The position of `global_rank` in `communicator.global_ranks()`, or -1 if it is not a member.
 int group_rank_of(const Communicator& communicator, int global_rank);

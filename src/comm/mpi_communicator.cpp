@@ -382,6 +382,18 @@ Request MpiCommunicator::all_reduce_async(const Tensor& tensor, ReduceOp op) {
   });
 }
 
+void MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
+  check_scatter_gather(input, output, size(), "reduce_scatter");
+  const int count = checked_count(output, "reduce_scatter");
+  PARTRAIN_MPI(MPI_Reduce_scatter_block(input.raw_data(), output.raw_data(), count, MPI_FLOAT, MPI_SUM, communicator_));
+}
+
+void MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+  check_scatter_gather(output, input, size(), "all_gather");
+  const int count = checked_count(input, "all_gather");
+  PARTRAIN_MPI(MPI_Allgather(input.raw_data(), count, MPI_FLOAT, output.raw_data(), count, MPI_FLOAT, communicator_));
+}
+
 double MpiCommunicator::all_reduce_scalar(double value, ReduceOp op) {
   PARTRAIN_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, mpi_op(op), communicator_));
   return value;

@@ -583,6 +583,35 @@ void NcclCommunicator::all_reduce_device_coalesced(const std::vector<Tensor>& te
 
 double NcclCommunicator::all_reduce_scalar(double value, ReduceOp op) { return control_->all_reduce_scalar(value, op); }
 
+void NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
+  check_scatter_gather(input, output, size(), "reduce_scatter");
+  if (place_of(input, "reduce_scatter") == Place::Host) {
+    control_->reduce_scatter(input, output);
+    return;
+  }
+  PARTRAIN_CHECK(place_of(output, "reduce_scatter") == Place::Device, "reduce_scatter: input on the GPU, output on the host");
+  DeviceGuard guard(state_->device);
+  state_->check_health("reduce_scatter");
+  if (output.numel() == 0) return;
+  PARTRAIN_NCCL_OPERATION(*state_, ncclReduceScatter(input.raw_data(), output.raw_data(),
+                                                     static_cast<std::size_t>(output.numel()), ncclFloat32, ncclSum,
+                                                     state_->comm, backend_.stream()));
+}
+
+void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+  check_scatter_gather(output, input, size(), "all_gather");
+  if (place_of(input, "all_gather") == Place::Host) {
+    control_->all_gather(input, output);
+    return;
+  }
+  PARTRAIN_CHECK(place_of(output, "all_gather") == Place::Device, "all_gather: input on the GPU, output on the host");
+  DeviceGuard guard(state_->device);
+  state_->check_health("all_gather");
+  if (input.numel() == 0) return;
+  PARTRAIN_NCCL_OPERATION(*state_, ncclAllGather(input.raw_data(), output.raw_data(), static_cast<std::size_t>(input.numel()),
+                                                 ncclFloat32, state_->comm, backend_.stream()));
+}
+
 void NcclCommunicator::broadcast(const Tensor& tensor, int root) {
   if (place_of(tensor, "broadcast") == Place::Host) {
     control_->broadcast(tensor, root);

@@ -91,6 +91,8 @@ class NcclCommunicator final : public Communicator {
   /// to f32 for a bf16 sum), reduced with one ncclAllReduce and unpacked; host tensors in the list
   /// are reduced by the control communicator afterwards (every rank must pass the same placement).
   void all_reduce_coalesced(std::span<const Tensor> tensors, ReduceOp op = ReduceOp::Sum) override;
+  void reduce_scatter(const Tensor& input, const Tensor& output) override;
+  void all_gather(const Tensor& input, const Tensor& output) override;
   double all_reduce_scalar(double value, ReduceOp op = ReduceOp::Sum) override;
   /// Device tensors: ncclBroadcast in place, queued on the stream. Host tensors: control.
   void broadcast(const Tensor& tensor, int root) override;

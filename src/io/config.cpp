@@ -414,6 +414,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("max_ideals", config.max_ideals);
   reader.read("stages", config.stages);
   reader.read("tensor_parallel", config.tensor_parallel);
+  reader.read("zero", config.zero);
   reader.read("replicas", config.replicas);
   reader.read("boundaries", config.boundaries);
   reader.read("device_flops", config.device_flops);
@@ -427,6 +428,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   if (config.max_microbatches <= 0) reader.fail("max_microbatches", "must be positive");
   if (config.max_ideals <= 0) reader.fail("max_ideals", "must be positive");
   if (config.stages < 0) reader.fail("stages", "must not be negative (0: the planner's choice)");
+  if (config.zero != 0 && config.zero != 1) reader.fail("zero", "must be 0 or 1 (ZeRO stage 1: sharded optimizer state)");
   if (config.tensor_parallel < 1 || config.tensor_parallel > config.devices_per_node)
     reader.fail("tensor_parallel", "must be between 1 and devices_per_node (" + std::to_string(config.devices_per_node) +
                                        "): a tensor-parallel group all-reduces in every layer and stays inside a node");

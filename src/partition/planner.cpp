@@ -78,6 +78,7 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   // A planner that chose replicas per stage may have cut between a loss piece and its consumer.
   if (move_loss_pieces_off_unequal_boundaries(graph, plan)) predict_plan(plan, graph, cost, groups);
   plan.tensor_parallel = tensor_parallel;
+  plan.zero = options.zero;
   plan.world_size = plan.pipeline_copies * plan.devices_per_copy();
   plan.validate(graph);
   if (options.progress) options.progress(1.0);

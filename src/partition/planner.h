@@ -18,6 +18,9 @@ struct PlannerOptions {
   /// Tensor-parallel degree t: the graph is tensor_parallel_graph(model, t) (per-rank costs and
   /// memory) and the planners lay out world_size / t groups of t ranks as if each were one device.
   int tensor_parallel = 1;
+  /// ZeRO stage 0 or 1: with 1 the optimizer state counts once per stage's data-parallel group
+  /// (divided by its size) in every stage's memory.
+  int zero = 0;
   std::int64_t global_batch = 8;         // samples per optimizer step
   int microbatches = 0;                  // per step and pipeline copy; 0: the planner chooses
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;

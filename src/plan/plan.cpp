@@ -238,6 +238,7 @@ void Plan::validate(const Graph& graph) const {
   PARTRAIN_CHECK(pipeline_copies > 0 && microbatches > 0,
                  "plan (" << planner << "): pipeline copies and microbatches must be positive");
   PARTRAIN_CHECK(tensor_parallel >= 1, "plan (" << planner << "): tensor_parallel must be at least 1, got " << tensor_parallel);
+  PARTRAIN_CHECK(zero == 0 || zero == 1, "plan (" << planner << "): zero must be 0 or 1, got " << zero);
   PARTRAIN_CHECK(world_size == pipeline_copies * devices_per_copy(),
                  "plan (" << planner << "): the world size " << world_size << " is not " << pipeline_copies
                           << " pipeline copies x " << devices_per_copy() << " devices per copy");
@@ -277,6 +278,7 @@ nlohmann::json Plan::to_json() const {
           {"world_size", world_size},
           {"pipeline_copies", pipeline_copies},
           {"tensor_parallel", tensor_parallel},
+          {"zero", zero},
           {"global_batch", global_batch},
           {"microbatches", microbatches},
           {"schedule", schedule_name(schedule)},
@@ -305,6 +307,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
     plan.world_size = document.at("world_size").get<int>();
     plan.pipeline_copies = document.at("pipeline_copies").get<int>();
     plan.tensor_parallel = document.value("tensor_parallel", 1);  // plans made before tensor parallelism: 1
+    plan.zero = document.value("zero", 0);
     plan.global_batch = document.at("global_batch").get<std::int64_t>();
     plan.microbatches = document.at("microbatches").get<int>();
     plan.schedule = parse_schedule(document.at("schedule").get<std::string>());
@@ -395,6 +398,7 @@ std::string format_plan_table(const Plan& plan) {
   out << "plan: " << plan.planner << ", " << plan.stages.size() << " stages x " << plan.pipeline_copies
       << " pipeline copies";
   if (plan.tensor_parallel > 1) out << " x tensor parallel " << plan.tensor_parallel;
+  if (plan.zero > 0) out << ", ZeRO-" << plan.zero;
   out << " on " << plan.world_size << " devices, " << plan.microbatches << " microbatches of "
       << plan.microbatch_size() << " samples, schedule " << schedule_name(plan.schedule) << "\n";
   if (!plan.cost_model.empty()) out << "costs: " << plan.cost_model << "\n";

@@ -64,6 +64,10 @@ struct Plan {
   /// Ranks of each stage replica's tensor-parallel group (Megatron-LM's t). With t > 1 the stages'
   /// task ids index tensor_parallel_graph(model, t) (graph/tensor_parallel.h), whose hash graph_hash is.
   int tensor_parallel = 1;
+  /// ZeRO stage (Rajbhandari et al. 2020): 0, or 1 — each stage's data-parallel group shards the
+  /// optimizer state (reduce-scatter of the gradients, update of the rank's part, all-gather of the
+  /// parameters).
+  int zero = 0;
   std::int64_t global_batch = 1;       // samples per optimizer step
   int microbatches = 1;                // per step and pipeline copy
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;

@@ -45,8 +45,9 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
   const std::map<int, int> writer = writer_stages(graph, plan);
   const Placement placement = executor.placement();
   const bool first_replica = placement.copy == 0 && placement.replica == 0;
-  const Optimizer& optimizer = executor.optimizer();
-  const std::vector<std::string> states = optimizer.state_names();
+  const std::vector<std::string> states = executor.optimizer().state_names();
+  // Whole per parameter (ZeRO-1 parts gathered over the stage's data-parallel group: collective).
+  const PipelineExecutor::OptimizerStateSnapshot optimizer_state = executor.optimizer_state_snapshot();
   std::vector<io::CheckpointTensor> tensors;
   for (int value : saved_values(graph)) {
     const Value& v = graph.value(value);
@@ -63,13 +64,10 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
     Backend& backend = executor.backend();
     tensors.push_back({"model/" + v.name, shape, mine ? to_host(executor.state().at(value), backend) : Tensor(), part});
     if (v.kind != ValueKind::Param) continue;
-    for (const std::string& state : states) {
-      Tensor data;
-      if (mine) data = optimizer.has_state(v.name) ? to_host(optimizer.state(v.name, state), backend) : Tensor::zeros(v.type.shape);
-      tensors.push_back({"optim/" + v.name + "/" + state, shape, data, part});
-    }
+    for (std::size_t k = 0; k < states.size(); ++k)
+      tensors.push_back({"optim/" + v.name + "/" + states[k], shape, mine ? optimizer_state.states.at(value)[k] : Tensor(), part});
     Tensor step;
-    if (holder && placement.tensor_rank == 0) step = Tensor::full({1}, static_cast<double>(optimizer.step_count(v.name)));
+    if (holder && placement.tensor_rank == 0) step = Tensor::full({1}, static_cast<double>(optimizer_state.steps.at(value)));
     tensors.push_back({"optim/" + v.name + "/step", {1}, step});
   }
   return tensors;
@@ -84,8 +82,7 @@ void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, Pi
                                                                    << ", the model needs " << shape_string(shape));
     return found->second;
   };
-  Optimizer& optimizer = executor.optimizer();
-  const std::vector<std::string> states = optimizer.state_names();
+  const std::vector<std::string> states = executor.optimizer().state_names();
   const int tensor_rank = executor.placement().tensor_rank;
   for (const auto& [value, live] : executor.state()) {
     const Value& v = graph.value(value);
@@ -93,8 +90,10 @@ void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, Pi
     auto part = [&](const std::string& name) { return shard_of(tensor(name, whole_shape(v)), v.sharding, tensor_rank); };
     executor.backend().copy(live, part("model/" + v.name));
     if (v.kind != ValueKind::Param) continue;
-    for (const std::string& state : states) optimizer.set_state(v.name, state, part("optim/" + v.name + "/" + state));
-    optimizer.set_step_count(v.name, static_cast<std::int64_t>(tensor("optim/" + v.name + "/step", {1}).data<float>()[0]));
+    std::vector<Tensor> optimizer_state;
+    for (const std::string& state : states) optimizer_state.push_back(part("optim/" + v.name + "/" + state));
+    executor.restore_optimizer_state(value, optimizer_state,
+                                     static_cast<std::int64_t>(tensor("optim/" + v.name + "/step", {1}).data<float>()[0]));
   }
   executor.refresh_working_parameters();
 }

@@ -12,7 +12,9 @@
 namespace partrain::runtime {
 
 /// The full list of checkpoint tensors, identical in names, shapes and order on every rank, with data
-/// on the rank that writes each one. Collective-free.
+/// on the rank that writes each one (tensor-parallel parts on every rank of the group). Collective
+/// over each stage's data-parallel group under ZeRO-1 (its optimizer state parts are gathered), so
+/// every rank calls it at the same point.
 std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const Plan& plan,
                                                      const PipelineExecutor& executor);
 

@@ -115,6 +115,7 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   }
 
   std::vector<OptimizerParameter> parameters;
+  std::vector<OptimizerParameter> tied_parameters;  // after the ZeRO pieces
   for (int value : program_.parameters) {
     parameter_order_.push_back(value);
     // A replicated parameter of a tensor-parallel stage (LayerNorm, row-parallel bias) has the same
@@ -126,7 +127,24 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     holders_.push_back(holders);
     (stages_of[value].size() > 1 ? tied_ : untied_).push_back(value);
     // No weight decay for biases and normalisation weights (1-D), as in Hugging Face and Megatron.
-    parameters.push_back({graph.value(value).name, state_[value], state_[value].rank() > 1});
+    OptimizerParameter parameter{graph.value(value).name, state_[value], state_[value].rank() > 1};
+    (plan.zero == 1 && stages_of[value].size() > 1 ? tied_parameters : parameters).push_back(parameter);
+  }
+  if (plan.zero == 1) {
+    // ZeRO-1: the optimizer updates this rank's pieces of the untied parameters (tied ones, reduced
+    // over stages, stay whole). Each piece's elements are held by this rank alone in the
+    // data-parallel group, and by the t ranks of the tensor-parallel group when not split there.
+    std::vector<Tensor> untied_values;
+    for (int value : untied_) untied_values.push_back(state_[value]);
+    zero_ = std::make_unique<ZeroPartition>(std::move(untied_values), *stage_group_, backend_);
+    std::vector<OptimizerParameter> pieces;
+    for (const ZeroPartition::Piece& piece : zero_->pieces()) {
+      const int value = untied_[piece.parameter];
+      pieces.push_back({graph.value(value).name, ZeroPartition::view(state_[value], piece), state_[value].rank() > 1});
+      piece_weights_.push_back(graph.value(value).sharding.sharded() ? 1.0 : 1.0 / plan.tensor_parallel);
+    }
+    parameters = std::move(pieces);
+    for (OptimizerParameter& parameter : tied_parameters) parameters.push_back(std::move(parameter));
   }
   optimizer_ = make_optimizer(plan.optimizer, options.optimizer, std::move(parameters), backend_);
 }
@@ -290,10 +308,14 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       state.received_gradients.clear();
       return;
     }
-    case ActionKind::AllReduce: {
+    case ActionKind::AllReduce: {  // the stage's gradient reduction: an all-reduce, or ZeRO-1's reduce-scatter
       std::vector<Tensor> tensors;
       for (int value : untied_) tensors.push_back(gradients_.at(value));
-      if (!tensors.empty()) stage_group_->all_reduce_coalesced(tensors);
+      if (zero_) {
+        zero_gradients_ = zero_->reduce_scatter(tensors);
+      } else if (!tensors.empty()) {
+        stage_group_->all_reduce_coalesced(tensors);
+      }
       return;
     }
     case ActionKind::Step:
@@ -356,16 +378,34 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
     for (int value : tied_) tensors.push_back(gradients_.at(value));
     tied_group_->all_reduce_coalesced(tensors);
   }
-  // Every holder of a parameter has the same reduced gradient: count it once over the world.
+  // Every holder of a parameter has the same reduced gradient: count it once over the world. The
+  // gradients are in the optimizer's order.
   std::vector<Tensor> gradients;
   std::vector<double> weights;
+  if (zero_) {
+    if (zero_gradients_.empty() && !zero_->pieces().empty()) {  // a data-parallel group of one: no AllReduce action
+      std::vector<Tensor> tensors;
+      for (int value : untied_) tensors.push_back(gradients_.at(value));
+      zero_gradients_ = zero_->reduce_scatter(tensors);
+    }
+    gradients = zero_gradients_;
+    weights = piece_weights_;
+  }
   for (std::size_t i = 0; i < parameter_order_.size(); ++i) {
+    const bool tied = std::find(tied_.begin(), tied_.end(), parameter_order_[i]) != tied_.end();
+    if (zero_ && !tied) continue;
     gradients.push_back(gradients_.at(parameter_order_[i]));
     weights.push_back(1.0 / holders_[i]);
   }
   const double grad_norm = std::sqrt(world_.all_reduce_scalar(backend_.sum_of_squares(gradients, weights)));
   const double lr = lr_schedule_.at(step);
   optimizer_->step(gradients, lr, clip_scale(grad_norm, options_.grad_clip));
+  if (zero_) {  // every rank's updated elements to every rank of the group
+    std::vector<Tensor> values;
+    for (int value : untied_) values.push_back(state_.at(value));
+    zero_->all_gather(values);
+    zero_gradients_.clear();
+  }
   if (mixed_precision_) refresh_working_parameters();
   backend_.synchronise();  // the step's time includes the device's work
   trace_.push_back({"Step", "optimizer", step_start - clock_origin_, now_us() - step_start, step});
@@ -379,6 +419,68 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   result.rank_peak_memory_bytes = static_cast<double>(allocator.peak_bytes());
   result.peak_memory_bytes = world_.all_reduce_scalar(result.rank_peak_memory_bytes, comm::ReduceOp::Max);
   return result;
+}
+
+PipelineExecutor::OptimizerStateSnapshot PipelineExecutor::optimizer_state_snapshot() const {
+  const std::vector<std::string> names = optimizer_->state_names();
+  OptimizerStateSnapshot snapshot;
+  auto state_of = [&](const std::string& name, const Shape& shape) {
+    std::vector<Tensor> states;
+    for (const std::string& state : names)
+      states.push_back(optimizer_->has_state(name) ? to_host(optimizer_->state(name, state), backend_).clone() : Tensor::zeros(shape));
+    return states;
+  };
+  for (int value : program_.parameters) {
+    const std::string& name = graph_.value(value).name;
+    const bool tied = std::find(tied_.begin(), tied_.end(), value) != tied_.end();
+    if (zero_ && !tied) continue;
+    snapshot.states[value] = state_of(name, state_.at(value).shape());
+    snapshot.steps[value] = optimizer_->step_count(name);
+  }
+  if (!zero_) return snapshot;
+  // ZeRO-1: each state laid out like the parameters, this rank's pieces filled in, then gathered.
+  std::vector<std::vector<Tensor>> whole(names.size());
+  for (std::size_t k = 0; k < names.size(); ++k)
+    for (int value : untied_) whole[k].push_back(backend_.zeros(state_.at(value).shape()));
+  const Tensor steps = backend_.zeros({static_cast<std::int64_t>(untied_.size())});
+  Tensor host_steps = Tensor::zeros({static_cast<std::int64_t>(untied_.size())});
+  for (const ZeroPartition::Piece& piece : zero_->pieces()) {
+    const std::string& name = graph_.value(untied_[piece.parameter]).name;
+    host_steps.data<float>()[piece.parameter] = static_cast<float>(optimizer_->step_count(name));
+    if (!optimizer_->has_state(name)) continue;
+    for (std::size_t k = 0; k < names.size(); ++k)
+      backend_.copy(ZeroPartition::view(whole[k][piece.parameter], piece), optimizer_->state(name, names[k]));
+  }
+  for (std::size_t k = 0; k < names.size(); ++k) zero_->all_gather(whole[k]);
+  backend_.copy(steps, host_steps);
+  stage_group_->all_reduce(steps, comm::ReduceOp::Max);  // every member updated its pieces equally often
+  host_steps = to_host(steps, backend_);
+  for (std::size_t p = 0; p < untied_.size(); ++p) {
+    std::vector<Tensor> states;
+    for (std::size_t k = 0; k < names.size(); ++k) states.push_back(to_host(whole[k][p], backend_).clone());
+    snapshot.states[untied_[p]] = std::move(states);
+    snapshot.steps[untied_[p]] = static_cast<std::int64_t>(host_steps.data<float>()[p]);
+  }
+  return snapshot;
+}
+
+void PipelineExecutor::restore_optimizer_state(int value, const std::vector<Tensor>& states, std::int64_t steps) {
+  const std::vector<std::string> names = optimizer_->state_names();
+  PARTRAIN_CHECK(states.size() == names.size(), "restore_optimizer_state: " << states.size() << " states for "
+                                                                            << names.size());
+  const std::string& name = graph_.value(value).name;
+  const auto untied = std::find(untied_.begin(), untied_.end(), value);
+  if (zero_ && untied != untied_.end()) {
+    const auto parameter = static_cast<std::size_t>(untied - untied_.begin());
+    for (const ZeroPartition::Piece& piece : zero_->pieces()) {
+      if (piece.parameter != parameter) continue;
+      for (std::size_t k = 0; k < names.size(); ++k) optimizer_->set_state(name, names[k], ZeroPartition::view(states[k], piece));
+      optimizer_->set_step_count(name, steps);
+    }
+    return;
+  }
+  for (std::size_t k = 0; k < names.size(); ++k) optimizer_->set_state(name, names[k], states[k]);
+  optimizer_->set_step_count(name, steps);
 }
 
 }  // namespace partrain::runtime

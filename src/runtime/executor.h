@@ -11,6 +11,7 @@
 // piece's mean loss, so a single-device run with the same pieces as microbatches computes the same
 // losses and gradients up to floating-point summation order.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -27,6 +28,7 @@
 #include "runtime/optimizer.h"
 #include "runtime/runtime_options.h"
 #include "runtime/stage_program.h"
+#include "runtime/zero_partition.h"
 
 namespace partrain::runtime {
 
@@ -67,7 +69,8 @@ class PipelineExecutor {
   /// backend's device; shared storage).
   const std::unordered_map<int, Tensor>& state() const { return state_; }
   /// This rank's gradients by parameter value id: after train_step, the step's gradients reduced
-  /// over the data-parallel and tied groups, before clipping (f32 on the backend's device).
+  /// over the data-parallel and tied groups, before clipping (f32 on the backend's device). Under
+  /// ZeRO-1 the untied ones are this rank's unreduced sums (the reduced ones exist only in parts).
   const std::unordered_map<int, Tensor>& gradients() const { return gradients_; }
   /// Call after writing into state() (checkpoint restore): re-derives the bf16 working copies of
   /// the parameters under mixed precision.
@@ -79,6 +82,19 @@ class PipelineExecutor {
   Optimizer& optimizer() { return *optimizer_; }
   const Optimizer& optimizer() const { return *optimizer_; }
   const std::vector<io::TraceEvent>& trace() const { return trace_; }
+
+  /// The optimizer state of this rank's parameters by value id: each parameter's state tensors
+  /// (optimizer().state_names() order; its whole tensor-parallel part, f32 on the host; zeros before
+  /// the first update) and its update count. Under ZeRO-1 the parts are gathered over the stage's
+  /// data-parallel group first: collective over that group (every member calls it together).
+  struct OptimizerStateSnapshot {
+    std::map<int, std::vector<Tensor>> states;
+    std::map<int, std::int64_t> steps;
+  };
+  OptimizerStateSnapshot optimizer_state_snapshot() const;
+  /// Restores parameter `value`'s optimizer state from whole (parameter-shaped) tensors in
+  /// state_names() order and its update count; under ZeRO-1 the rank keeps its elements only.
+  void restore_optimizer_state(int value, const std::vector<Tensor>& states, std::int64_t steps);
 
  private:
   struct MicrobatchState;
@@ -108,6 +124,11 @@ class PipelineExecutor {
   std::unique_ptr<comm::Communicator> tensor_group_;  // tensor parallel: the t ranks of this replica
   std::unique_ptr<TensorParallelGroup> tensor_parallel_;  // what the kernels of the stage's communication tasks use
   std::unique_ptr<Optimizer> optimizer_;
+  // ZeRO-1 (plan.zero = 1): the untied parameters partitioned over the stage group; the optimizer
+  // holds this rank's pieces of them (first) and the tied parameters whole (after).
+  std::unique_ptr<ZeroPartition> zero_;
+  std::vector<Tensor> zero_gradients_;          // this step's reduce-scattered pieces
+  std::vector<double> piece_weights_;           // per piece: 1 / ranks holding the same elements
   LearningRateSchedule lr_schedule_;
   std::vector<io::TraceEvent> trace_;
   double clock_origin_ = 0;
