@@ -40,6 +40,7 @@ struct TrainingCase {
   bool recompute = false;
   int tensor_parallel = 1;             // [parallel] tensor_parallel
   int zero = 0;                        // [parallel] zero
+  bool sub_pipelined_tmp = false;      // [parallel] sub_pipelined_tmp
   std::vector<std::string> model_overrides;  // e.g. more heads, for the run and its single-rank reference
 };
 
@@ -115,13 +116,15 @@ void expect_matches_single_rank(const TrainingCase& c, const std::string& distri
   const int copies = plan.at("pipeline_copies").get<int>(), microbatches = plan.at("microbatches").get<int>();
   const int last_replicas = plan.at("stages").back().at("replicas").get<int>();
   const int microbatch_size = global_batch(c.model) / (copies * microbatches);
+  // Sub-pipelined TMP splits each replica's rows in two more loss pieces.
+  const int halves = plan.value("sub_pipelined_tmp", false) && microbatch_size / last_replicas >= 2 ? 2 : 1;
   if (microbatch_size % last_replicas != 0)
     GTEST_SKIP() << "the plan splits a microbatch of " << microbatch_size << " unevenly over " << last_replicas
                  << " replicas: no single-rank run has the same loss pieces";
   for (const nlohmann::json& stage : plan.at("stages"))
     if (c.model == "resnet" && stage.at("replicas").get<int>() != last_replicas)
       GTEST_SKIP() << "BatchNorm statistics: the plan groups samples differently in different stages";
-  const std::string reference = reference_run(c, copies * microbatches * last_replicas, root);
+  const std::string reference = reference_run(c, copies * microbatches * last_replicas * halves, root);
 
   const std::vector<double> expected = testing::metric_values(reference, "loss"), actual = testing::metric_values(distributed, "loss");
   ASSERT_EQ(expected.size(), static_cast<std::size_t>(kSteps));
@@ -172,6 +175,7 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
     settings.push_back("train.microbatches=" + std::to_string(kMicrobatches));
     settings.push_back("parallel.tensor_parallel=" + std::to_string(c.tensor_parallel));
     settings.push_back("parallel.zero=" + std::to_string(c.zero));
+    settings.push_back(std::string("parallel.sub_pipelined_tmp=") + (c.sub_pipelined_tmp ? "true" : "false"));
   }
   const std::string distributed = root + "/" + case_name(c) + "-" + std::to_string(::getpid());
   run_training(c, 4, distributed, settings);
@@ -224,44 +228,46 @@ std::vector<TrainingCase> manual_cases(bool core) {
   return result;
 }
 
-// Tensor parallelism (Megatron-LM) on 4 ranks: t = 2 under 2 stages (1f1b; gpipe with recomputation)
-// and under 2 replicas (with and without ZeRO-1), t = 4 (BERT-tiny with 4 heads, so that t divides
-// them), and ZeRO-1 alone under 2 stages x 2 replicas.
-std::vector<TrainingCase> tensor_parallel_cases() {
+// Tensor parallelism (Megatron-LM) and ZeRO-1 on 4 ranks, issue 13's cases: (a) t = 2 x 2 stages,
+// (b) t = 4 (BERT-tiny with 4 heads, so that t divides them), (c) t = 2 x 2 replicas with ZeRO-1,
+// (d) t = 2 x 2 stages, gpipe, recomputation and Merak's sub-pipelined TMP; `core` picks those, the
+// others (slow) vary one setting each: gpipe + recomputation without sub-pipelining, 2 replicas
+// without ZeRO, ZeRO-1 alone under 2 stages x 2 replicas.
+std::vector<TrainingCase> tensor_parallel_cases(bool core) {
   std::vector<TrainingCase> result;
   for (const std::string model : {"bert", "gpt"}) {
     const std::string second_stage = model == "bert" ? "encoder.layer.1" : "h.1";
-    TrainingCase c;
-    c.model = model;
-    c.tensor_parallel = 2;
-    c.plan = "tp2_2stages";
-    c.boundaries = {second_stage};
-    c.replicas = {1, 1};
-    result.push_back(c);
+    auto make = [&](const std::string& plan, int tensor_parallel, std::vector<int> replicas, bool two_stages) {
+      TrainingCase c;
+      c.model = model;
+      c.plan = plan;
+      c.tensor_parallel = tensor_parallel;
+      c.replicas = std::move(replicas);
+      if (two_stages) c.boundaries = {second_stage};
+      return c;
+    };
+    std::vector<TrainingCase> core_cases, other_cases;
+    core_cases.push_back(make("tp2_2stages", 2, {1, 1}, true));                      // (a)
+    TrainingCase c = make("tp4", 4, {1}, false);                                     // (b)
+    if (model == "bert") c.model_overrides = {"model.heads=4"};
+    core_cases.push_back(c);
+    c = make("tp2_2replicas_zero1", 2, {2}, false);                                  // (c)
+    c.zero = 1;
+    core_cases.push_back(c);
+    c = make("tp2_2stages_subpipelined", 2, {1, 1}, true);                           // (d)
     c.schedule = "gpipe";
     c.recompute = true;
-    result.push_back(c);
-    c = TrainingCase{};
-    c.model = model;
-    c.tensor_parallel = 2;
-    c.plan = "tp2_2replicas";
-    c.replicas = {2};
-    result.push_back(c);
-    c.plan = "tp2_2replicas_zero1";
+    c.sub_pipelined_tmp = true;
+    core_cases.push_back(c);
+    c = make("tp2_2stages", 2, {1, 1}, true);
+    c.schedule = "gpipe";
+    c.recompute = true;
+    other_cases.push_back(c);
+    other_cases.push_back(make("tp2_2replicas", 2, {2}, false));
+    c = make("2x2_zero1", 1, {2, 2}, true);
     c.zero = 1;
-    result.push_back(c);
-    c.plan = "2x2_zero1";  // ZeRO-1 without tensor parallelism: 2 stages x 2 replicas
-    c.tensor_parallel = 1;
-    c.boundaries = {second_stage};
-    c.replicas = {2, 2};
-    result.push_back(c);
-    c.zero = 0;
-    c.boundaries.clear();
-    c.plan = "tp4";
-    c.tensor_parallel = 4;
-    c.replicas = {1};
-    if (model == "bert") c.model_overrides = {"model.heads=4"};
-    result.push_back(c);
+    other_cases.push_back(c);
+    for (const TrainingCase& chosen : core ? core_cases : other_cases) result.push_back(chosen);
   }
   return result;
 }
@@ -489,7 +495,9 @@ INSTANTIATE_TEST_SUITE_P(Core, DistributedTraining, ::testing::ValuesIn(manual_c
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Planners, DistributedTraining, ::testing::ValuesIn(planner_cases()),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
-INSTANTIATE_TEST_SUITE_P(TensorParallel, DistributedTraining, ::testing::ValuesIn(tensor_parallel_cases()),
+INSTANTIATE_TEST_SUITE_P(TensorParallel, DistributedTraining, ::testing::ValuesIn(tensor_parallel_cases(true)),
+                         [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(TensorParallelMatrix, DistributedTraining, ::testing::ValuesIn(tensor_parallel_cases(false)),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Matrix, DistributedTraining, ::testing::ValuesIn(manual_cases(false)),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });

@@ -31,11 +31,11 @@ void copy_backward(const KernelContext& context, std::span<const Tensor>, std::s
                    std::span<const Tensor> dout, std::span<const Tensor> din) {
   if (!din[0].defined()) return;
   copy_tensor(din[0], dout[0]);
-  group_of(context).all_reduce(din[0], TensorParallelGroup::Reduction::Sum);
+  group_of(context).all_reduce_deferrable(din[0]);
 }
 void all_reduce_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
   copy_tensor(out[0], in[0]);
-  group_of(context).all_reduce(out[0], TensorParallelGroup::Reduction::Sum);
+  group_of(context).all_reduce_deferrable(out[0]);
 }
 void all_reduce_backward(const KernelContext&, std::span<const Tensor>, std::span<const Tensor>,
                          std::span<const Tensor> dout, std::span<const Tensor> din) {

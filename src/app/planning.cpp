@@ -22,6 +22,7 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.world_size = world_size;
   options.tensor_parallel = static_cast<int>(parallel.tensor_parallel);
   options.zero = static_cast<int>(parallel.zero);
+  options.sub_pipelined_tmp = parallel.sub_pipelined_tmp;
   options.global_batch = config.train.global_batch;
   options.microbatches = static_cast<int>(config.train.microbatches);
   options.schedule = parse_schedule(parallel.schedule);

@@ -1,6 +1,8 @@
 #pragma once
 // The tensor-parallel group of the kernels (core/tensor_parallel_group.h) over a Communicator: the
 // MPI communicator for host tensors, NCCL for GPU tensors.
+#include <memory>
+
 #include "comm/communicator.h"
 #include "core/tensor_parallel_group.h"
 
@@ -15,6 +17,10 @@ class CommunicatorTensorParallelGroup final : public TensorParallelGroup {
   int size() const override { return group_.size(); }
   void all_reduce(const Tensor& tensor, Reduction reduction) override {
     group_.all_reduce(tensor, reduction == Reduction::Max ? ReduceOp::Max : ReduceOp::Sum);
+  }
+  std::function<void()> start_all_reduce(const Tensor& tensor) override {
+    auto request = std::make_shared<Request>(group_.all_reduce_async(tensor, ReduceOp::Sum));
+    return [request] { request->wait(); };
   }
 
  private:

@@ -4,6 +4,8 @@
 // all-reduces, the vocabulary-parallel embedding and cross-entropy, and dropout on a head-split
 // tensor — need the rank's position in its group and an in-place all-reduce over it. The runtime
 // implements it over its communicator; core/ knows nothing of MPI or NCCL.
+#include <functional>
+
 #include "core/tensor.h"
 
 namespace partrain {
@@ -19,6 +21,16 @@ class TensorParallelGroup {
   /// Reduces `tensor` (on the kernel's device, f32) element-wise over the group, in place; every
   /// rank gets the result. Collective: every rank of the group calls it in the same order.
   virtual void all_reduce(const Tensor& tensor, Reduction reduction) = 0;
+  /// Starts a sum all-reduce of `tensor` and returns the function that completes it (the result is
+  /// in `tensor` once it returned). Default: all_reduce now, nothing left to complete.
+  virtual std::function<void()> start_all_reduce(const Tensor& tensor) {
+    all_reduce(tensor, Reduction::Sum);
+    return [] {};
+  }
+  /// A sum all-reduce whose result only later tasks read (Megatron's f and g): under Merak's
+  /// sub-pipelined TMP the interpreter's group starts it and completes it before the next task of
+  /// the same sub-microbatch runs, so the other sub-microbatch computes meanwhile. Default: blocking.
+  virtual void all_reduce_deferrable(const Tensor& tensor) { all_reduce(tensor, Reduction::Sum); }
 };
 
 }  // namespace partrain

@@ -1,5 +1,7 @@
 #include "graph/interpreter.h"
 
+#include <array>
+#include <functional>
 #include <unordered_set>
 
 namespace partrain {
@@ -20,68 +22,195 @@ KernelContext context_for(const Task& task, Backend& backend, const ExecutionOpt
 }
 }  // namespace
 
+namespace {
+void forward_task(const Graph& graph, const Task& task, TensorMap& values, Backend& backend,
+                  const ExecutionOptions& options) {
+  std::vector<Tensor> inputs;
+  std::vector<TensorType> input_types;
+  for (int input : task.inputs) {
+    inputs.push_back(lookup(graph, values, input, task, backend));
+    input_types.push_back({inputs.back().shape(), inputs.back().dtype()});
+  }
+  std::vector<Tensor> outputs;
+  try {
+    for (const TensorType& type : infer_output_types(task.op, task.attributes, input_types))
+      outputs.push_back(backend.empty(type.shape, type.dtype));
+    backend.forward(task.op, context_for(task, backend, options), inputs, outputs);
+  } catch (const Error& error) {
+    PARTRAIN_FAIL("task '" << task.name << "' (" << op_name(task.op) << ") forward: " << error.message());
+  }
+  for (std::size_t k = 0; k < outputs.size(); ++k) values[task.outputs[k]] = outputs[k];
+}
+
+// One backward pass in steps: run(i) computes step i's input gradients, finish(i) files them
+// (accumulating into the gradients of values read twice) — apart, so that an all-reduce the step
+// started can complete in between.
+class BackwardPass {
+ public:
+  BackwardPass(const Graph& graph, const BackwardProgram& program, const TensorMap& values, TensorMap& grads,
+               Backend& backend, const ExecutionOptions& options)
+      : graph_(graph), program_(program), values_(values), grads_(grads), backend_(backend), options_(options),
+        parameters_(program.parameter_grads.begin(), program.parameter_grads.end()),
+        kept_(program.input_grads.begin(), program.input_grads.end()) {
+    for (int v : program.output_grads)
+      PARTRAIN_CHECK(grads.count(v), "backward: no gradient given for output '" << graph.value(v).name << "'");
+  }
+  std::size_t size() const { return program_.steps.size(); }
+
+  void run(std::size_t index) {
+    const BackwardStep& step = program_.steps[index];
+    const Task& task = graph_.task(step.task);
+    std::vector<Tensor> inputs, outputs, output_grads;
+    for (int input : task.inputs) inputs.push_back(lookup(graph_, values_, input, task, backend_));
+    for (int output : task.outputs) {
+      outputs.push_back(lookup(graph_, values_, output, task, backend_));
+      auto it = grads_.find(output);
+      output_grads.push_back(it != grads_.end() ? it->second : backend_.zeros(outputs.back().shape(), outputs.back().dtype()));
+    }
+    input_grads_.clear();
+    for (std::size_t i = 0; i < task.inputs.size(); ++i)
+      input_grads_.push_back(step.input_grad_needed[i] ? backend_.empty(inputs[i].shape(), inputs[i].dtype()) : Tensor());
+    try {
+      backend_.backward(task.op, context_for(task, backend_, options_), inputs, outputs, output_grads, input_grads_);
+    } catch (const Error& error) {
+      PARTRAIN_FAIL("task '" << task.name << "' (" << op_name(task.op) << ") backward: " << error.message());
+    }
+  }
+
+  void finish(std::size_t index) {
+    const Task& task = graph_.task(program_.steps[index].task);
+    // The outputs' gradients are complete and now used: free them unless the caller wants them.
+    for (int output : task.outputs)
+      if (!kept_.count(output)) grads_.erase(output);
+    for (std::size_t i = 0; i < task.inputs.size(); ++i) {
+      if (!input_grads_[i].defined()) continue;
+      const int input = task.inputs[i];
+      TensorMap& target = parameters_.count(input) ? fresh_parameter_grads_ : grads_;
+      auto [it, inserted] = target.emplace(input, input_grads_[i]);
+      if (!inserted) backend_.accumulate(it->second, input_grads_[i]);
+    }
+  }
+
+  // Parameter gradients computed in this pass, added to what the caller had.
+  void done() {
+    for (auto& [id, gradient] : fresh_parameter_grads_) {
+      auto [it, inserted] = grads_.emplace(id, gradient);
+      if (!inserted) backend_.accumulate(it->second, gradient);
+    }
+  }
+
+ private:
+  const Graph& graph_;
+  const BackwardProgram& program_;
+  const TensorMap& values_;
+  TensorMap& grads_;
+  Backend& backend_;
+  const ExecutionOptions& options_;
+  const std::unordered_set<int> parameters_, kept_;
+  TensorMap fresh_parameter_grads_;
+  std::vector<Tensor> input_grads_;  // of the step run last
+};
+
+// The group one sub-microbatch's tasks see under sub-pipelined TMP: the deferrable all-reduces
+// (Megatron's f and g) are started and left pending, to be completed before the next task of the
+// same sub-microbatch.
+class OverlappingGroup final : public TensorParallelGroup {
+ public:
+  explicit OverlappingGroup(TensorParallelGroup& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void all_reduce(const Tensor& tensor, Reduction reduction) override { inner_.all_reduce(tensor, reduction); }
+  void all_reduce_deferrable(const Tensor& tensor) override {
+    complete();
+    pending_ = inner_.start_all_reduce(tensor);
+  }
+  bool pending() const { return static_cast<bool>(pending_); }
+  void complete() {
+    if (!pending_) return;
+    std::function<void()> finish = std::move(pending_);
+    pending_ = nullptr;
+    finish();
+  }
+
+ private:
+  TensorParallelGroup& inner_;
+  std::function<void()> pending_;
+};
+
+// Runs two sub-microbatches' step lists alternately: each runs until one of its steps leaves an
+// all-reduce pending, then the other runs while it is in flight; `step(h, i)` runs step i of h,
+// `after(h, i)` runs once the all-reduces step i started have completed.
+template <typename Step, typename After>
+void alternate(std::size_t steps, std::array<OverlappingGroup, 2>& groups, Step step, After after) {
+  std::array<std::size_t, 2> next{0, 0};
+  std::array<bool, 2> waiting{false, false};
+  while (next[0] < steps || next[1] < steps || waiting[0] || waiting[1]) {
+    for (int h = 0; h < 2; ++h) {
+      if (waiting[h]) {
+        groups[h].complete();
+        after(h, next[h] - 1);
+        waiting[h] = false;
+      }
+      while (next[h] < steps) {
+        step(h, next[h]);
+        ++next[h];
+        if (groups[h].pending()) {
+          waiting[h] = true;
+          break;
+        }
+        after(h, next[h] - 1);
+      }
+    }
+  }
+}
+
+std::array<OverlappingGroup, 2> overlapping_groups(const std::array<ExecutionOptions, 2>& options) {
+  PARTRAIN_CHECK(options[0].tensor_parallel != nullptr && options[0].tensor_parallel == options[1].tensor_parallel,
+                 "sub-pipelined TMP needs the tensor-parallel group of both sub-microbatches");
+  return {OverlappingGroup(*options[0].tensor_parallel), OverlappingGroup(*options[1].tensor_parallel)};
+}
+}  // namespace
+
 void run_forward(const Graph& graph, const Subgraph& subgraph, TensorMap& values, Backend& backend,
                  const ExecutionOptions& options) {
-  for (int t : subgraph.tasks) {
-    const Task& task = graph.task(t);
-    std::vector<Tensor> inputs;
-    std::vector<TensorType> input_types;
-    for (int input : task.inputs) {
-      inputs.push_back(lookup(graph, values, input, task, backend));
-      input_types.push_back({inputs.back().shape(), inputs.back().dtype()});
-    }
-    std::vector<Tensor> outputs;
-    try {
-      for (const TensorType& type : infer_output_types(task.op, task.attributes, input_types))
-        outputs.push_back(backend.empty(type.shape, type.dtype));
-      backend.forward(task.op, context_for(task, backend, options), inputs, outputs);
-    } catch (const Error& error) {
-      PARTRAIN_FAIL("task '" << task.name << "' (" << op_name(task.op) << ") forward: " << error.message());
-    }
-    for (std::size_t k = 0; k < outputs.size(); ++k) values[task.outputs[k]] = outputs[k];
-  }
+  for (int t : subgraph.tasks) forward_task(graph, graph.task(t), values, backend, options);
 }
 
 void run_backward(const Graph& graph, const BackwardProgram& program, const TensorMap& values, TensorMap& grads,
                   Backend& backend, const ExecutionOptions& options) {
-  for (int v : program.output_grads)
-    PARTRAIN_CHECK(grads.count(v), "backward: no gradient given for output '" << graph.value(v).name << "'");
-  const std::unordered_set<int> parameters(program.parameter_grads.begin(), program.parameter_grads.end());
-  const std::unordered_set<int> kept(program.input_grads.begin(), program.input_grads.end());
-  // Parameter gradients computed in this call, accumulated into what the caller had.
-  TensorMap fresh_parameter_grads;
+  BackwardPass pass(graph, program, values, grads, backend, options);
+  for (std::size_t i = 0; i < pass.size(); ++i) {
+    pass.run(i);
+    pass.finish(i);
+  }
+  pass.done();
+}
 
-  for (const BackwardStep& step : program.steps) {
-    const Task& task = graph.task(step.task);
-    std::vector<Tensor> inputs, outputs, output_grads, input_grads;
-    for (int input : task.inputs) inputs.push_back(lookup(graph, values, input, task, backend));
-    for (int output : task.outputs) {
-      outputs.push_back(lookup(graph, values, output, task, backend));
-      auto it = grads.find(output);
-      output_grads.push_back(it != grads.end() ? it->second : backend.zeros(outputs.back().shape(), outputs.back().dtype()));
-    }
-    for (std::size_t i = 0; i < task.inputs.size(); ++i)
-      input_grads.push_back(step.input_grad_needed[i] ? backend.empty(inputs[i].shape(), inputs[i].dtype()) : Tensor());
-    try {
-      backend.backward(task.op, context_for(task, backend, options), inputs, outputs, output_grads, input_grads);
-    } catch (const Error& error) {
-      PARTRAIN_FAIL("task '" << task.name << "' (" << op_name(task.op) << ") backward: " << error.message());
-    }
-    // The outputs' gradients are complete and now used: free them unless the caller wants them.
-    for (int output : task.outputs)
-      if (!kept.count(output)) grads.erase(output);
-    for (std::size_t i = 0; i < task.inputs.size(); ++i) {
-      if (!input_grads[i].defined()) continue;
-      const int input = task.inputs[i];
-      TensorMap& target = parameters.count(input) ? fresh_parameter_grads : grads;
-      auto [it, inserted] = target.emplace(input, input_grads[i]);
-      if (!inserted) backend.accumulate(it->second, input_grads[i]);
-    }
-  }
-  for (auto& [id, gradient] : fresh_parameter_grads) {
-    auto [it, inserted] = grads.emplace(id, gradient);
-    if (!inserted) backend.accumulate(it->second, gradient);
-  }
+void run_forward_overlapped(const Graph& graph, const Subgraph& subgraph, std::array<TensorMap*, 2> values,
+                            Backend& backend, const std::array<ExecutionOptions, 2>& options) {
+  std::array<OverlappingGroup, 2> groups = overlapping_groups(options);
+  std::array<ExecutionOptions, 2> own = options;
+  for (int h = 0; h < 2; ++h) own[h].tensor_parallel = &groups[h];
+  alternate(
+      subgraph.tasks.size(), groups,
+      [&](int h, std::size_t i) { forward_task(graph, graph.task(subgraph.tasks[i]), *values[h], backend, own[h]); },
+      [](int, std::size_t) {});
+}
+
+void run_backward_overlapped(const Graph& graph, const BackwardProgram& program, std::array<const TensorMap*, 2> values,
+                             std::array<TensorMap*, 2> grads, Backend& backend,
+                             const std::array<ExecutionOptions, 2>& options) {
+  std::array<OverlappingGroup, 2> groups = overlapping_groups(options);
+  std::array<ExecutionOptions, 2> own = options;
+  for (int h = 0; h < 2; ++h) own[h].tensor_parallel = &groups[h];
+  BackwardPass first(graph, program, *values[0], *grads[0], backend, own[0]);
+  BackwardPass second(graph, program, *values[1], *grads[1], backend, own[1]);
+  std::array<BackwardPass*, 2> passes{&first, &second};
+  alternate(
+      program.steps.size(), groups, [&](int h, std::size_t i) { passes[h]->run(i); },
+      [&](int h, std::size_t i) { passes[h]->finish(i); });
+  first.done();
+  second.done();
 }
 
 }  // namespace partrain

@@ -1,6 +1,7 @@
 #pragma once
 // Runs a subgraph's forward pass and its backward program on a backend, value by value. This is
 // the innermost layer of a stage's execution; schedules, communication and optimizers sit above it.
+#include <array>
 #include <unordered_map>
 
 #include "core/backend.h"
@@ -33,5 +34,20 @@ void run_forward(const Graph& graph, const Subgraph& subgraph, TensorMap& values
 /// are freed as soon as they have been used.
 void run_backward(const Graph& graph, const BackwardProgram& program, const TensorMap& values, TensorMap& grads,
                   Backend& backend, const ExecutionOptions& options = {});
+
+/// Merak's sub-pipelined TMP (Lai et al., Merak §6.3): the forward passes of two sub-microbatches (the
+/// two halves of a microbatch: `values[h]` and `options[h]`, whose random contexts name each half's
+/// first sample) run alternately, switching whenever one starts a deferrable all-reduce of the
+/// tensor-parallel group (Megatron's g) so that it travels while the other computes. Both options
+/// must name the same tensor-parallel group. Results equal two run_forward calls.
+void run_forward_overlapped(const Graph& graph, const Subgraph& subgraph, std::array<TensorMap*, 2> values,
+                            Backend& backend, const std::array<ExecutionOptions, 2>& options);
+
+/// The backward passes of two sub-microbatches alternately (run_backward each; the all-reduces of
+/// Megatron's f overlap the other's computation). Parameter gradients of both are added to the
+/// tensors each `grads` map holds (give both maps the same accumulators).
+void run_backward_overlapped(const Graph& graph, const BackwardProgram& program, std::array<const TensorMap*, 2> values,
+                             std::array<TensorMap*, 2> grads, Backend& backend,
+                             const std::array<ExecutionOptions, 2>& options);
 
 }  // namespace partrain

@@ -415,6 +415,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("stages", config.stages);
   reader.read("tensor_parallel", config.tensor_parallel);
   reader.read("zero", config.zero);
+  reader.read("sub_pipelined_tmp", config.sub_pipelined_tmp);
   reader.read("replicas", config.replicas);
   reader.read("boundaries", config.boundaries);
   reader.read("device_flops", config.device_flops);

@@ -162,6 +162,7 @@ struct ParallelConfig {
   std::int64_t max_ideals = 200000;      // ideals planner: cap on enumerated ideals
   std::int64_t stages = 0;               // uniform / merak / manual: stage count; 0: the planner's choice
   std::int64_t tensor_parallel = 1;      // ranks of a tensor-parallel group inside each stage replica (Megatron's t)
+  bool sub_pipelined_tmp = false;        // Merak's sub-pipelined TMP: two sub-microbatches overlap their TP all-reduces
   std::int64_t zero = 0;                 // ZeRO stage: 0, or 1 (optimizer state sharded over each stage's data-parallel group)
   std::vector<std::int64_t> replicas;    // manual: replicas per stage (sum = devices per pipeline copy)
   std::vector<std::string> boundaries;   // manual: first layer of stages 2..S (names as in `inspect`, e.g. "encoder.layer.1")

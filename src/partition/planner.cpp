@@ -79,6 +79,7 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   if (move_loss_pieces_off_unequal_boundaries(graph, plan)) predict_plan(plan, graph, cost, groups);
   plan.tensor_parallel = tensor_parallel;
   plan.zero = options.zero;
+  plan.sub_pipelined_tmp = options.sub_pipelined_tmp && tensor_parallel > 1;
   plan.world_size = plan.pipeline_copies * plan.devices_per_copy();
   plan.validate(graph);
   if (options.progress) options.progress(1.0);

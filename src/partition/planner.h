@@ -21,6 +21,7 @@ struct PlannerOptions {
   /// ZeRO stage 0 or 1: with 1 the optimizer state counts once per stage's data-parallel group
   /// (divided by its size) in every stage's memory.
   int zero = 0;
+  bool sub_pipelined_tmp = false;        // Merak §6.3, recorded in the plan (tensor_parallel > 1)
   std::int64_t global_batch = 8;         // samples per optimizer step
   int microbatches = 0;                  // per step and pipeline copy; 0: the planner chooses
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;

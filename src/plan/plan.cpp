@@ -279,6 +279,7 @@ nlohmann::json Plan::to_json() const {
           {"pipeline_copies", pipeline_copies},
           {"tensor_parallel", tensor_parallel},
           {"zero", zero},
+          {"sub_pipelined_tmp", sub_pipelined_tmp},
           {"global_batch", global_batch},
           {"microbatches", microbatches},
           {"schedule", schedule_name(schedule)},
@@ -308,6 +309,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
     plan.pipeline_copies = document.at("pipeline_copies").get<int>();
     plan.tensor_parallel = document.value("tensor_parallel", 1);  // plans made before tensor parallelism: 1
     plan.zero = document.value("zero", 0);
+    plan.sub_pipelined_tmp = document.value("sub_pipelined_tmp", false);
     plan.global_batch = document.at("global_batch").get<std::int64_t>();
     plan.microbatches = document.at("microbatches").get<int>();
     plan.schedule = parse_schedule(document.at("schedule").get<std::string>());
@@ -397,7 +399,8 @@ std::string format_plan_table(const Plan& plan) {
   char line[512];
   out << "plan: " << plan.planner << ", " << plan.stages.size() << " stages x " << plan.pipeline_copies
       << " pipeline copies";
-  if (plan.tensor_parallel > 1) out << " x tensor parallel " << plan.tensor_parallel;
+  if (plan.tensor_parallel > 1)
+    out << " x tensor parallel " << plan.tensor_parallel << (plan.sub_pipelined_tmp ? " (sub-pipelined)" : "");
   if (plan.zero > 0) out << ", ZeRO-" << plan.zero;
   out << " on " << plan.world_size << " devices, " << plan.microbatches << " microbatches of "
       << plan.microbatch_size() << " samples, schedule " << schedule_name(plan.schedule) << "\n";

@@ -68,6 +68,10 @@ struct Plan {
   /// optimizer state (reduce-scatter of the gradients, update of the rank's part, all-gather of the
   /// parameters).
   int zero = 0;
+  /// Merak's sub-pipelined TMP (§6.3): with tensor_parallel > 1, each stage splits its part of every
+  /// microbatch into two sub-microbatches whose tensor-parallel all-reduces overlap the other's
+  /// computation (each half is then its own loss piece).
+  bool sub_pipelined_tmp = false;
   std::int64_t global_batch = 1;       // samples per optimizer step
   int microbatches = 1;                // per step and pipeline copy
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;

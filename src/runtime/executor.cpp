@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -41,6 +42,7 @@ struct PipelineExecutor::MicrobatchState {
   TensorMap received_gradients;   // assembled gradients from the next stage
   TensorMap outgoing_gradients;   // gradients to send to the previous stage
   std::vector<int> kept;          // value ids kept for recomputation (data inputs and received)
+  std::array<TensorMap, 2> halves;  // sub-pipelined TMP: each sub-microbatch's forward values
 };
 
 PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::Communicator& world, Backend& backend,
@@ -76,6 +78,14 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   }
   mixed_precision_ = plan.precision == Precision::Bf16;
   refresh_working_parameters();
+  // Merak's sub-pipelined TMP splits the rank's rows of a microbatch in two; values that cross the
+  // stage's boundary whole (a loss piece) cannot be split, so such a stage runs microbatches whole.
+  {
+    const std::pair<std::int64_t, std::int64_t> own = plan.replica_samples(placement_.stage, placement_.replica);
+    sub_pipelined_ = plan.sub_pipelined_tmp && plan.tensor_parallel > 1 && own.second - own.first >= 2;
+    for (const std::vector<int>* values : {&program_.received, &program_.sent, &program_.data_inputs})
+      for (int value : *values) sub_pipelined_ = sub_pipelined_ && has_batch_dim(graph.value(value).type.shape);
+  }
   // Constants (position ids) copied to the device once, not at every use.
   for (const Value& value : graph.values())
     if (value.kind == ValueKind::Const) constants_[value.id] = to_backend(graph.constant_data(value.id), backend_);
@@ -196,10 +206,41 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
     random.first_sample = static_cast<std::uint32_t>(placement_.copy * per_copy + microbatch * plan_.microbatch_size() + own_begin);
     return random;
   };
+  // Sub-pipelined TMP: the two sub-microbatches are rows [0, half) and [half, rows) of the rank's part.
+  const std::int64_t half = rows / 2;
+  auto half_rows = [&](int h) { return h == 0 ? std::pair<std::int64_t, std::int64_t>{0, half} : std::pair<std::int64_t, std::int64_t>{half, rows}; };
+  auto half_options = [&](int microbatch) {
+    std::array<ExecutionOptions, 2> options;
+    for (int h = 0; h < 2; ++h) {
+      options[h] = {training_, random_context(microbatch), tensor_parallel_.get()};
+      options[h].random.first_sample += static_cast<std::uint32_t>(half_rows(h).first);
+    }
+    return options;
+  };
+  // A tensor of the rank's whole part of the microbatch from the two halves' (rows concatenated).
+  auto concatenated = [&](const std::array<TensorMap, 2>& halves, int value) {
+    const Tensor& first = halves[0].at(value);
+    Shape shape = first.shape();
+    shape[0] = rows;
+    Tensor whole = backend_.empty(shape, first.dtype());
+    for (int h = 0; h < 2; ++h)
+      backend_.copy(whole.slice_rows(half_rows(h).first, half_rows(h).second), halves[h].at(value));
+    return whole;
+  };
   auto forward = [&](MicrobatchState& state, int microbatch) {
-    for (const auto& [value, tensor] : working_) state.values[value] = tensor;
-    for (const auto& [value, tensor] : constants_) state.values[value] = tensor;
-    run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch), tensor_parallel_.get()});
+    if (!sub_pipelined_) {
+      for (const auto& [value, tensor] : working_) state.values[value] = tensor;
+      for (const auto& [value, tensor] : constants_) state.values[value] = tensor;
+      run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch), tensor_parallel_.get()});
+      return;
+    }
+    for (int h = 0; h < 2; ++h) {
+      TensorMap& values = state.halves[h];
+      values = working_;
+      for (const auto& [value, tensor] : constants_) values[value] = tensor;
+      for (int value : state.kept) values[value] = state.values.at(value).slice_rows(half_rows(h).first, half_rows(h).second);
+    }
+    run_forward_overlapped(graph_, program_.subgraph, {&state.halves[0], &state.halves[1]}, backend_, half_options(microbatch));
   };
 
   switch (action.kind) {
@@ -250,15 +291,23 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
         state.kept.push_back(value);
       }
       forward(state, action.microbatch);
-      for (int value : program_.sent) state.outputs[value] = state.values.at(value);
+      for (int value : program_.sent) {  // relayed values came whole; the stage's own are in the halves
+        auto whole = state.values.find(value);
+        state.outputs[value] = whole != state.values.end() ? whole->second : concatenated(state.halves, value);
+      }
       if (program_.loss >= 0 && placement_.tensor_rank == 0) {  // the t ranks of a group share one loss
-        const double weight = static_cast<double>(rows) / plan_.global_batch;
-        loss_sum += weight * to_host(state.values.at(program_.loss), backend_).to_float_vector().at(0);
+        for (int h = 0; h < (sub_pipelined_ ? 2 : 1); ++h) {  // each sub-microbatch is its own loss piece
+          const std::int64_t piece = sub_pipelined_ ? half_rows(h).second - half_rows(h).first : rows;
+          const TensorMap& values = sub_pipelined_ ? state.halves[h] : state.values;
+          loss_sum += static_cast<double>(piece) / plan_.global_batch *
+                      to_host(values.at(program_.loss), backend_).to_float_vector().at(0);
+        }
       }
       if (action.recomputed) {  // keep only what the recomputation starts from
         TensorMap kept;
         for (int value : state.kept) kept[value] = state.values.at(value);
         state.values = std::move(kept);
+        state.halves = {};
       }
       return;
     }
@@ -273,24 +322,39 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
     }
     case ActionKind::Backward: {
       MicrobatchState& state = microbatches[action.microbatch];
-      TensorMap grads;
-      for (int value : program_.backward.parameter_grads) grads[value] = gradients_.at(value);
-      for (int value : program_.backward.output_grads) {
-        const Tensor& output = state.values.at(value);
-        if (value == program_.loss) {
-          grads[value] = to_backend(Tensor::full(output.shape(), static_cast<double>(rows) / plan_.global_batch, output.dtype()),
-                                    backend_);
-        } else if (auto found = state.received_gradients.find(value); found != state.received_gradients.end()) {
-          grads[value] = found->second;
-        } else {
-          grads[value] = backend_.zeros(output.shape(), output.dtype());
+      // One backward per loss piece: the rank's rows, or the two sub-microbatches of sub-pipelined TMP.
+      const int pieces = sub_pipelined_ ? 2 : 1;
+      std::array<TensorMap, 2> grads;
+      for (int p = 0; p < pieces; ++p) {
+        const TensorMap& values = sub_pipelined_ ? state.halves[p] : state.values;
+        const std::pair<std::int64_t, std::int64_t> range = sub_pipelined_ ? half_rows(p) : std::pair<std::int64_t, std::int64_t>{0, rows};
+        for (int value : program_.backward.parameter_grads) grads[p][value] = gradients_.at(value);
+        for (int value : program_.backward.output_grads) {
+          const Tensor& output = values.at(value);
+          if (value == program_.loss) {
+            const double weight = static_cast<double>(range.second - range.first) / plan_.global_batch;
+            grads[p][value] = to_backend(Tensor::full(output.shape(), weight, output.dtype()), backend_);
+          } else if (auto found = state.received_gradients.find(value); found != state.received_gradients.end()) {
+            grads[p][value] = sub_pipelined_ ? found->second.slice_rows(range.first, range.second) : found->second;
+          } else {
+            grads[p][value] = backend_.zeros(output.shape(), output.dtype());
+          }
         }
       }
-      run_backward(graph_, program_.backward, state.values, grads, backend_,
-                   {true, random_context(action.microbatch), tensor_parallel_.get()});
+      if (sub_pipelined_) {
+        const std::array<ExecutionOptions, 2> options = half_options(action.microbatch);
+        std::array<ExecutionOptions, 2> backward_options = options;
+        for (ExecutionOptions& option : backward_options) option.training = true;
+        run_backward_overlapped(graph_, program_.backward, {&state.halves[0], &state.halves[1]}, {&grads[0], &grads[1]},
+                                backend_, backward_options);
+      } else {
+        run_backward(graph_, program_.backward, state.values, grads[0], backend_,
+                     {true, random_context(action.microbatch), tensor_parallel_.get()});
+      }
       for (int value : program_.gradients_sent) {
         Tensor gradient;
-        if (auto own = grads.find(value); own != grads.end() && own->second.defined()) gradient = own->second;
+        if (auto own = grads[0].find(value); own != grads[0].end() && own->second.defined())
+          gradient = sub_pipelined_ ? concatenated(grads, value) : own->second;
         if (auto relayed = state.received_gradients.find(value); relayed != state.received_gradients.end()) {
           if (gradient.defined()) {
             backend_.accumulate(gradient, relayed->second);
@@ -303,6 +367,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
         state.outgoing_gradients[value] = gradient;
       }
       state.values.clear();
+      state.halves = {};
       state.received.clear();
       state.outputs.clear();
       state.received_gradients.clear();

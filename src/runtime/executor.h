@@ -114,6 +114,7 @@ class PipelineExecutor {
   std::unordered_map<int, Tensor> working_;     // what forward/backward read: bf16 params under mixed precision
   std::unordered_map<int, Tensor> constants_;   // the graph's Const values on the backend's device
   bool mixed_precision_ = false;                // the plan's precision is bf16
+  bool sub_pipelined_ = false;                  // Merak's sub-pipelined TMP on this rank's stage
   std::unordered_map<int, Tensor> gradients_;   // param value id -> accumulated gradient
   std::vector<int> parameter_order_;            // optimizer order (param value ids)
   std::vector<double> holders_;                 // per parameter_order_: ranks holding the parameter
