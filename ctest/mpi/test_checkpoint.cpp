@@ -150,6 +150,68 @@ TEST(Checkpoint, KeepDeletesOlderFilesAndLeavesNoTemporaries) {
   remove_shared_directory(directory);
 }
 
+// Tensor-parallel shards (a fused 3-block split along columns, as GPT-2's c_attn) and ZeRO-1 pieces
+// (flat element ranges of a shard) written by different ranks land in their places of the whole
+// datasets; parts that do not add up to the tensor are an error on every rank.
+TEST(Checkpoint, PartsFromSeveralRanksMakeWholeTensors) {
+  const std::string directory = shared_directory("parts");
+  const int ranks = world().size(), rank = world().rank();
+  auto whole = [](const Shape& shape) {
+    std::vector<float> values(static_cast<std::size_t>(numel(shape)));
+    for (std::size_t e = 0; e < values.size(); ++e) values[e] = 0.5f * static_cast<float>(e) + 1.f;
+    return Tensor::from_vector(shape, values);
+  };
+  // "model/fused": [3, 12] in 2 tensor-parallel parts of 3 blocks (ranks 0, 1); "optim/fused/exp_avg":
+  // part 0 in ZeRO pieces over all ranks, part 1 whole on rank 1.
+  const Shape shape{3, 12};
+  const Tensor reference = whole(shape);
+  auto part_of = [&](int index, std::int64_t begin, std::int64_t end) {
+    // The part's elements in its row-major order: part [3, 6] = columns {2i, 2i+1, 4+2i, ...}.
+    std::vector<float> values;
+    for (std::int64_t row = 0; row < 3; ++row)
+      for (int block = 0; block < 3; ++block)
+        for (int column = 0; column < 2; ++column)
+          values.push_back(reference.data<float>()[row * 12 + block * 4 + index * 2 + column]);
+    return Tensor::from_vector<float>({end - begin}, std::vector<float>(values.begin() + begin, values.begin() + end));
+  };
+  // model/fused: 2 tensor-parallel parts of 3 blocks (ranks 0, 1). optim/fused/exp_avg: ZeRO pieces
+  // of the whole tensor over all ranks. optim/fused/exp_avg_sq: part (rank mod 2), in ZeRO pieces
+  // over the ranks of that parity.
+  auto split = [](std::int64_t elements, int members, int member) {
+    const std::int64_t piece = (elements + members - 1) / members;
+    const std::int64_t begin = std::min(elements, piece * member);
+    return std::pair<std::int64_t, std::int64_t>{begin, std::min(elements, begin + piece)};
+  };
+  std::vector<CheckpointTensor> tensors(4);
+  tensors[0] = {"model/fused", shape, Tensor(), CheckpointPart{1, 2, 3, rank % 2}};
+  if (rank < 2) tensors[0].data = part_of(rank, 0, 18).reshape({3, 6});
+  const auto [flat_begin, flat_end] = split(36, ranks, rank);
+  tensors[1] = {"optim/fused/exp_avg", shape, Tensor(), CheckpointPart{-1, 1, 1, 0, flat_begin, flat_end}};
+  if (flat_begin < flat_end)
+    tensors[1].data = Tensor::from_vector<float>(
+        {flat_end - flat_begin}, std::vector<float>(reference.data<float>() + flat_begin, reference.data<float>() + flat_end));
+  const int parity_members = (ranks - rank % 2 + 1) / 2;
+  const auto [part_begin, part_end] = split(18, parity_members, rank / 2);
+  tensors[2] = {"optim/fused/exp_avg_sq", shape, Tensor(), CheckpointPart{1, 2, 3, rank % 2, part_begin, part_end}};
+  if (part_begin < part_end) tensors[2].data = part_of(rank % 2, part_begin, part_end);
+  tensors[3] = {"optim/fused/step", {1}, rank == 0 ? Tensor::full({1}, 4.0) : Tensor()};
+  std::string path;
+  ASSERT_NO_THROW(path = write_checkpoint(world(), directory, sample_info(2), tensors, 2));
+  const Checkpoint checkpoint = read_checkpoint(path);
+  for (const char* name : {"model/fused", "optim/fused/exp_avg", "optim/fused/exp_avg_sq"})
+    EXPECT_EQ(checkpoint.tensors.at(name).to_float_vector(), reference.to_float_vector()) << name;
+  remove_shared_directory(directory);
+
+  // Parts that miss elements: an error on every rank before anything is written.
+  const std::string second = shared_directory("parts-missing");
+  std::vector<CheckpointTensor> missing(1);
+  missing[0] = {"model/fused", shape, Tensor(), CheckpointPart{1, 2, 3, 0}};
+  if (rank == 0) missing[0].data = part_of(0, 0, 18).reshape({3, 6});  // part 1 has no writer
+  expect_error([&] { write_checkpoint(world(), second, sample_info(1), missing, 2); }, "whose parts hold 18 of its 36");
+  EXPECT_TRUE(list_checkpoints(second).empty());
+  remove_shared_directory(second);
+}
+
 TEST(Checkpoint, TwoWritersIsAnErrorOnEveryRank) {
   const std::string directory = shared_directory("two-writers");
   std::vector<CheckpointTensor> tensors = spread_tensors();

@@ -241,5 +241,36 @@ TEST_F(CheckpointFiles, H5dumpListsTheDatasets) {
   EXPECT_NE(header.find("ATTRIBUTE \"step\""), std::string::npos) << header;
 }
 
+
+// The dataset boxes of a part: a fused 3-block tensor-parallel shard, and a flat range (a ZeRO-1
+// piece) across rows, listed in the part's row-major order.
+TEST(CheckpointParts, BoxesOfShardsAndFlatRanges) {
+  const std::vector<Box> shard = part_boxes({2, 12}, CheckpointPart{1, 2, 3, 1});
+  ASSERT_EQ(shard.size(), 3u);  // columns 2-3, 6-7, 10-11 of both rows
+  for (int block = 0; block < 3; ++block) {
+    EXPECT_EQ(shard[block].start, (std::vector<std::int64_t>{0, 4 * block + 2}));
+    EXPECT_EQ(shard[block].count, (std::vector<std::int64_t>{2, 2}));
+  }
+  const std::vector<Box> range = part_boxes({4, 5}, CheckpointPart{-1, 1, 1, 0, 3, 14});
+  ASSERT_EQ(range.size(), 3u);  // row 0 columns 3-4, row 1, row 2 columns 0-3
+  EXPECT_EQ(range[0].start, (std::vector<std::int64_t>{0, 3}));
+  EXPECT_EQ(range[0].count, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(range[1].start, (std::vector<std::int64_t>{1, 0}));
+  EXPECT_EQ(range[1].count, (std::vector<std::int64_t>{1, 5}));
+  EXPECT_EQ(range[2].start, (std::vector<std::int64_t>{2, 0}));
+  EXPECT_EQ(range[2].count, (std::vector<std::int64_t>{1, 4}));
+  EXPECT_EQ(part_element_count({4, 5}, CheckpointPart{-1, 1, 1, 0, 3, 14}), 11);
+  EXPECT_EQ(part_element_count({2, 12}, CheckpointPart{1, 2, 3, 1, 1, 5}), 4);
+  // A piece of a shard crossing a block boundary is split there: elements 1..4 of part 1's row 0
+  // are columns 3 (block 0) and 6, 7, 10 (blocks 1 and 2).
+  const std::vector<Box> crossing = part_boxes({2, 12}, CheckpointPart{1, 2, 3, 1, 1, 5});
+  std::vector<std::int64_t> columns;
+  for (const Box& box : crossing)
+    for (std::int64_t c = 0; c < box.count[1]; ++c) columns.push_back(box.start[1] + c);
+  EXPECT_EQ(columns, (std::vector<std::int64_t>{3, 6, 7, 10}));
+  EXPECT_THROW(part_boxes({2, 12}, CheckpointPart{1, 5, 1, 0}), Error);
+  EXPECT_THROW(part_element_count({4, 5}, CheckpointPart{-1, 1, 1, 0, 3, 30}), Error);
+}
+
 }  // namespace
 }  // namespace partrain::io

@@ -381,6 +381,81 @@ std::string checkpoint_file_name(std::int64_t step) {
   return text;
 }
 
+// ---------------------------------------------------------------- parts of tensors
+
+bool whole_tensor(const CheckpointPart& part) { return part.parts <= 1 && part.begin == 0 && part.end < 0; }
+
+namespace {
+// The shape of the tensor-parallel part (the whole shape when parts is 1), after checking `part`.
+Shape part_shape(const Shape& shape, const CheckpointPart& part) {
+  Shape local = shape;
+  if (part.parts > 1) {
+    PARTRAIN_CHECK(part.axis >= 0 && part.axis < static_cast<int>(shape.size()) && part.blocks >= 1 &&
+                       shape[static_cast<std::size_t>(part.axis)] % (static_cast<std::int64_t>(part.parts) * part.blocks) == 0 &&
+                       part.index >= 0 && part.index < part.parts,
+                   "part " << part.index << " of " << part.parts << " (" << part.blocks << " blocks) along dimension "
+                           << part.axis << " of " << shape_string(shape) << " does not exist");
+    local[static_cast<std::size_t>(part.axis)] /= part.parts;
+  }
+  const std::int64_t elements = numel(local);
+  const std::int64_t end = part.end < 0 ? elements : part.end;
+  PARTRAIN_CHECK(part.begin >= 0 && part.begin <= end && end <= elements,
+                 "elements [" << part.begin << ", " << end << ") are outside the part's " << elements);
+  return local;
+}
+}  // namespace
+
+std::int64_t part_element_count(const Shape& shape, const CheckpointPart& part) {
+  const std::int64_t elements = numel(part_shape(shape, part));
+  return (part.end < 0 ? elements : part.end) - part.begin;
+}
+
+std::vector<Box> part_boxes(const Shape& shape, const CheckpointPart& part) {
+  const Shape local = part_shape(shape, part);
+  const std::size_t rank = local.size();
+  std::int64_t begin = part.begin;
+  const std::int64_t end = part.end < 0 ? numel(local) : part.end;
+  std::vector<std::int64_t> strides(rank, 1);
+  for (std::size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * local[d];
+  // 1. The flat range as boxes of the part: at each step the outermost dimension whose whole units
+  //    start at `begin` and fit before `end`, as many units as fit in the enclosing row.
+  std::vector<Box> boxes;
+  while (begin < end) {
+    std::size_t d = 0;
+    while (d + 1 < rank && !(begin % strides[d] == 0 && begin + strides[d] <= end)) ++d;
+    Box box;
+    std::int64_t rest = begin;
+    for (std::size_t k = 0; k < rank; ++k) {
+      const std::int64_t coordinate = rest / strides[k];
+      rest %= strides[k];
+      box.start.push_back(k <= d ? coordinate : 0);
+      box.count.push_back(k < d ? 1 : local[k]);
+    }
+    const std::int64_t units = rank == 0 ? 1 : std::min((end - begin) / strides[d], local[d] - box.start[d]);
+    if (rank > 0) box.count[d] = units;
+    boxes.push_back(box);
+    begin += units * (rank == 0 ? 1 : strides[d]);
+  }
+  if (part.parts <= 1) return boxes;
+  // 2. Along the split axis, part coordinate i is file coordinate b·parts·chunk + index·chunk + o
+  //    (i = b·chunk + o): split each box at the block boundaries and move the pieces.
+  const auto axis = static_cast<std::size_t>(part.axis);
+  const std::int64_t chunk = local[axis] / part.blocks;
+  std::vector<Box> file_boxes;
+  for (const Box& box : boxes) {
+    for (std::int64_t i = box.start[axis]; i < box.start[axis] + box.count[axis];) {
+      const std::int64_t block = i / chunk, offset = i % chunk;
+      const std::int64_t length = std::min(chunk - offset, box.start[axis] + box.count[axis] - i);
+      Box moved = box;
+      moved.start[axis] = block * part.parts * chunk + part.index * chunk + offset;
+      moved.count[axis] = length;
+      file_boxes.push_back(moved);
+      i += length;
+    }
+  }
+  return file_boxes;
+}
+
 // ---------------------------------------------------------------- writing
 
 std::string write_checkpoint(comm::Communicator& world, const std::string& directory, const CheckpointInfo& info,
@@ -394,37 +469,36 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
 
   // 1. Agree on the tensor list and on who writes what before touching the file.
   std::string local_error;
-  std::string writers(tensors.size(), '0');
+  std::string counts;  // elements this rank writes of each tensor, comma-separated
   std::uint64_t digest = 14695981039346656037ull;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const CheckpointTensor& tensor = tensors[i];
     digest = fnv1a(digest, tensor.name.data(), tensor.name.size() + 1);
     digest = fnv1a(digest, tensor.shape.data(), tensor.shape.size() * sizeof(std::int64_t));
-    const int layout[3] = {tensor.part.axis, tensor.part.parts, tensor.part.blocks};
-    digest = fnv1a(digest, layout, sizeof layout);
     digest = fnv1a(digest, "|", 1);
     if (local_error.empty()) local_error = name_problem(tensor.name);
-    if (local_error.empty() && tensor.part.parts > 1 &&
-        (tensor.part.axis < 0 || tensor.part.axis >= static_cast<int>(tensor.shape.size()) || tensor.part.parts > 250 ||
-         tensor.part.blocks < 1 ||
-         tensor.shape[static_cast<std::size_t>(tensor.part.axis)] % (static_cast<std::int64_t>(tensor.part.parts) * tensor.part.blocks) != 0 ||
-         tensor.part.index < 0 || tensor.part.index >= tensor.part.parts))
-      local_error = "tensor '" + tensor.name + "' of shape " + shape_string(tensor.shape) + " cannot be written in " +
-                    std::to_string(tensor.part.parts) + " parts along dimension " + std::to_string(tensor.part.axis);
     if (local_error.empty() && std::any_of(tensor.shape.begin(), tensor.shape.end(), [](auto d) { return d < 0; }))
       local_error = "tensor '" + tensor.name + "' has a symbolic or negative shape " + shape_string(tensor.shape);
-    if (!tensor.data.defined()) continue;
-    // '1': the whole tensor; part k of a split tensor: the character 2 + k.
-    writers[i] = tensor.part.parts > 1 ? static_cast<char>('0' + 2 + tensor.part.index) : '1';
-    if (!local_error.empty()) continue;
-    Shape expected = tensor.shape;
-    if (tensor.part.parts > 1) expected[static_cast<std::size_t>(tensor.part.axis)] /= tensor.part.parts;
-    if (!tensor.data.device().is_cpu())
-      local_error = "tensor '" + tensor.name + "' is on " + tensor.data.device().to_string() +
-                    " (copy it to the host first)";
-    else if (tensor.data.shape() != expected)
-      local_error = "tensor '" + tensor.name + "' has data of shape " + shape_string(tensor.data.shape()) +
-                    ", declared " + shape_string(expected);
+    std::int64_t count = 0;
+    if (tensor.data.defined() && local_error.empty()) {
+      try {
+        count = part_element_count(tensor.shape, tensor.part);
+      } catch (const Error& problem) {
+        local_error = "tensor '" + tensor.name + "': " + problem.message();
+      }
+      if (!local_error.empty()) {
+      } else if (!tensor.data.device().is_cpu()) {
+        local_error = "tensor '" + tensor.name + "' is on " + tensor.data.device().to_string() + " (copy it to the host first)";
+      } else if (tensor.part.end < 0 && tensor.data.shape() != part_shape(tensor.shape, tensor.part)) {
+        // A whole tensor or tensor-parallel part comes in its own shape; a range of elements in any.
+        local_error = "tensor '" + tensor.name + "' has data of shape " + shape_string(tensor.data.shape()) +
+                      ", declared " + shape_string(part_shape(tensor.shape, tensor.part));
+      } else if (tensor.data.numel() != count) {
+        local_error = "tensor '" + tensor.name + "' has data of shape " + shape_string(tensor.data.shape()) + " for " +
+                      std::to_string(count) + " elements of " + shape_string(tensor.shape);
+      }
+    }
+    counts += (i ? "," : "") + std::to_string(count);
   }
   for (std::size_t i = 0; i + 1 < tensors.size() && local_error.empty(); ++i)
     for (std::size_t j = i + 1; j < tensors.size(); ++j)
@@ -432,43 +506,46 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
         local_error = "tensor '" + tensors[i].name + "' is listed twice";
         break;
       }
-  const std::vector<std::string> gathered =
-      world.all_gather_bytes(writers + "|" + hex64(digest) + "|" + local_error);
+  const std::vector<std::string> gathered = world.all_gather_bytes(hex64(digest) + "|" + counts + "|" + local_error);
   // Every rank parses the same gathered strings and compares with rank 0's list, so every rank
   // reaches the same verdict (and throws the same message) without another collective.
   std::string error;
   const std::string prefix = final_path + ": ";
-  const std::string reference_digest = gathered[0].substr(gathered[0].find('|') + 1, 16);
+  const std::string reference_digest = gathered[0].substr(0, 16);
+  std::vector<std::vector<std::int64_t>> written(gathered.size());  // per rank, per tensor
   for (std::size_t r = 0; r < gathered.size() && error.empty(); ++r) {
     const std::string& entry = gathered[r];
-    const std::size_t bar = entry.find('|');
-    const std::string their_digest = entry.substr(bar + 1, 16);
-    const std::string their_error = entry.size() > bar + 18 ? entry.substr(bar + 18) : std::string();
-    if (!their_error.empty()) error = "rank " + std::to_string(r) + ": " + their_error;
-    else if (bar != gathered[0].find('|') || their_digest != reference_digest)
+    const std::size_t bar = entry.find('|', 17);
+    const std::string their_error = bar == std::string::npos ? std::string() : entry.substr(bar + 1);
+    if (!their_error.empty()) {
+      error = "rank " + std::to_string(r) + ": " + their_error;
+      break;
+    }
+    if (entry.substr(0, 16) != reference_digest) {
       error = "rank " + std::to_string(r) + " passed a different list of tensor names and shapes than rank 0";
+      break;
+    }
+    std::istringstream list(entry.substr(17, bar - 17));
+    for (std::string item; std::getline(list, item, ',');) written[r].push_back(std::stoll(item));
   }
   for (std::size_t i = 0; i < tensors.size() && error.empty(); ++i) {
-    // Who holds which part: one rank for the whole tensor, or one rank per part index.
-    const int parts = tensors[i].part.parts;
-    std::vector<std::vector<int>> holders(static_cast<std::size_t>(parts));
-    for (std::size_t r = 0; r < gathered.size() && error.empty(); ++r) {
-      const char mark = gathered[r][i];
-      if (mark == '0') continue;
-      const int index = mark == '1' ? 0 : mark - '0' - 2;
-      if ((parts > 1) != (mark != '1') || index < 0 || index >= parts) {
-        error = "rank " + std::to_string(r) + " holds an unexpected part of tensor '" + tensors[i].name + "'";
-      } else {
-        holders[static_cast<std::size_t>(index)].push_back(static_cast<int>(r));
-      }
+    // The writers' parts must add up to the tensor; a rank writing all of it must be the only writer.
+    const std::int64_t total = numel(tensors[i].shape);
+    std::int64_t sum = 0;
+    std::vector<int> ranks;
+    for (std::size_t r = 0; r < gathered.size(); ++r) {
+      const std::int64_t count = i < written[r].size() ? written[r][i] : 0;
+      if (count == 0 && !(total == 0 && tensors[i].data.defined())) continue;
+      sum += count;
+      ranks.push_back(static_cast<int>(r));
     }
-    for (int index = 0; index < parts && error.empty(); ++index) {
-      const std::vector<int>& ranks = holders[static_cast<std::size_t>(index)];
-      const std::string what = parts > 1 ? "part " + std::to_string(index) + " of tensor '" : "tensor '";
-      if (ranks.empty()) error = "no rank holds the data of " + what + tensors[i].name + "'";
-      else if (ranks.size() > 1)
-        error = what + tensors[i].name + "' has data on ranks " + std::to_string(ranks[0]) + " and " +
-                std::to_string(ranks[1]) + " (exactly one rank must write it)";
+    if (ranks.empty() && total > 0) {
+      error = "no rank holds the data of tensor '" + tensors[i].name + "'";
+    } else if (sum != total) {
+      error = "tensor '" + tensors[i].name + "' has data on ranks " + std::to_string(ranks[0]) +
+              (ranks.size() > 1 ? " and " + std::to_string(ranks[1]) : std::string()) +
+              " whose parts hold " + std::to_string(sum) + " of its " + std::to_string(total) +
+              " elements (exactly one rank must write each element)";
     }
   }
   if (!error.empty()) PARTRAIN_FAIL_COLLECTIVE("cannot write checkpoint " << prefix << error);
@@ -554,18 +631,16 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
       const hsize_t memory_count = static_cast<hsize_t>(writer ? tensor.data.numel() : count);
       Hdf5Handle memory_space(H5Screate_simple(1, &memory_count, nullptr));
       Hdf5Handle file_space(H5Dget_space(dataset.get()));
-      if (writer && tensor.part.parts > 1) {
-        // The part's hyperslab: along the split axis `blocks` blocks of `chunk` rows, `parts` chunks apart.
-        const auto axis = static_cast<std::size_t>(tensor.part.axis);
-        const hsize_t chunk = dims[axis] / static_cast<hsize_t>(tensor.part.parts * tensor.part.blocks);
-        std::vector<hsize_t> start(dims.size(), 0), stride(dims.size(), 1), blocks(dims.size(), 1), block = dims;
-        start[axis] = chunk * static_cast<hsize_t>(tensor.part.index);
-        stride[axis] = chunk * static_cast<hsize_t>(tensor.part.parts);
-        blocks[axis] = static_cast<hsize_t>(tensor.part.blocks);
-        block[axis] = chunk;
-        PARTRAIN_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), stride.data(), blocks.data(),
-                                           block.data()) >= 0,
-                       with_detail(what + ": cannot select part " + std::to_string(tensor.part.index)));
+      if (writer && !whole_tensor(tensor.part)) {
+        // The part's elements: a union of boxes of the dataset, in the same row-major order.
+        bool first = true;
+        for (const Box& box : part_boxes(tensor.shape, tensor.part)) {
+          const std::vector<hsize_t> start(box.start.begin(), box.start.end()), extent(box.count.begin(), box.count.end());
+          PARTRAIN_CHECK(H5Sselect_hyperslab(file_space.get(), first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
+                                             extent.data(), nullptr) >= 0,
+                         with_detail(what + ": cannot select this rank's part"));
+          first = false;
+        }
       }
       std::vector<float> converted;
       float dummy = 0.0f;

@@ -25,20 +25,41 @@ inline constexpr std::int64_t kCheckpointFormatVersion = 1;
 /// One tensor of a checkpoint: its full name ("model/bert.embeddings.word_embeddings.weight",
 /// "optim/<param name>/exp_avg"), shape, and - on the one rank that writes it - its data (a host
 /// tensor of that shape; fp32, other dtypes are converted to fp32). `data` is undefined elsewhere.
-/// Which part of a whole tensor one rank writes (tensor-parallel shards, graph/tensor_parallel.h):
-/// dimension `axis` is viewed as [blocks, parts, size / (blocks · parts)] and the rank writes
-/// [:, index, :] — a strided hyperslab of the dataset. parts 1: the whole tensor.
+/// Which part of a whole tensor one rank writes. A tensor-parallel shard (graph/tensor_parallel.h):
+/// dimension `axis` is viewed as [blocks, parts, size / (blocks · parts)] and the rank's part is
+/// [:, index, :] (parts 1: the whole tensor). Of that part the rank writes elements [begin, end) in
+/// row-major order (a ZeRO-1 piece of the optimizer state; end < 0: all of it). In the file these
+/// are a union of boxes of the dataset (part_boxes).
 struct CheckpointPart {
   int axis = -1;
   int parts = 1;
   int blocks = 1;
   int index = 0;
+  std::int64_t begin = 0;
+  std::int64_t end = -1;
 };
+
+/// True when `part` is the whole tensor.
+bool whole_tensor(const CheckpointPart& part);
+
+/// Elements `part` selects of a tensor of shape `shape`. Throws partrain::Error when the axis does not
+/// divide into blocks × parts, the index is outside [0, parts) or the range outside the part.
+std::int64_t part_element_count(const Shape& shape, const CheckpointPart& part);
+
+/// A box of a dataset: coordinates [start, start + count) in every dimension.
+struct Box {
+  std::vector<std::int64_t> start, count;
+};
+
+/// The boxes of `shape` holding the elements `part` selects; listing their elements in row-major
+/// order of the whole tensor gives the part's elements in its own row-major order. Throws like
+/// part_element_count.
+std::vector<Box> part_boxes(const Shape& shape, const CheckpointPart& part);
 
 struct CheckpointTensor {
   std::string name;
   Shape shape;        // of the whole tensor (the dataset)
-  Tensor data;        // the whole tensor, or this rank's part (shape divided along part.axis)
+  Tensor data;        // what this rank writes: part_element_count(shape, part) elements (any shape)
   CheckpointPart part;
 };
 
@@ -64,9 +85,9 @@ inline constexpr const char* kFaultInjectVariable = "PARTRAIN_FAULT_INJECT";
 std::string checkpoint_file_name(std::int64_t step);
 
 /// Writes `directory`/step_<step, 6 digits>.h5 collectively over `world` (an MpiCommunicator; every
-/// rank calls it with the SAME names, shapes and part layouts in the same order, and `data` defined on
-/// exactly one rank per tensor — or, for a tensor declared in `parts` parts, on one rank per part
-/// index, each writing its hyperslab). Checked before anything is written, on every rank alike (a tensor with no
+/// rank calls it with the SAME names and shapes in the same order; `data` defined on the ranks that
+/// write a tensor, each its CheckpointPart, the parts together holding every element once: one rank
+/// writing it whole, tensor-parallel shards, ZeRO-1 pieces of them). Checked before anything is written, on every rank alike (a tensor with no
 /// writer or with two, differing name lists, a data shape that is not the declared one, a GPU
 /// tensor): all ranks throw the same partrain::Error. Writes `step_XXXXXX.h5.tmp` with parallel HDF5
 /// (MPI-IO, collective transfers), flushes and closes it, renames it (rank 0, after a barrier), then

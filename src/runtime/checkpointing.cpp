@@ -64,8 +64,18 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
     Backend& backend = executor.backend();
     tensors.push_back({"model/" + v.name, shape, mine ? to_host(executor.state().at(value), backend) : Tensor(), part});
     if (v.kind != ValueKind::Param) continue;
+    // The optimizer state: the same part of the tensor as the parameter, or under ZeRO-1 every
+    // data-parallel rank's piece of it (elements [begin, end) of the part).
+    const auto held = optimizer_state.parts.find(value);
+    const bool pieces = held != optimizer_state.parts.end() && held->second.end >= 0;
+    const bool state_writer = pieces ? (sharded || placement.tensor_rank == 0) : mine && held != optimizer_state.parts.end();
+    io::CheckpointPart state_part = part;
+    if (pieces) {
+      state_part.begin = held->second.begin;
+      state_part.end = held->second.end;
+    }
     for (std::size_t k = 0; k < states.size(); ++k)
-      tensors.push_back({"optim/" + v.name + "/" + states[k], shape, mine ? optimizer_state.states.at(value)[k] : Tensor(), part});
+      tensors.push_back({"optim/" + v.name + "/" + states[k], shape, state_writer ? held->second.states[k] : Tensor(), state_part});
     Tensor step;
     if (holder && placement.tensor_rank == 0) step = Tensor::full({1}, static_cast<double>(optimizer_state.steps.at(value)));
     tensors.push_back({"optim/" + v.name + "/step", {1}, step});

@@ -489,7 +489,7 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
 PipelineExecutor::OptimizerStateSnapshot PipelineExecutor::optimizer_state_snapshot() const {
   const std::vector<std::string> names = optimizer_->state_names();
   OptimizerStateSnapshot snapshot;
-  auto state_of = [&](const std::string& name, const Shape& shape) {
+  auto states_of = [&](const std::string& name, const Shape& shape) {
     std::vector<Tensor> states;
     for (const std::string& state : names)
       states.push_back(optimizer_->has_state(name) ? to_host(optimizer_->state(name, state), backend_).clone() : Tensor::zeros(shape));
@@ -499,33 +499,25 @@ PipelineExecutor::OptimizerStateSnapshot PipelineExecutor::optimizer_state_snaps
     const std::string& name = graph_.value(value).name;
     const bool tied = std::find(tied_.begin(), tied_.end(), value) != tied_.end();
     if (zero_ && !tied) continue;
-    snapshot.states[value] = state_of(name, state_.at(value).shape());
+    snapshot.parts[value] = {0, -1, states_of(name, state_.at(value).shape())};
     snapshot.steps[value] = optimizer_->step_count(name);
   }
   if (!zero_) return snapshot;
-  // ZeRO-1: each state laid out like the parameters, this rank's pieces filled in, then gathered.
-  std::vector<std::vector<Tensor>> whole(names.size());
-  for (std::size_t k = 0; k < names.size(); ++k)
-    for (int value : untied_) whole[k].push_back(backend_.zeros(state_.at(value).shape()));
-  const Tensor steps = backend_.zeros({static_cast<std::int64_t>(untied_.size())});
+  // ZeRO-1: this rank's pieces; the update counts agreed over the group (a member without a piece
+  // of a parameter has none of its own).
   Tensor host_steps = Tensor::zeros({static_cast<std::int64_t>(untied_.size())});
   for (const ZeroPartition::Piece& piece : zero_->pieces()) {
-    const std::string& name = graph_.value(untied_[piece.parameter]).name;
+    const int value = untied_[piece.parameter];
+    const std::string& name = graph_.value(value).name;
+    snapshot.parts[value] = {piece.begin, piece.end, states_of(name, {piece.end - piece.begin})};
     host_steps.data<float>()[piece.parameter] = static_cast<float>(optimizer_->step_count(name));
-    if (!optimizer_->has_state(name)) continue;
-    for (std::size_t k = 0; k < names.size(); ++k)
-      backend_.copy(ZeroPartition::view(whole[k][piece.parameter], piece), optimizer_->state(name, names[k]));
   }
-  for (std::size_t k = 0; k < names.size(); ++k) zero_->all_gather(whole[k]);
+  const Tensor steps = backend_.zeros(host_steps.shape());
   backend_.copy(steps, host_steps);
-  stage_group_->all_reduce(steps, comm::ReduceOp::Max);  // every member updated its pieces equally often
+  stage_group_->all_reduce(steps, comm::ReduceOp::Max);
   host_steps = to_host(steps, backend_);
-  for (std::size_t p = 0; p < untied_.size(); ++p) {
-    std::vector<Tensor> states;
-    for (std::size_t k = 0; k < names.size(); ++k) states.push_back(to_host(whole[k][p], backend_).clone());
-    snapshot.states[untied_[p]] = std::move(states);
+  for (std::size_t p = 0; p < untied_.size(); ++p)
     snapshot.steps[untied_[p]] = static_cast<std::int64_t>(host_steps.data<float>()[p]);
-  }
   return snapshot;
 }
 

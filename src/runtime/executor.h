@@ -83,12 +83,19 @@ class PipelineExecutor {
   const Optimizer& optimizer() const { return *optimizer_; }
   const std::vector<io::TraceEvent>& trace() const { return trace_; }
 
-  /// The optimizer state of this rank's parameters by value id: each parameter's state tensors
-  /// (optimizer().state_names() order; its whole tensor-parallel part, f32 on the host; zeros before
-  /// the first update) and its update count. Under ZeRO-1 the parts are gathered over the stage's
-  /// data-parallel group first: collective over that group (every member calls it together).
+  /// The optimizer state this rank holds, by parameter value id: the state tensors
+  /// (optimizer().state_names() order, f32 on the host, zeros before the first update) of elements
+  /// [begin, end) of the parameter's flattened (tensor-parallel part of the) tensor — all of it
+  /// (end -1), or under ZeRO-1 this rank's piece of an untied parameter (absent when it holds
+  /// none) — and every parameter's update count. Collective over the stage's data-parallel group
+  /// under ZeRO-1 (the counts are agreed on).
+  struct OptimizerStatePart {
+    std::int64_t begin = 0;
+    std::int64_t end = -1;
+    std::vector<Tensor> states;
+  };
   struct OptimizerStateSnapshot {
-    std::map<int, std::vector<Tensor>> states;
+    std::map<int, OptimizerStatePart> parts;
     std::map<int, std::int64_t> steps;
   };
   OptimizerStateSnapshot optimizer_state_snapshot() const;
