@@ -16,24 +16,12 @@
 #include "graph/tensor_parallel.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
+#include "support/tiny_models.h"
 #include "support/mpi_test_main.h"
 
 namespace partrain {
 namespace {
 
-ModelConfig small_transformer(const std::string& type) {
-  ModelConfig config;
-  config.type = type;
-  config.layers = 2;
-  config.hidden = 64;
-  config.heads = 4;
-  config.intermediate = 128;
-  config.vocab = 512;
-  config.max_position = 32;
-  config.seq_len = 16;
-  config.dropout = 0.1;
-  return config;
-}
 
 // A batch of `batch` samples: random tokens, labels with ignored positions, a mask hiding the end.
 TensorMap make_batch(const Graph& graph, const ModelConfig& config, std::int64_t batch) {
@@ -105,7 +93,7 @@ void expect_tensor_parallel_matches(const std::string& type, int degree) {
   comm::CommunicatorTensorParallelGroup group(*group_communicator);
   SCOPED_TRACE(type + " t=" + std::to_string(degree) + " rank " + std::to_string(group.rank()));
 
-  const ModelConfig config = small_transformer(type);
+  const ModelConfig config = testing::small_transformer_config(type);
   const Graph whole = build_model(config);
   const Graph part = tensor_parallel_graph(whole, degree);
   const auto parameters = initialize_parameters(whole, 5);

@@ -26,4 +26,19 @@ ModelConfig tiny_model_config(const std::string& type) {
   return config;
 }
 
+ModelConfig small_transformer_config(const std::string& type) {
+  PARTRAIN_CHECK(type == "bert" || type == "gpt", "small_transformer_config: unknown type '" << type << "'");
+  ModelConfig config;
+  config.type = type;
+  config.layers = 2;
+  config.hidden = 64;
+  config.heads = 4;
+  config.intermediate = 128;
+  config.vocab = 512;
+  config.max_position = 32;
+  config.seq_len = 16;
+  config.dropout = 0.1;
+  return config;
+}
+
 }  // namespace partrain::testing

@@ -10,4 +10,8 @@ namespace partrain::testing {
 /// 512) or "resnet" (ResNet-18, base width 8, 10 classes, 28x28x1 images).
 ModelConfig tiny_model_config(const std::string& type);
 
+/// A smaller "bert" or "gpt" for tensor-parallel tests: 2 layers, hidden 64, 4 heads (t = 2 and 4
+/// divide them), intermediate 128, vocab 512, seq_len 16, dropout 0.1.
+ModelConfig small_transformer_config(const std::string& type);
+
 }  // namespace partrain::testing

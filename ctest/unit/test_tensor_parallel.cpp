@@ -10,22 +10,11 @@
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
 #include "models/model.h"
+#include "support/tiny_models.h"
 
 namespace partrain {
 namespace {
 
-ModelConfig transformer(const std::string& type) {
-  ModelConfig config;
-  config.type = type;
-  config.layers = 2;
-  config.hidden = 64;
-  config.heads = 4;
-  config.intermediate = 256;
-  config.vocab = 512;
-  config.max_position = 32;
-  config.seq_len = 16;
-  return config;
-}
 
 double flops_of(const Graph& graph, OpType op, const std::string& name_part, const std::string& also = "") {
   double total = 0;
@@ -42,7 +31,7 @@ std::map<OpType, int> count_ops(const Graph& graph) {
 }
 
 TEST(TensorParallelGraph, GptShapesAndShardings) {
-  const ModelConfig config = transformer("gpt");
+  const ModelConfig config = testing::small_transformer_config("gpt");
   const Graph whole = build_model(config);
   const Graph part = tensor_parallel_graph(whole, 4);
   auto parameter = [&](const std::string& name) { return part.value(part.value_id(name)); };
@@ -53,8 +42,8 @@ TEST(TensorParallelGraph, GptShapesAndShardings) {
   EXPECT_EQ(parameter("transformer.h.0.attn.c_proj.weight").type.shape, (Shape{16, 64}));  // Conv1D [in, out]: rows split
   EXPECT_EQ(parameter("transformer.h.0.attn.c_proj.bias").type.shape, (Shape{64}));        // added after the all-reduce
   EXPECT_FALSE(parameter("transformer.h.0.attn.c_proj.bias").sharding.sharded());
-  EXPECT_EQ(parameter("transformer.h.1.mlp.c_fc.weight").type.shape, (Shape{64, 64}));
-  EXPECT_EQ(parameter("transformer.h.1.mlp.c_proj.weight").type.shape, (Shape{64, 64}));
+  EXPECT_EQ(parameter("transformer.h.1.mlp.c_fc.weight").type.shape, (Shape{64, 32}));
+  EXPECT_EQ(parameter("transformer.h.1.mlp.c_proj.weight").type.shape, (Shape{32, 64}));
   EXPECT_EQ(parameter("transformer.wte.weight").type.shape, (Shape{128, 64}));  // vocabulary rows, tied with the LM head
   EXPECT_EQ(parameter("transformer.wpe.weight").type.shape, (Shape{32, 64}));
   EXPECT_EQ(parameter("transformer.ln_f.weight").type.shape, (Shape{64}));
@@ -68,7 +57,7 @@ TEST(TensorParallelGraph, GptShapesAndShardings) {
 
 TEST(TensorParallelGraph, SplitGemmFlopsAreTheWholeOnesOverT) {
   for (const char* type : {"gpt", "bert"}) {
-    const Graph whole = build_model(transformer(type));
+    const Graph whole = build_model(testing::small_transformer_config(type));
     for (int t : {2, 4}) {
       const Graph part = tensor_parallel_graph(whole, t);
       SCOPED_TRACE(std::string(type) + " t=" + std::to_string(t));
@@ -95,7 +84,7 @@ TEST(TensorParallelGraph, SplitGemmFlopsAreTheWholeOnesOverT) {
 }
 
 TEST(TensorParallelGraph, InsertsMegatronsConjugateCommunication) {
-  const ModelConfig config = transformer("bert");
+  const ModelConfig config = testing::small_transformer_config("bert");
   const Graph part = tensor_parallel_graph(build_model(config), 2);
   const std::map<OpType, int> ops = count_ops(part);
   // Per layer: one f before the (shared) QKV input and one before MLP-up; one g after each row-parallel
@@ -124,14 +113,14 @@ TEST(TensorParallelGraph, InsertsMegatronsConjugateCommunication) {
 }
 
 TEST(TensorParallelGraph, DegreeOneIsTheModelAndHashesDiffer) {
-  const Graph whole = build_model(transformer("gpt"));
+  const Graph whole = build_model(testing::small_transformer_config("gpt"));
   EXPECT_EQ(tensor_parallel_graph(whole, 1).hash(), whole.hash());
   EXPECT_NE(tensor_parallel_graph(whole, 2).hash(), whole.hash());
   EXPECT_NE(tensor_parallel_graph(whole, 2).hash(), tensor_parallel_graph(whole, 4).hash());
 }
 
 TEST(TensorParallelGraph, ClearErrors) {
-  ModelConfig config = transformer("gpt");
+  ModelConfig config = testing::small_transformer_config("gpt");
   config.heads = 2;
   try {
     tensor_parallel_graph(build_model(config), 4);
@@ -139,7 +128,7 @@ TEST(TensorParallelGraph, ClearErrors) {
   } catch (const Error& error) {
     EXPECT_NE(error.message().find("not a multiple of the tensor-parallel degree 4"), std::string::npos) << error.message();
   }
-  config = transformer("gpt");
+  config = testing::small_transformer_config("gpt");
   config.vocab = 510;
   try {
     tensor_parallel_graph(build_model(config), 4);
