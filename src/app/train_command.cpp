@@ -28,6 +28,7 @@
 #include "core/collective_error.h"
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
+#include "io/batch_file.h"
 #include "io/batch_source.h"
 #include "io/checkpoint.h"
 #include "io/chrome_trace.h"
@@ -116,15 +117,7 @@ void save_initial(const std::string& path, const ExperimentConfig& config, const
       initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range);
   for (const auto& [value, tensor] : initial)
     file.write("model/" + graph.value(value).name, graph.value(value).type.shape, tensor.to_float_vector());
-  for (const auto& [name, tensor] : data.samples(0, config.train.steps * config.train.global_batch)) {
-    const Shape& shape = tensor.shape();
-    if (tensor.dtype() == DType::I64) {
-      const std::int64_t* begin = tensor.data<std::int64_t>();
-      file.write("batch/" + name, shape, std::vector<std::int64_t>(begin, begin + tensor.numel()));
-    } else {
-      file.write("batch/" + name, shape, tensor.to_float_vector());
-    }
-  }
+  io::write_batches(file, data.samples(0, config.train.steps * config.train.global_batch));
 }
 
 // Writes checkpoint `step` collectively (parallel HDF5; each tensor by the first replica of the first
@@ -319,7 +312,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     if (step == first_step) first_loss = result.loss;
     last_loss = result.loss;
     const bool evaluate = heldout && ((step + 1) % config.train.eval_every == 0 || step + 1 == config.train.steps);
-    const double eval_loss = evaluate ? executor.evaluate(*heldout, config.train.eval_batches) : NAN;
+    const double eval_loss = evaluate ? executor.evaluate(*heldout, config.train.eval_batches).loss() : NAN;
     if (config.checkpoint.every > 0 && ((step + 1) % config.checkpoint.every == 0 || step + 1 == config.train.steps))
       if (checkpoint_or_warn(config, checkpoint_directory, step + 1, graph, plan, executor, world))
         checkpointed_step = step + 1;
