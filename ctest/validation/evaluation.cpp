@@ -9,7 +9,8 @@
 // with 2 microbatches on 4 ranks — BERT's masked-token mean over the whole batch, which a mean of
 // per-piece means would not give. Over all 3 golden batches, and for ResNet (BatchNorm running
 // statistics, top-1 accuracy) over the held-out split, 1 rank and 4 ranks under different plans
-// agree within 1e-6 relative. Built into test_evaluation (labels validation;mpi).
+// agree within 1e-6 relative (GPT and BERT also under tensor parallelism: 2 stages of t = 2).
+// Built into test_evaluation (labels validation;mpi).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -124,7 +125,8 @@ TEST_P(GoldenEvaluation, InitialParametersGiveTheLibraryLoss) {
   EXPECT_NEAR(pipeline.at("eval_loss"), library_loss, kGoldenTolerance * library_loss) << pipeline.log;
   expect_agree(pipeline, one, "eval_loss");
 
-  // All three golden batches (12 samples): 1 rank and 4 ranks (2 x 2 pipeline; 4 replicas).
+  // All three golden batches (12 samples): 1 rank and 4 ranks (2 x 2 pipeline; 4 replicas; 2 stages
+  // of tensor-parallel pairs).
   const Evaluation all = evaluate(1, model, " --resume " + checkpoint + data, run + "-eval3.log");
   EXPECT_EQ(all.at("samples"), 12);
   const Evaluation all_pipeline = evaluate(4, model, " --resume " + checkpoint + data + " --batches 3" +
@@ -135,7 +137,14 @@ TEST_P(GoldenEvaluation, InitialParametersGiveTheLibraryLoss) {
                " --resume " + checkpoint + data +
                    " --set parallel.planner=manual --set parallel.stages=1 --set 'parallel.replicas=[4]'",
                run + "-eval3-replicas.log");
-  for (const Evaluation* other : {&all_pipeline, &all_replicas}) {
+  // Tensor parallelism (Megatron: t = 2 ranks per stage, 2 stages; vocabulary-parallel cross-entropy).
+  const Evaluation all_tensor_parallel =
+      evaluate(4, model,
+               " --resume " + checkpoint + data + " --set parallel.tensor_parallel=2 --set parallel.planner=manual" +
+                   " --set parallel.stages=2 --set 'parallel.replicas=[1, 1]' --set 'parallel.boundaries=[\"" +
+                   boundary_of(model) + "\"]' --set train.microbatches=2",
+               run + "-eval3-tensor-parallel.log");
+  for (const Evaluation* other : {&all_pipeline, &all_replicas, &all_tensor_parallel}) {
     expect_agree(*other, all, "eval_loss");
     expect_agree(*other, all, "perplexity");
     EXPECT_EQ(other->at("samples"), 12);

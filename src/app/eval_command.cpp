@@ -21,6 +21,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/backend_registry.h"
 #include "core/error.h"
+#include "graph/tensor_parallel.h"
 #include "io/batch_file.h"
 #include "io/batch_source.h"
 #include "io/checkpoint.h"
@@ -109,20 +110,24 @@ int evaluate(const EvalArguments& arguments, comm::Communicator& world, bool& di
   const bool leader = world.rank() == 0;
   const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
   check_eval_request(arguments, world);
-  const Graph graph = build_model(config.model);
+  const Graph model = build_model(config.model);
   const std::string checkpoint = resume_path(arguments.resume, checkpoint_directory(config), world);
-  check_checkpoint_model(checkpoint, config, graph, world);
-  const std::unique_ptr<io::BatchSource> data = evaluation_data(config, graph, arguments.data);
+  check_checkpoint_model(checkpoint, config, model, world);
+  const std::unique_ptr<io::BatchSource> data = evaluation_data(config, model, arguments.data);
   const bool batch_file = dynamic_cast<const io::BatchFile*>(data.get()) != nullptr;
   const std::int64_t batches = evaluation_batches(*data, config, batch_file, arguments.batches);
   Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
   const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
   comm::Communicator& run_world = device_world ? *device_world : world;
+  // The graph the plan indexes: the model's, or one tensor-parallel rank's part of it.
+  const Graph graph = planned_graph(config, agreed_tensor_parallel(config, arguments.plan_file, world));
   const Plan plan = agree_on_plan(config, graph, arguments.plan_file, false, world, run_world, backend);
 
   runtime::PipelineExecutor executor(
       graph, plan, run_world, backend, *data,
-      initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range),
+      shard_values(model,
+                   initialize_parameters(model, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range),
+                   graph, plan.placement_of(world.rank()).tensor_rank),
       runtime_options(config.train));
   // Every rank reads the same file: an error there is every rank's (printed once).
   const std::int64_t step = resume_from(checkpoint, graph, executor, world, RestoreScope::Model);
@@ -135,11 +140,12 @@ int evaluate(const EvalArguments& arguments, comm::Communicator& world, bool& di
                 arguments.save_batches.c_str());
   }
   if (leader) {
-    std::printf("eval: step %lld of %s on %s (%s): %lld batches of %lld; %d ranks, %zu stages, %d microbatches\n",
+    std::printf("eval: step %lld of %s on %s (%s): %lld batches of %lld; %d ranks, %zu stages, tensor parallel %d, "
+                "%d microbatches\n",
                 static_cast<long long>(step), checkpoint.c_str(), data->path().c_str(),
                 batch_file ? "batch file" : "held-out split", static_cast<long long>(batches),
                 static_cast<long long>(config.train.global_batch), world.size(), plan.stages.size(),
-                plan.microbatches);
+                plan.tensor_parallel, plan.microbatches);
     std::fflush(stdout);
   }
   const bool classifier = config.model.type == "resnet";

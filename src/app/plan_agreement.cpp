@@ -101,6 +101,11 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
 
 }  // namespace
 
+int agreed_tensor_parallel(const ExperimentConfig& config, const std::string& plan_file, comm::Communicator& world) {
+  if (plan_file.empty()) return static_cast<int>(config.parallel.tensor_parallel);
+  return std::stoi(decide_on_rank0(world, [&] { return std::to_string(Plan::load(plan_file).tensor_parallel); }));
+}
+
 Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const std::string& plan_file, bool profile,
                    comm::Communicator& world, comm::Communicator& device_world, Backend& backend) {
   const bool profiling = profile && config.profile.enabled && plan_file.empty();

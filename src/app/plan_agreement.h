@@ -11,6 +11,11 @@
 
 namespace partrain::app {
 
+/// The tensor-parallel degree the agreed plan will have: a saved plan's (read on rank 0) when
+/// `plan_file` is given, else [parallel] tensor_parallel. Its graph is planned_graph(config, degree).
+/// Collective over `world`.
+int agreed_tensor_parallel(const ExperimentConfig& config, const std::string& plan_file, comm::Communicator& world);
+
 /// Rank 0 loads `plan_file` (when non-empty; checked against `config` and the world size) or plans
 /// with [parallel] planner for world.size() ranks, on the layers profiled over every rank (when
 /// `profile` and [profile] enabled; the ProfileDB cache in [profile] cache_dir is reused and

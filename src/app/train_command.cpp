@@ -225,13 +225,8 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const std::vector<io::RunLock> locks =
       lock_run_directories(directory, checkpoint_directory, checkpoint_elsewhere, world);
   const std::string checkpoint_path = resume.empty() ? "" : resume_path(resume, checkpoint_directory, world);
-  // The tensor-parallel degree: the loaded plan's, or [parallel] tensor_parallel.
-  const int tensor_parallel =
-      arguments.plan_file.empty()
-          ? static_cast<int>(config.parallel.tensor_parallel)
-          : std::stoi(decide_on_rank0(world, [&] { return std::to_string(Plan::load(arguments.plan_file).tensor_parallel); }));
   const Graph model = build_model(config.model);
-  const Graph graph = planned_graph(config, tensor_parallel);
+  const Graph graph = planned_graph(config, agreed_tensor_parallel(config, arguments.plan_file, world));
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
   // Every rank computes on its node's GPU (one per rank, NCCL between them) or on the CPU (MPI).
   Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());

@@ -30,7 +30,7 @@ std::vector<int> loss_term_tasks(const Graph& graph) {
     PARTRAIN_CHECK(producer >= 0, "evaluation: the loss depends on " << graph.value(value).name
                                                                      << ", which no task computes");
     const Task& task = graph.task(producer);
-    if (task.op == OpType::SoftmaxCrossEntropy) {
+    if (task.op == OpType::SoftmaxCrossEntropy || task.op == OpType::VocabParallelCrossEntropy) {
       terms.push_back(task.id);
     } else {
       PARTRAIN_CHECK(task.op == OpType::Add, "evaluation: the loss is not a sum of cross-entropies (task "
@@ -46,6 +46,9 @@ std::vector<int> loss_term_tasks(const Graph& graph) {
 void accumulate_loss_term(const Graph& graph, int task, const TensorMap& values, Backend& backend, bool top1,
                           LossTerm& term) {
   const Task& cross_entropy = graph.task(task);
+  PARTRAIN_CHECK(!top1 || cross_entropy.op == OpType::SoftmaxCrossEntropy,
+                 "evaluation: no top-1 accuracy from " << cross_entropy.name
+                                                       << ": its logits are split over a tensor-parallel group");
   const std::int64_t ignore_index = cross_entropy.attributes.get_int("ignore_index", -100);
   const Tensor labels = to_host(values.at(cross_entropy.inputs[1]), backend);
   std::int64_t count = 0;

@@ -36,15 +36,16 @@ struct EvaluationResult {
   double loss() const;
 };
 
-/// The SoftmaxCrossEntropy tasks whose outputs the graph's output (the loss) adds up, in task
-/// order. Throws partrain::Error naming the task when the loss is anything else (evaluation needs
+/// The SoftmaxCrossEntropy (or, in a tensor-parallel graph, VocabParallelCrossEntropy: the whole
+/// logits' loss on every rank of the group) tasks whose outputs the graph's output (the loss) adds
+/// up, in task order. Throws partrain::Error naming the task when the loss is anything else (evaluation needs
 /// per-position sums, which only such losses give).
 std::vector<int> loss_term_tasks(const Graph& graph);
 
 /// Adds one piece's share of cross-entropy task `task` to `term`: the task's output (the piece's
 /// mean) times the piece's positions that count and, with `top1`, the positions whose logits' arg
-/// max is the label (the logits are copied to the host for this). `values` hold the task's inputs
-/// and output on `backend`'s device.
+/// max is the label (the logits are copied to the host for this; not for vocabulary-parallel
+/// logits, an error). `values` hold the task's inputs and output on `backend`'s device.
 void accumulate_loss_term(const Graph& graph, int task, const TensorMap& values, Backend& backend, bool top1,
                           LossTerm& term);
 

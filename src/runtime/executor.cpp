@@ -398,8 +398,8 @@ EvaluationResult PipelineExecutor::evaluate(const io::BatchSource& heldout, std:
   const std::vector<int> term_tasks = loss_term_tasks(graph_);
   for (std::size_t term = 0; term < term_tasks.size(); ++term) {
     result.terms.push_back({graph_.task(term_tasks[term]).name});
-    const std::vector<int>& tasks = program_.subgraph.tasks;
-    if (std::find(tasks.begin(), tasks.end(), term_tasks[term]) != tasks.end())
+    const std::vector<int>& tasks = program_.subgraph.tasks;  // the t ranks of a group share one loss
+    if (placement_.tensor_rank == 0 && std::find(tasks.begin(), tasks.end(), term_tasks[term]) != tasks.end())
       evaluation_terms_.emplace_back(static_cast<int>(term), term_tasks[term]);
   }
   // Each replica updated its BatchNorm running statistics from its own samples (as DDP without
