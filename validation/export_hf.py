@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Export a partrain checkpoint as a PyTorch state dict for Hugging Face transformers / torchvision.
 
-    validation/export_hf.py CHECKPOINT.h5 OUT.bin [--check [--data FILE.h5] [--batches N]
-                            [--partrain BINARY | --eval-loss X] [--config CONFIG.toml] [--set k=v ...]]
+    validation/export_hf.py CHECKPOINT.h5 OUT.bin [--save-pretrained DIR]
+                            [--check [--data FILE.h5] [--batches N] [--partrain BINARY | --eval-loss X]
+                                     [--config CONFIG.toml] [--set k=v ...]]
 
 partrain stores every parameter whole under its Hugging Face / torchvision name in /model/<name>
 (GPT-2's linear weights already in HF's Conv1D [in, out] layout), so the export copies them and adds
@@ -10,7 +11,8 @@ the tied weights HF also lists (BERT: cls.predictions.decoder.weight = the word 
 = cls.predictions.bias; GPT-2: lm_head.weight = wte). Load with
 model.load_state_dict(torch.load("OUT.bin")) into BertForPreTraining / GPT2LMHeadModel (or
 torchvision's ResNet) built from a config of the same sizes. Buffers (BatchNorm statistics) are
-exported too; optimizer state is not.
+exported too; optimizer state is not. --save-pretrained DIR also writes the transformers model
+(built from the checkpoint's config_toml) as a model directory for from_pretrained.
 
 --check re-reads OUT.bin and compares every tensor with the checkpoint; then, where transformers
 (BERT, GPT) or torchvision (ResNet) is installed, loads OUT.bin with load_state_dict into the
@@ -60,22 +62,25 @@ def run_partrain_eval(arguments, config_text, tmp):
     return values, batches
 
 
-def check_against_library(arguments, state, config_text):
-    """Loads `state` into the library model and compares its evaluation with partrain's. Returns 0/1."""
-    import tomllib
-    config = tomllib.loads(config_text)
-    model = config["model"]["type"]
+def library_model(state, config):
+    """The library model of `config` with `state` loaded by load_state_dict; None when the library is
+    not installed. Exits with a message when the state dict does not fit it."""
     try:
-        net = hf_models.build_model(model, config)
+        net = hf_models.build_model(config["model"]["type"], config)
     except ImportError as error:
-        print(f"export_hf: {error.name} is not installed; skipping the comparison with the library model")
-        return 0
+        print(f"export_hf: {error.name} is not installed; skipping the library model")
+        return None
     missing, unexpected = net.load_state_dict(state, strict=False)
     missing = [name for name in missing if not name.endswith(hf_models.IGNORED_BUFFERS)]
     if missing or unexpected:
-        print(f"export_hf: the library model does not take the export: missing {missing}, unexpected {unexpected}",
-              file=sys.stderr)
-        return 1
+        raise SystemExit(f"export_hf: the library model does not take the export: missing {missing}, "
+                         f"unexpected {unexpected}")
+    return net
+
+
+def compare_with_partrain(arguments, net, config, config_text):
+    """Evaluates the library model `net` like `partrain eval` and compares. Returns 0 or 1."""
+    model = config["model"]["type"]
     with tempfile.TemporaryDirectory() as tmp:
         if arguments.eval_loss is not None:
             if not arguments.data:
@@ -119,6 +124,8 @@ def main() -> int:
     parser.add_argument("--config", help="experiment file for partrain eval (default: the checkpoint's config_toml)")
     parser.add_argument("--set", action="append", default=[], help="section.key=value for partrain eval")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="relative eval_loss tolerance (1e-4)")
+    parser.add_argument("--save-pretrained", metavar="DIR",
+                        help="also write a Hugging Face model directory (config.json + weights) of the export")
     arguments = parser.parse_args()
     if arguments.batches is not None and arguments.batches <= 0:
         parser.error(f"--batches must be positive, not {arguments.batches}")
@@ -164,10 +171,22 @@ def main() -> int:
                     print(f"export_hf: {name} differs after reloading", file=sys.stderr)
                     return 1
         print(f"export_hf: reloaded {len(loaded)} tensors, all equal")
-        if config_text:
-            return check_against_library(arguments, loaded, config_text)
-        print("export_hf: the checkpoint has no config_toml; not comparing with the library model")
-    return 0
+    if not (arguments.check or arguments.save_pretrained):
+        return 0
+    if not config_text:
+        print("export_hf: the checkpoint has no config_toml; no library model to load it into")
+        return 1 if arguments.save_pretrained else 0
+    import tomllib
+    config = tomllib.loads(config_text)
+    net = library_model(torch.load(arguments.output), config)  # what a user loads: the file
+    if net is None:
+        return 1 if arguments.save_pretrained else 0
+    if arguments.save_pretrained:
+        if not hasattr(net, "save_pretrained"):
+            raise SystemExit("export_hf: --save-pretrained: torchvision models have no model directory; use OUT.bin")
+        net.save_pretrained(arguments.save_pretrained)
+        print(f"export_hf: {type(net).__name__} -> {arguments.save_pretrained} (from_pretrained reads it)")
+    return compare_with_partrain(arguments, net, config, config_text) if arguments.check else 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 3. validation/import_hf.py turns the exported state dict back into a partrain checkpoint: it holds
    the same /model tensors as the original (partrain inspect), `partrain eval` gives the same
    numbers, and `partrain train --resume` accepts it (no optimizer state: a fresh optimizer);
-4. GPT: a Hugging Face model directory (save_pretrained) imports to the same checkpoint; BERT: the
+4. GPT: the Hugging Face model directory export_hf.py --save-pretrained wrote imports to the same
+   checkpoint; BERT: the
    library's own freshly initialised model (import_hf.py --from-config) evaluates alike in both.
 
 Runs the scripts with validation/golden/.venv/bin/python (made by validation/golden/make_golden.py;
@@ -126,7 +127,8 @@ def main():
             "save-heldout")
     else:
         data = GOLDEN
-    export_and_check(checkpoint, exported, "export", ["--data", data])
+    directory = os.path.join(RUN, "hf-model")  # GPT: also as a model directory (save_pretrained)
+    export_and_check(checkpoint, exported, "export", ["--data", data] + (["--save-pretrained", directory] if MODEL == "gpt" else []))
 
     # 3. Import the exported state dict: the same tensors and numbers; train --resume accepts it.
     imported = os.path.join(RUN, "imported.h5")
@@ -143,13 +145,7 @@ def main():
     print(f"{MODEL}: imported checkpoint: same tensors, {original[0]}, train --resume started a fresh optimizer")
 
     if MODEL == "gpt":
-        # 4a. A Hugging Face model directory (save_pretrained) imports to the same checkpoint.
-        directory = os.path.join(RUN, "hf-model")
-        run([PYTHON, "-c", "import sys, torch, tomllib; sys.path.insert(0, sys.argv[1]); import hf_models, import_hf\n"
-             "config = import_hf.load_config(sys.argv[2], sys.argv[5:])\n"
-             "net = hf_models.build_model('gpt', config); net.load_state_dict(torch.load(sys.argv[3]))\n"
-             "net.save_pretrained(sys.argv[4])",
-             os.path.join(SOURCE, "validation"), CONFIG, exported, directory] + SETTINGS, "save-pretrained")
+        # 4a. The Hugging Face model directory export_hf.py wrote imports to the same checkpoint.
         from_directory = os.path.join(RUN, "imported-directory.h5")
         import_state(directory, from_directory, "import-directory")
         if eval_numbers(from_directory, data, "eval-directory") != original:
