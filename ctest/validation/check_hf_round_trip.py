@@ -48,6 +48,7 @@ SETTINGS = golden_settings()
 
 
 def sets(settings):
+    """--set options of "section.key=value" settings."""
     return [arg for setting in settings for arg in ("--set", setting)]
 
 
@@ -65,15 +66,9 @@ def run(command, name, ranks=1):
 
 
 def fail(message):
+    """Ends the test as failed with `message`."""
     print(f"FAILED: {message}")
     sys.exit(1)
-
-
-def value(log, key):
-    found = re.search(rf"^{key}: (\S+)$", log, re.M)
-    if not found:
-        fail(f"no '{key}:' line in\n{log}")
-    return found.group(1)
 
 
 def eval_numbers(checkpoint, data, name):
@@ -88,6 +83,7 @@ def model_tensors(checkpoint, name):
 
 
 def export_and_check(checkpoint, out, name, data_arguments):
+    """export_hf.py --check against `partrain eval` (it exits 1 beyond 1e-4); prints its figures."""
     log = run([PYTHON, os.path.join(SOURCE, "validation", "export_hf.py"), checkpoint, out, "--check",
                "--partrain", PARTRAIN, "--config", CONFIG] + sets(SETTINGS) + data_arguments, name)
     figures = [line for line in log.splitlines() if "relative difference" in line or "accuracy:" in line]
@@ -98,6 +94,7 @@ def export_and_check(checkpoint, out, name, data_arguments):
 
 
 def import_state(source, out, name):
+    """import_hf.py SOURCE (None: --from-config) into the partrain checkpoint `out`."""
     arguments = [source] if source else ["--from-config"]
     run([PYTHON, os.path.join(SOURCE, "validation", "import_hf.py")] + arguments + [out, "--config", CONFIG] + sets(SETTINGS), name)
 
