@@ -21,7 +21,6 @@
 #include "comm/mpi_communicator.h"
 #include "core/backend_registry.h"
 #include "core/error.h"
-#include "graph/tensor_parallel.h"
 #include "io/batch_file.h"
 #include "io/batch_source.h"
 #include "io/checkpoint.h"
@@ -125,9 +124,7 @@ int evaluate(const EvalArguments& arguments, comm::Communicator& world, bool& di
 
   runtime::PipelineExecutor executor(
       graph, plan, run_world, backend, *data,
-      shard_values(model,
-                   initialize_parameters(model, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range),
-                   graph, plan.placement_of(world.rank()).tensor_rank),
+      initial_values(config, model, graph, plan.placement_of(world.rank()).tensor_rank),
       runtime_options(config.train));
   // Every rank reads the same file: an error there is every rank's (printed once).
   const std::int64_t step = resume_from(checkpoint, graph, executor, world, RestoreScope::Model);

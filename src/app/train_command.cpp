@@ -254,9 +254,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   // drawn for the whole model (the same numbers under any plan) and cut to this rank's tensor part.
   runtime::PipelineExecutor executor(
       graph, plan, run_world, backend, *data,
-      shard_values(model,
-                   initialize_parameters(model, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range),
-                   graph, plan.placement_of(world.rank()).tensor_rank),
+      initial_values(config, model, graph, plan.placement_of(world.rank()).tensor_rank),
       runtime_options(config.train));
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
