@@ -38,7 +38,19 @@ struct SimulateArguments {
   long step = 0;                       // args.step of the trace's events
 };
 
+struct EvalArguments {
+  std::string config;                  // experiment file (TOML): the model the checkpoint holds
+  std::vector<std::string> overrides;  // "section.key=value"
+  std::string resume;                  // "latest" or a checkpoint path
+  std::string plan_file;               // saved plan (JSON) instead of planning; empty: plan
+  std::string data;                    // batch file or prepared data set; empty: the config's held-out split
+  long batches = 0;                    // global batches to evaluate; 0: every whole batch of the data
+  std::string save_batches;            // write the evaluated samples as a batch file here; empty: do not
+};
+
 int run_train(const TrainArguments& arguments);
+/// `partrain eval`: a checkpoint's loss (and perplexity or accuracy) on held-out data, any world size.
+int run_eval(const EvalArguments& arguments);
 int run_plan(const PlanArguments& arguments);
 int run_inspect(const InspectArguments& arguments);
 int run_simulate(const SimulateArguments& arguments);

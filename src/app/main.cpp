@@ -1,5 +1,6 @@
 // partrain: the command-line program.
 //   partrain train CONFIG.toml [--set section.key=value ...] [--plan FILE] [--resume latest|auto|PATH]
+//   partrain eval CONFIG.toml --resume latest|PATH [--data FILE.h5] [--batches N] [--plan FILE] [--set ...] [--save-batches FILE.h5]
 //   partrain plan CONFIG.toml [--world-size N] [--device-memory 80GiB] [--planner P] [--profile-db FILE] [--save PLAN.json]
 //   partrain plan --workload GRAPH.json --planner ideals|dpl [--accelerators K] [--cpus L] [--device-memory SIZE]
 //   partrain inspect CONFIG.toml | CHECKPOINT.h5
@@ -54,6 +55,24 @@ int main(int argc, char** argv) {
   train->add_option("--plan", train_arguments.plan_file, "use a saved plan (JSON) instead of planning");
   train->add_option("--resume", train_arguments.resume, "resume from a checkpoint: latest, a path, or auto (latest if there is one)");
 
+  EvalArguments eval_arguments;
+  CLI::App* eval = app.add_subcommand(
+      "eval", "evaluate a checkpoint on held-out data (any world size and plan): eval_loss, perplexity or accuracy");
+  eval->add_option("config", eval_arguments.config, "experiment file (TOML) of the checkpoint's model")
+      ->required()
+      ->check(CLI::ExistingFile);
+  eval->add_option("--resume", eval_arguments.resume, "the checkpoint: latest (of the config's run) or a path")
+      ->required();
+  eval->add_option("--data", eval_arguments.data,
+                   "a batch file (/batch/<input>) or a data/prepare.sh file (its held-out split); default: the "
+                   "held-out split of [data] path");
+  eval->add_option("--batches", eval_arguments.batches, "global batches to evaluate (default: all the data holds)")
+      ->check(at_least(1));
+  eval->add_option("--plan", eval_arguments.plan_file, "use a saved plan (JSON) instead of planning");
+  eval->add_option("--set", eval_arguments.overrides, "override one setting: section.key=value (repeatable)");
+  eval->add_option("--save-batches", eval_arguments.save_batches,
+                   "write the evaluated samples as a batch file (for other implementations of the model)");
+
   PlanArguments plan_arguments;
   CLI::App* plan = app.add_subcommand("plan", "plan a run (stages, replicas, microbatches) without training");
   plan->add_option("config", plan_arguments.config, "experiment file (TOML)")->check(CLI::ExistingFile);
@@ -92,6 +111,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*train) return run_train(train_arguments);
+    if (*eval) return run_eval(eval_arguments);
     if (*plan) {
       if (plan_arguments.config.empty() == plan_arguments.workload.empty())
         throw CLI::ValidationError("plan", "give either a CONFIG.toml or --workload GRAPH.json");

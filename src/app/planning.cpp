@@ -72,6 +72,14 @@ Graph planned_graph(const ExperimentConfig& config, int tensor_parallel) {
   return tensor_parallel_graph(graph, tensor_parallel);
 }
 
+std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, const Graph& model, const Graph& graph,
+                                               int tensor_rank) {
+  return shard_values(model,
+                      initialize_parameters(model, static_cast<std::uint64_t>(config.train.seed),
+                                            config.model.initializer_range),
+                      graph, tensor_rank);
+}
+
 runtime::RuntimeOptions runtime_options(const TrainConfig& train) {
   runtime::RuntimeOptions options;
   options.seed = static_cast<std::uint64_t>(train.seed);

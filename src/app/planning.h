@@ -2,7 +2,10 @@
 // From an experiment file to planner inputs: the devices (DeviceSpec) and the PlannerOptions, shared
 // by `partrain plan` and `partrain train` so both plan the same way.
 #include <string>
+#include <unordered_map>
 
+#include "core/tensor.h"
+#include "graph/graph.h"
 #include "io/config.h"
 #include "partition/cost_model.h"
 #include "partition/planner.h"
@@ -31,6 +34,13 @@ void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config,
 /// naming the config file and the [model] key (heads, hidden, intermediate, vocab) that the degree
 /// does not divide, or saying that the model type has no tensor-parallel layers (resnet).
 Graph planned_graph(const ExperimentConfig& config, int tensor_parallel);
+
+/// The executor's initial parameters and buffers for rank `tensor_rank` of its tensor-parallel group:
+/// the whole `model`'s initialisation from [train] seed (the same numbers under any plan), cut to the
+/// rank's parts of `graph` (planned_graph: the model itself when not tensor parallel), by value id
+/// of `graph`. Host tensors: a temporary the executor copies its stage's share from.
+std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, const Graph& model, const Graph& graph,
+                                               int tensor_rank);
 
 /// The executor's run settings from the [train] section (seed, optimizer hyper-parameters, learning
 /// rate schedule, clipping). Throws partrain::Error for a bad learning-rate schedule.

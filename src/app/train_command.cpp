@@ -8,16 +8,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <memory>
-
-#include <omp.h>
 #include <string>
 #include <vector>
 
+#include "app/checkpoint_resume.h"
+#include "app/collective_decision.h"
 #include "app/commands.h"
-#include "app/optimizer_profile.h"
+#include "app/mpi_command.h"
+#include "app/plan_agreement.h"
 #include "app/planning.h"
 #include "app/prediction_report.h"
 #include "app/stop_signals.h"
@@ -28,152 +28,20 @@
 #include "core/collective_error.h"
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
+#include "io/batch_file.h"
 #include "io/batch_source.h"
 #include "io/checkpoint.h"
 #include "io/chrome_trace.h"
 #include "io/hdf5_file.h"
 #include "io/config.h"
 #include "io/metrics_file.h"
-#include "io/progress_bar.h"
 #include "io/run_lock.h"
 #include "models/model.h"
-#include "partition/planner.h"
-#include "partition/calibrated_cost_model.h"
-#include "profile/communication_profile.h"
-#include "profile/distributed_profiler.h"
 #include "runtime/checkpointing.h"
 #include "runtime/executor.h"
 
 namespace partrain::app {
 namespace {
-
-constexpr const char* kErrorPrefix = "ERROR:";
-
-// Runs `decide` on rank 0 only and gives its result to every rank. An error on rank 0 becomes the
-// same error on every rank, so all ranks stop cleanly instead of waiting in a collective.
-std::string decide_on_rank0(comm::Communicator& world, const std::function<std::string()>& decide) {
-  std::string text;
-  if (world.rank() == 0) {
-    try {
-      text = decide();
-    } catch (const Error& error) {
-      text = std::string(kErrorPrefix) + error.message();
-    }
-  }
-  world.broadcast_bytes(text, 0);
-  if (text.rfind(kErrorPrefix, 0) == 0) PARTRAIN_FAIL(text.substr(std::string(kErrorPrefix).size()));
-  return text;
-}
-
-// The ProfileDB backend key: what changes a measurement. One GPU model's measurements are not
-// reused on another; on the CPU the ranks of a node share its cores, so the key holds how many ranks
-// run per node and with how many threads each (a cache measured by 4 ranks on 2 cores would price a
-// 2-rank plan at oversubscribed speed). Collective over MPI_COMM_WORLD.
-std::string profile_backend_name(const Backend& backend) {
-  const int ranks_per_node = comm::MpiCommunicator::node_local_size();
-  if (!backend.device().is_cpu()) return "cuda:" + gpu_backend()->device_name(backend.device().index);
-  return "cpu-" + std::to_string(ranks_per_node) + "ranks-" + std::to_string(omp_get_max_threads()) + "threads";
-}
-
-// Distributed profiling (DESIGN.md "Profiling"): rank 0 lists every layer at microbatch sizes 1, 2,
-// 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
-// every rank measures its share. Collective over `world`; returns the complete DB on every rank.
-profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& graph, comm::Communicator& world,
-                                  comm::Communicator& device_world, Backend& backend) {
-  const std::string backend_name = profile_backend_name(backend);
-  profile::ProfileDB database(graph.hash(), backend_name, config.train.precision);
-  const std::string cache = config.profile.cache_dir + "/" +
-                            profile::ProfileDB::cache_file_name(graph.hash(), database.backend(), database.dtype());
-  std::vector<profile::ProfileRequest> requests;
-  if (world.rank() == 0) {
-    if (std::filesystem::exists(cache)) {
-      try {
-        database = profile::ProfileDB::load(cache);
-      } catch (const Error& error) {  // a damaged cache is measured again, not fatal
-        std::printf("profile: ignoring %s: %s\n", cache.c_str(), error.message().c_str());
-        database = profile::ProfileDB(graph.hash(), backend_name, config.train.precision);
-      }
-    }
-    requests = partition::calibration_requests(graph, config.train.global_batch);
-  }
-  profile::ProfilerOptions options;
-  options.warmup = static_cast<int>(config.profile.warmup);
-  options.repeats = static_cast<int>(config.profile.repeats);
-  options.seed = static_cast<std::uint64_t>(config.train.seed);
-  options.mixed_precision = config.train.precision == "bf16";
-  ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
-  const profile::DistributedProfileReport report = profile::profile_distributed(
-      graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });
-  progress.finish();
-  // Point-to-point and all-reduce costs on the communicator training uses, once per cache.
-  std::string measure = "0";
-  if (world.rank() == 0) {
-    const auto& groups = database.communication().allreduce;
-    measure = world.size() > 1 && (groups.empty() || groups.rbegin()->first < world.size()) ? "1" : "0";
-  }
-  world.broadcast_bytes(measure, 0);
-  if (measure == "1") {
-    profile::CommunicationProfile communication = profile::measure_communication(device_world, backend);
-    if (world.rank() == 0) {
-      std::printf("profile: communication (%s): p2p %.1f us + %.2f GB/s; all-reduce over %d ranks %.1f us + %.2f GB/s\n",
-                  communication.communicator.c_str(), communication.within_node.latency_seconds * 1e6,
-                  communication.within_node.bytes_per_second / 1e9, communication.allreduce.rbegin()->first,
-                  communication.allreduce.rbegin()->second.latency_seconds * 1e6,
-                  communication.allreduce.rbegin()->second.bytes_per_second / 1e9);
-      database.set_communication(std::move(communication));
-    }
-  }
-  // The optimizer step's cost per parameter byte (rank 0 plans; it measures on its own device).
-  if (world.rank() == 0 && !database.optimizer_seconds_per_byte().count(config.train.optimizer)) {
-    const double seconds = measure_optimizer_seconds_per_byte(backend, config.train.optimizer,
-                                                              runtime_options(config.train).optimizer);
-    database.set_optimizer_seconds_per_byte(config.train.optimizer, seconds);
-    std::printf("profile: %s step %.3f ms per million parameters\n", config.train.optimizer.c_str(), seconds * 4e9);
-  }
-  if (world.rank() == 0) {
-    std::filesystem::create_directories(config.profile.cache_dir);
-    database.save(cache);
-    std::printf("profile: measured %zu task sets on %d ranks; %zu measurements in %s\n", report.requests.size(),
-                world.size(), database.size(), cache.c_str());
-  }
-  return database;
-}
-
-// Rank 0 plans (on profiled or analytic costs) or loads --plan, and broadcasts the plan as JSON; a
-// planning error on rank 0 becomes the same error on every rank, so all ranks stop cleanly.
-Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const TrainArguments& arguments,
-                   comm::Communicator& world, comm::Communicator& device_world, Backend& backend) {
-  const bool profiling = config.profile.enabled && arguments.plan_file.empty();
-  const profile::ProfileDB database =
-      profiling ? profile_layers(config, graph, world, device_world, backend) : profile::ProfileDB();
-  const std::string text = decide_on_rank0(world, [&] {
-    Plan plan;
-    if (!arguments.plan_file.empty()) {
-      plan = Plan::load(arguments.plan_file);
-    } else {
-      PlanningSetup setup = planning_setup(config, world.size());
-      const std::unique_ptr<partition::CostModel> cost =
-          profiling ? partition::make_calibrated_cost_model(graph, database, setup.device)
-                    : partition::make_analytic_cost_model(graph, setup.device);
-      ProgressBar progress("planning (" + setup.options.planner + ")");
-      setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
-      plan = partition::make_plan(graph, *cost, setup.options);
-      progress.finish();
-    }
-    PARTRAIN_CHECK(plan.world_size == world.size(), (arguments.plan_file.empty() ? "the plan" : arguments.plan_file)
-                                                        << " is for " << plan.world_size << " ranks, but "
-                                                        << world.size() << " are running");
-    if (!arguments.plan_file.empty()) check_plan_matches_config(plan, config, arguments.plan_file);
-    plan.validate(graph);
-    return plan.to_json().dump();
-  });
-  return Plan::from_json(nlohmann::json::parse(text), "broadcast plan");
-}
-
-std::string output_directory(const ExperimentConfig& config) {
-  if (!config.log.dir.empty()) return config.log.dir;
-  return "runs/" + std::filesystem::path(config.path).stem().string();
-}
 
 // Whether `path` is `directory` or lies below it (lexically, after making both absolute).
 bool is_within(const std::string& path, const std::string& directory) {
@@ -249,15 +117,7 @@ void save_initial(const std::string& path, const ExperimentConfig& config, const
       initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range);
   for (const auto& [value, tensor] : initial)
     file.write("model/" + graph.value(value).name, graph.value(value).type.shape, tensor.to_float_vector());
-  for (const auto& [name, tensor] : data.samples(0, config.train.steps * config.train.global_batch)) {
-    const Shape& shape = tensor.shape();
-    if (tensor.dtype() == DType::I64) {
-      const std::int64_t* begin = tensor.data<std::int64_t>();
-      file.write("batch/" + name, shape, std::vector<std::int64_t>(begin, begin + tensor.numel()));
-    } else {
-      file.write("batch/" + name, shape, tensor.to_float_vector());
-    }
-  }
+  io::write_batches(file, data.samples(0, config.train.steps * config.train.global_batch));
 }
 
 // Writes checkpoint `step` collectively (parallel HDF5; each tensor by the first replica of the first
@@ -300,33 +160,6 @@ bool checkpoint_or_warn(const ExperimentConfig& config, const std::string& direc
   }
 }
 
-// The checkpoint to resume from: `resume` "latest" is the newest valid checkpoint in `directory`
-// (rank 0 says which damaged ones it skipped), else the path itself (check_train_request found it).
-// Decided on rank 0 before profiling and planning, so a run with nothing to resume stops at once.
-std::string resume_path(const std::string& resume, const std::string& directory, comm::Communicator& world) {
-  return decide_on_rank0(world, [&] {
-    if (resume != "latest") return resume;  // checked by check_train_request
-    std::vector<std::string> skipped;
-    std::string chosen = io::latest_valid_checkpoint(directory, &skipped);
-    for (const std::string& reason : skipped) std::printf("resume: skipping %s\n", reason.c_str());
-    return chosen;
-  });
-}
-
-// Restores the run from the checkpoint at `path` (every rank reads the file); returns the step to
-// continue at.
-std::int64_t resume_from(const std::string& path, const Graph& graph, runtime::PipelineExecutor& executor,
-                         comm::Communicator& world) {
-  const io::Checkpoint checkpoint =
-      io::read_checkpoint(path, runtime::required_checkpoint_tensors(graph, executor.optimizer().state_names()));
-  runtime::restore_checkpoint(checkpoint, graph, executor);
-  if (world.rank() == 0) {
-    std::printf("resume: %s (step %lld)\n", path.c_str(), static_cast<long long>(checkpoint.info.step));
-    std::fflush(stdout);
-  }
-  return checkpoint.info.step;
-}
-
 // Requests refused before any work (and before the run directory is touched): a [parallel]
 // world_size other than the MPI world size, nothing to train, a --plan or --resume file that is not
 // there (looked for on rank 0).
@@ -344,13 +177,10 @@ void check_train_request(const ExperimentConfig& config, const TrainArguments& a
                                                                << config.path << "`");
   const std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
   decide_on_rank0(world, [&] {
-    const auto readable = [](const std::string& path) {
-      return std::filesystem::is_regular_file(path) && std::ifstream(path).good();
-    };
-    PARTRAIN_CHECK(arguments.plan_file.empty() || readable(arguments.plan_file),
+    PARTRAIN_CHECK(arguments.plan_file.empty() || readable_file(arguments.plan_file),
                    "--plan " << arguments.plan_file << ": no such readable plan file (make one with `partrain plan "
                              << config.path << " --save FILE`)");
-    PARTRAIN_CHECK(resume.empty() || resume == "latest" || resume == "auto" || readable(resume),
+    PARTRAIN_CHECK(resume.empty() || resume == "latest" || resume == "auto" || readable_file(resume),
                    "--resume " << resume
                                << ": no such readable checkpoint file (give a step_NNNNNN.h5, latest or auto)");
     return std::string();
@@ -383,8 +213,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
   check_train_request(config, arguments, world);
   const std::string directory = output_directory(config);
-  const std::string checkpoint_directory =
-      config.checkpoint.dir.empty() ? directory + "/checkpoints" : config.checkpoint.dir;
+  const std::string checkpoint_directory = app::checkpoint_directory(config);
   std::string resume = !arguments.resume.empty() ? arguments.resume : config.checkpoint.resume;
   if (resume == "auto")  // a requeued job: resume when an earlier run of it left a checkpoint
     resume = decide_on_rank0(world, [&] {
@@ -396,19 +225,14 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const std::vector<io::RunLock> locks =
       lock_run_directories(directory, checkpoint_directory, checkpoint_elsewhere, world);
   const std::string checkpoint_path = resume.empty() ? "" : resume_path(resume, checkpoint_directory, world);
-  // The tensor-parallel degree: the loaded plan's, or [parallel] tensor_parallel.
-  const int tensor_parallel =
-      arguments.plan_file.empty()
-          ? static_cast<int>(config.parallel.tensor_parallel)
-          : std::stoi(decide_on_rank0(world, [&] { return std::to_string(Plan::load(arguments.plan_file).tensor_parallel); }));
   const Graph model = build_model(config.model);
-  const Graph graph = planned_graph(config, tensor_parallel);
+  const Graph graph = planned_graph(config, agreed_tensor_parallel(config, arguments.plan_file, world));
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
   // Every rank computes on its node's GPU (one per rank, NCCL between them) or on the CPU (MPI).
   Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
   const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
   comm::Communicator& run_world = device_world ? *device_world : world;
-  const Plan plan = agree_on_plan(config, graph, arguments, world, run_world, backend);
+  const Plan plan = agree_on_plan(config, graph, arguments.plan_file, true, world, run_world, backend);
 
   PARTRAIN_CHECK(!(config.log.save_gradients && plan.zero == 1),
                  "[log] save_gradients = true (" << config.path << ") needs whole reduced gradients, which ZeRO-1 "
@@ -430,9 +254,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   // drawn for the whole model (the same numbers under any plan) and cut to this rank's tensor part.
   runtime::PipelineExecutor executor(
       graph, plan, run_world, backend, *data,
-      shard_values(model,
-                   initialize_parameters(model, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range),
-                   graph, plan.placement_of(world.rank()).tensor_rank),
+      initial_values(config, model, graph, plan.placement_of(world.rank()).tensor_rank),
       runtime_options(config.train));
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
@@ -483,7 +305,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     if (step == first_step) first_loss = result.loss;
     last_loss = result.loss;
     const bool evaluate = heldout && ((step + 1) % config.train.eval_every == 0 || step + 1 == config.train.steps);
-    const double eval_loss = evaluate ? executor.evaluate(*heldout, config.train.eval_batches) : NAN;
+    const double eval_loss = evaluate ? executor.evaluate(*heldout, config.train.eval_batches).loss() : NAN;
     if (config.checkpoint.every > 0 && ((step + 1) % config.checkpoint.every == 0 || step + 1 == config.train.steps))
       if (checkpoint_or_warn(config, checkpoint_directory, step + 1, graph, plan, executor, world))
         checkpointed_step = step + 1;
@@ -544,28 +366,9 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
 }  // namespace
 
 int run_train(const TrainArguments& arguments) {
-  comm::MpiSession session;
-  std::unique_ptr<comm::Communicator> world = comm::MpiCommunicator::world();
   install_stop_signal_handlers();
-  bool training_started = false;
-  try {
-    return train(arguments, *world, training_started);
-  } catch (const CollectiveError& error) {
-    // Every rank has this error (agreed collectively): one line, and every rank ends normally.
-    if (world->rank() == 0) std::fprintf(stderr, "partrain: error: %s\n", error.message().c_str());
-    return 1;
-  } catch (const Error& error) {
-    if (training_started && world->size() > 1) {
-      // Past setup an error may be one rank's alone (a damaged file, a full disk) while the others
-      // wait in a collective: say which rank and end them all.
-      std::fprintf(stderr, "partrain: error on rank %d: %s\n", world->rank(), error.message().c_str());
-      std::fflush(stderr);
-      comm::MpiSession::abort(1);
-    }
-    // Errors every rank meets alike (config, data, plan) are printed once; errors of one rank abort all.
-    if (world->rank() == 0) std::fprintf(stderr, "partrain: error: %s\n", error.message().c_str());
-    return 1;
-  }
+  return run_on_every_rank(
+      [&](comm::Communicator& world, bool& training_started) { return train(arguments, world, training_started); });
 }
 
 }  // namespace partrain::app

@@ -230,6 +230,7 @@ std::string read_string_attribute(hid_t file, const char* name, const std::strin
   if (H5Tis_variable_str(type.get()) > 0) {
     Hdf5Handle memory_type(H5Tcopy(H5T_C_S1));
     H5Tset_size(memory_type.get(), H5T_VARIABLE);
+    H5Tset_cset(memory_type.get(), H5Tget_cset(type.get()));  // UTF-8 as h5py writes, or ASCII
     char* text = nullptr;
     PARTRAIN_CHECK(H5Aread(attribute.get(), memory_type.get(), &text) >= 0,
                    with_detail(path + ": cannot read attribute '" + name + "'"));

@@ -116,6 +116,12 @@ bool Hdf5File::has_dataset(const std::string& name) const {
   return dataset.valid();
 }
 
+bool Hdf5File::has_group(const std::string& name) const {
+  if (name.empty() || H5Lexists(handle_.get(), name.c_str(), H5P_DEFAULT) <= 0) return false;
+  H5O_info_t object;
+  return H5Oget_info_by_name(handle_.get(), name.c_str(), &object, H5P_DEFAULT) >= 0 && object.type == H5O_TYPE_GROUP;
+}
+
 Hdf5Handle Hdf5File::open_dataset(const std::string& name) const {
   PARTRAIN_CHECK(has_dataset(name), "HDF5 file '" << path_ << "' has no dataset '" << name << "'");
   Hdf5Handle dataset(H5Dopen2(handle_.get(), name.c_str(), H5P_DEFAULT));

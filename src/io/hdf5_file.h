@@ -47,6 +47,8 @@ class Hdf5File {
 
   const std::string& path() const { return path_; }
   bool has_dataset(const std::string& name) const;
+  /// Whether the top-level name `name` ("batch") is a group of the file.
+  bool has_group(const std::string& name) const;
   /// Names (relative to `group`) of the datasets directly inside `group`, sorted. Throws
   /// partrain::Error naming the file when the group does not exist.
   std::vector<std::string> dataset_names(const std::string& group) const;

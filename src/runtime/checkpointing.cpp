@@ -40,6 +40,12 @@ std::vector<std::string> required_checkpoint_tensors(const Graph& graph, const s
   return names;
 }
 
+std::vector<std::string> required_model_tensors(const Graph& graph) {
+  std::vector<std::string> names;
+  for (int value : saved_values(graph)) names.push_back("model/" + graph.value(value).name);
+  return names;
+}
+
 std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const Plan& plan,
                                                      const PipelineExecutor& executor) {
   const std::map<int, int> writer = writer_stages(graph, plan);
@@ -83,7 +89,8 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
   return tensors;
 }
 
-void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, PipelineExecutor& executor) {
+void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, PipelineExecutor& executor,
+                        bool optimizer_state) {
   auto tensor = [&](const std::string& name, const Shape& shape) -> const Tensor& {
     auto found = checkpoint.tensors.find(name);
     PARTRAIN_CHECK(found != checkpoint.tensors.end(), checkpoint.path << ": dataset /" << name << " is missing");
@@ -99,10 +106,10 @@ void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, Pi
     // Whole tensors in the file; a tensor-parallel rank takes its part.
     auto part = [&](const std::string& name) { return shard_of(tensor(name, whole_shape(v)), v.sharding, tensor_rank); };
     executor.backend().copy(live, part("model/" + v.name));
-    if (v.kind != ValueKind::Param) continue;
-    std::vector<Tensor> optimizer_state;
-    for (const std::string& state : states) optimizer_state.push_back(part("optim/" + v.name + "/" + state));
-    executor.restore_optimizer_state(value, optimizer_state,
+    if (v.kind != ValueKind::Param || !optimizer_state) continue;
+    std::vector<Tensor> saved_state;
+    for (const std::string& state : states) saved_state.push_back(part("optim/" + v.name + "/" + state));
+    executor.restore_optimizer_state(value, saved_state,
                                      static_cast<std::int64_t>(tensor("optim/" + v.name + "/step", {1}).data<float>()[0]));
   }
   executor.refresh_working_parameters();

@@ -21,9 +21,15 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
 /// Names every checkpoint of this model must hold for `optimizer` ("adamw" / "sgd" with momentum > 0).
 std::vector<std::string> required_checkpoint_tensors(const Graph& graph, const std::vector<std::string>& optimizer_states);
 
-/// Copies this rank's parameters, buffers and optimizer state (values and step counts) from
-/// `checkpoint`. Throws partrain::Error naming the checkpoint and the tensor when one is missing or
-/// has another shape.
-void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, PipelineExecutor& executor);
+/// Names every checkpoint of this model holds whatever the optimizer: /model/<name> of every
+/// parameter and buffer (what evaluation, and a resume from an imported checkpoint, need).
+std::vector<std::string> required_model_tensors(const Graph& graph);
+
+/// Copies this rank's parameters and buffers and, when `optimizer_state`, its optimizer state
+/// (values and step counts) from `checkpoint`; without it the optimizer keeps its fresh state.
+/// Throws partrain::Error naming the checkpoint and the tensor when one is missing or has another
+/// shape.
+void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, PipelineExecutor& executor,
+                        bool optimizer_state = true);
 
 }  // namespace partrain::runtime

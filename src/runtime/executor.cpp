@@ -303,6 +303,9 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
                       to_host(values.at(program_.loss), backend_).to_float_vector().at(0);
         }
       }
+      if (evaluation_ != nullptr)
+        for (const auto& [term, task] : evaluation_terms_)
+          accumulate_loss_term(graph_, task, state.values, backend_, evaluation_top1_, evaluation_->terms[term]);
       if (action.recomputed) {  // keep only what the recomputation starts from
         TensorMap kept;
         for (int value : state.kept) kept[value] = state.values.at(value);
@@ -388,7 +391,17 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
   }
 }
 
-double PipelineExecutor::evaluate(const io::BatchSource& heldout, std::int64_t batches) {
+EvaluationResult PipelineExecutor::evaluate(const io::BatchSource& heldout, std::int64_t batches, bool top1) {
+  // Every rank lists the same terms in the same order; each accumulates those its stage computes.
+  EvaluationResult result;
+  evaluation_terms_.clear();
+  const std::vector<int> term_tasks = loss_term_tasks(graph_);
+  for (std::size_t term = 0; term < term_tasks.size(); ++term) {
+    result.terms.push_back({graph_.task(term_tasks[term]).name});
+    const std::vector<int>& tasks = program_.subgraph.tasks;  // the t ranks of a group share one loss
+    if (placement_.tensor_rank == 0 && std::find(tasks.begin(), tasks.end(), term_tasks[term]) != tasks.end())
+      evaluation_terms_.emplace_back(static_cast<int>(term), term_tasks[term]);
+  }
   // Each replica updated its BatchNorm running statistics from its own samples (as DDP without
   // SyncBatchNorm): evaluate every replica with their mean, so all replicas normalise alike.
   if (stage_group_->size() > 1 && !program_.buffers.empty()) {
@@ -399,7 +412,14 @@ double PipelineExecutor::evaluate(const io::BatchSource& heldout, std::int64_t b
   }
   active_data_ = &heldout;
   training_ = false;
-  double loss_sum = 0;
+  evaluation_ = &result;
+  evaluation_top1_ = top1;
+  const auto restore = [this] {
+    active_data_ = &data_;
+    training_ = true;
+    evaluation_ = nullptr;
+  };
+  double loss_sum = 0;  // the training loss's per-piece weighting: not what evaluation reports
   try {
     for (std::int64_t batch = 0; batch < batches; ++batch) {
       std::vector<MicrobatchState> microbatches(plan_.microbatches);
@@ -408,13 +428,17 @@ double PipelineExecutor::evaluate(const io::BatchSource& heldout, std::int64_t b
       comm::wait_all(pending);
     }
   } catch (...) {
-    active_data_ = &data_;
-    training_ = true;
+    restore();
     throw;
   }
-  active_data_ = &data_;
-  training_ = true;
-  return world_.all_reduce_scalar(loss_sum) / static_cast<double>(std::max<std::int64_t>(1, batches));
+  restore();
+  for (LossTerm& term : result.terms) {  // the same order on every rank
+    term.loss_sum = world_.all_reduce_scalar(term.loss_sum);
+    term.count = world_.all_reduce_scalar(term.count);
+    term.correct = world_.all_reduce_scalar(term.correct);
+  }
+  result.samples = batches * plan_.global_batch;
+  return result;
 }
 
 StepResult PipelineExecutor::train_step(std::int64_t step) {

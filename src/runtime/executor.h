@@ -24,6 +24,7 @@
 #include "graph/interpreter.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"
+#include "runtime/evaluation.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/optimizer.h"
 #include "runtime/runtime_options.h"
@@ -59,11 +60,14 @@ class PipelineExecutor {
   /// Runs optimizer step `step` (0-based) on samples [step · B, (step + 1) · B) of the data stream.
   StepResult train_step(std::int64_t step);
 
-  /// Mean loss over `batches` global batches of `heldout` (samples [0, batches · B)), forward only in
+  /// Evaluates `batches` global batches of `heldout` (samples [0, batches · B)) forward only in
   /// evaluation mode (no dropout, BatchNorm running statistics), through the same pipeline and
-  /// sample pieces as training. Replicated stages first average their BatchNorm running statistics
-  /// over the stage's data-parallel group. Collective over the world; the same value on every rank.
-  double evaluate(const io::BatchSource& heldout, std::int64_t batches);
+  /// sample pieces as training: every cross-entropy term of the loss as a sum and a count over all
+  /// pieces (so the result does not depend on the plan) and, with `top1`, the positions whose
+  /// logits' arg max is the label. Replicated stages first average their BatchNorm running
+  /// statistics over the stage's data-parallel group. Collective over the world; the same result on
+  /// every rank. Throws partrain::Error when the model's loss is not a sum of cross-entropies.
+  EvaluationResult evaluate(const io::BatchSource& heldout, std::int64_t batches, bool top1 = false);
 
   /// This rank's parameters and buffers by value id (current values, f32 master copies on the
   /// backend's device; shared storage).
@@ -116,6 +120,9 @@ class PipelineExecutor {
   std::vector<Action> actions_;
   std::vector<Action> evaluation_actions_;      // the forward part of actions_
   const io::BatchSource* active_data_ = nullptr;  // training or held-out data of the running pass
+  EvaluationResult* evaluation_ = nullptr;        // what the running evaluation accumulates into
+  std::vector<std::pair<int, int>> evaluation_terms_;  // (index in evaluation_->terms, task) of this stage
+  bool evaluation_top1_ = false;
   bool training_ = true;
   std::unordered_map<int, Tensor> state_;       // params and buffers (f32 masters)
   std::unordered_map<int, Tensor> working_;     // what forward/backward read: bf16 params under mixed precision

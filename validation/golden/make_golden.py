@@ -31,6 +31,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+from hf_models import build_model  # noqa: E402  (validation/hf_models.py: the library models)
 VENV = os.path.join(HERE, ".venv")
 STEPS = 3
 
@@ -81,45 +83,6 @@ def read_group(h5, group):
     out = {}
     h5[group].visititems(lambda name, obj: out.__setitem__(name, obj[()]) if hasattr(obj, "shape") else None)
     return out
-
-
-def build_model(model, config):
-    """The library model for partrain's [model] section (a dict from its TOML)."""
-    import torch
-    m = config["model"]
-    if model == "bert":
-        from transformers import BertConfig, BertForPreTraining
-        cfg = BertConfig(vocab_size=m["vocab"], hidden_size=m["hidden"], num_hidden_layers=m["layers"],
-                         num_attention_heads=m["heads"], intermediate_size=m.get("intermediate", 4 * m["hidden"]),
-                         hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                         max_position_embeddings=m["max_position"], type_vocab_size=m["type_vocab"],
-                         layer_norm_eps=1e-12, tie_word_embeddings=True)
-        cfg._attn_implementation = "eager"
-        return BertForPreTraining(cfg)
-    if model == "gpt":
-        from transformers import GPT2Config, GPT2LMHeadModel
-        cfg = GPT2Config(vocab_size=m["vocab"], n_embd=m["hidden"], n_layer=m["layers"], n_head=m["heads"],
-                         n_positions=m["max_position"], n_inner=None, activation_function="gelu_new",
-                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
-                         tie_word_embeddings=True)
-        cfg._attn_implementation = "eager"
-        return GPT2LMHeadModel(cfg)
-    # torchvision's ResNet and BasicBlock (resnet18: [2, 2, 2, 2]) with resnet18's stem and stage
-    # layout at base width `w` (torchvision fixes 64) and `channels` input channels.
-    from torch import nn
-    from torchvision.models.resnet import BasicBlock, ResNet
-    assert m["depth"] == 18
-    w, classes = m["base_width"] * m.get("width_factor", 1), m["classes"]
-    net = ResNet(BasicBlock, [2, 2, 2, 2], num_classes=classes)
-    net.inplanes = w
-    net.conv1 = nn.Conv2d(m["channels"], w, kernel_size=7, stride=2, padding=3, bias=False)
-    net.bn1 = nn.BatchNorm2d(w)
-    net.layer1 = net._make_layer(BasicBlock, w, 2)
-    net.layer2 = net._make_layer(BasicBlock, 2 * w, 2, stride=2)
-    net.layer3 = net._make_layer(BasicBlock, 4 * w, 2, stride=2)
-    net.layer4 = net._make_layer(BasicBlock, 8 * w, 2, stride=2)
-    net.fc = nn.Linear(8 * w, classes)
-    return net
 
 
 def load_partrain_state(net, initial):

@@ -1,0 +1,170 @@
+// partrain eval: a checkpoint on held-out data. Every rank reads the experiment file and builds the
+// graph; rank 0 plans (on the analytic cost model: evaluating takes less time than profiling) or
+// loads --plan, for whatever world size runs; every rank restores its stage's parameters from the
+// checkpoint (any plan: tensors are stored whole) and runs the forward part of the schedule in
+// evaluation mode over the data; rank 0 prints eval_loss, perplexity (language models) or accuracy
+// (image classifiers), and the number of samples.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/checkpoint_resume.h"
+#include "app/collective_decision.h"
+#include "app/commands.h"
+#include "app/mpi_command.h"
+#include "app/plan_agreement.h"
+#include "app/planning.h"
+#include "comm/device_communicator.h"
+#include "comm/mpi_communicator.h"
+#include "core/backend_registry.h"
+#include "core/error.h"
+#include "io/batch_file.h"
+#include "io/batch_source.h"
+#include "io/checkpoint.h"
+#include "io/config.h"
+#include "io/hdf5_file.h"
+#include "models/model.h"
+#include "runtime/checkpointing.h"
+#include "runtime/executor.h"
+
+namespace partrain::app {
+namespace {
+
+// Requests refused before any work, looked at on rank 0: a --resume or --plan file that is not
+// there, a --data file that is not readable.
+void check_eval_request(const EvalArguments& arguments, comm::Communicator& world) {
+  decide_on_rank0(world, [&] {
+    PARTRAIN_CHECK(arguments.resume == "latest" || readable_file(arguments.resume),
+                   "--resume " << arguments.resume
+                               << ": no such readable checkpoint file (give a step_NNNNNN.h5 or latest)");
+    PARTRAIN_CHECK(arguments.plan_file.empty() || readable_file(arguments.plan_file),
+                   "--plan " << arguments.plan_file << ": no such readable plan file");
+    PARTRAIN_CHECK(arguments.data.empty() || readable_file(arguments.data),
+                   "--data " << arguments.data << ": no such readable file");
+    return std::string();
+  });
+}
+
+// Rank 0 checks that `checkpoint` holds the model of `config`: every parameter and buffer under its
+// name and shape (from the file's index, without reading the data).
+void check_checkpoint_model(const std::string& checkpoint, const ExperimentConfig& config, const Graph& graph,
+                            comm::Communicator& world) {
+  decide_on_rank0(world, [&] {
+    const io::CheckpointSummary summary = io::summarize_checkpoint(checkpoint);
+    for (const std::string& name : runtime::required_model_tensors(graph)) {
+      const Value& value = graph.value(graph.value_id(name.substr(std::string("model/").size())));
+      auto found = std::find_if(summary.tensors.begin(), summary.tensors.end(),
+                                [&](const auto& tensor) { return tensor.first == name; });
+      PARTRAIN_CHECK(found != summary.tensors.end(), checkpoint << ": dataset /" << name
+                                                                << " is missing (a checkpoint of another model than "
+                                                                << config.path << "?)");
+      PARTRAIN_CHECK(found->second == value.type.shape,
+                     checkpoint << ": dataset /" << name << " has shape " << shape_string(found->second)
+                                << ", the model of " << config.path << " needs " << shape_string(value.type.shape)
+                                << " (evaluate with the settings it was trained with: its attribute config_toml "
+                                   "holds them)");
+    }
+    return std::string();
+  });
+}
+
+// The samples to evaluate: `path` empty: the held-out split of the config's data; a batch file
+// (a /batch group): its rows in order; else a data/prepare.sh data set: its held-out split.
+std::unique_ptr<io::BatchSource> evaluation_data(const ExperimentConfig& config, const Graph& graph,
+                                                 const std::string& path) {
+  if (path.empty()) return io::make_batch_source(config, true);
+  if (io::is_batch_file(path)) {
+    std::vector<io::BatchField> fields;
+    for (const Value& value : graph.values()) {
+      if (value.kind != ValueKind::Input && value.kind != ValueKind::Label) continue;
+      const Shape& shape = value.type.shape;
+      fields.push_back({value.name, Shape(shape.begin() + (has_batch_dim(shape) ? 1 : 0), shape.end()), value.type.dtype});
+    }
+    return std::make_unique<io::BatchFile>(path, fields);
+  }
+  ExperimentConfig with_data = config;
+  with_data.data.path = path;
+  return io::make_batch_source(with_data, true);
+}
+
+// The number of global batches: --batches (at most what the data holds), or every whole batch.
+std::int64_t evaluation_batches(const io::BatchSource& data, const ExperimentConfig& config, bool batch_file,
+                                long requested) {
+  const std::int64_t batch = config.train.global_batch, available = data.samples_per_epoch();
+  const std::string what = data.path() + (batch_file ? "" : "'s held-out split");
+  PARTRAIN_CHECK(available >= batch, what << " holds " << available << " samples, fewer than one global batch of "
+                                          << batch << " ([train] global_batch in " << config.path << ")");
+  if (requested == 0) return available / batch;
+  PARTRAIN_CHECK(requested * batch <= available,
+                 "--batches " << requested << " needs " << requested * batch << " samples (global batch " << batch
+                              << "), but " << what << " holds " << available << ": at most --batches "
+                              << available / batch);
+  return requested;
+}
+
+int evaluate(const EvalArguments& arguments, comm::Communicator& world, bool& diverged) {
+  const bool leader = world.rank() == 0;
+  const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
+  check_eval_request(arguments, world);
+  const Graph model = build_model(config.model);
+  const std::string checkpoint = resume_path(arguments.resume, checkpoint_directory(config), world);
+  check_checkpoint_model(checkpoint, config, model, world);
+  const std::unique_ptr<io::BatchSource> data = evaluation_data(config, model, arguments.data);
+  const bool batch_file = dynamic_cast<const io::BatchFile*>(data.get()) != nullptr;
+  const std::int64_t batches = evaluation_batches(*data, config, batch_file, arguments.batches);
+  Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
+  const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
+  comm::Communicator& run_world = device_world ? *device_world : world;
+  // The graph the plan indexes: the model's, or one tensor-parallel rank's part of it.
+  const Graph graph = planned_graph(config, agreed_tensor_parallel(config, arguments.plan_file, world));
+  const Plan plan = agree_on_plan(config, graph, arguments.plan_file, false, world, run_world, backend);
+
+  runtime::PipelineExecutor executor(
+      graph, plan, run_world, backend, *data,
+      initial_values(config, model, graph, plan.placement_of(world.rank()).tensor_rank),
+      runtime_options(config.train));
+  // Every rank reads the same file: an error there is every rank's (printed once).
+  const std::int64_t step = resume_from(checkpoint, graph, executor, world, RestoreScope::Model);
+  diverged = true;
+  if (leader && !arguments.save_batches.empty()) {
+    io::Hdf5File file = io::Hdf5File::create(arguments.save_batches);
+    file.write_string_attribute("/", "config", config.text);
+    io::write_batches(file, data->samples(0, batches * config.train.global_batch));
+    std::printf("eval: wrote the %lld samples to %s\n", static_cast<long long>(batches * config.train.global_batch),
+                arguments.save_batches.c_str());
+  }
+  if (leader) {
+    std::printf("eval: step %lld of %s on %s (%s): %lld batches of %lld; %d ranks, %zu stages, tensor parallel %d, "
+                "%d microbatches\n",
+                static_cast<long long>(step), checkpoint.c_str(), data->path().c_str(),
+                batch_file ? "batch file" : "held-out split", static_cast<long long>(batches),
+                static_cast<long long>(config.train.global_batch), world.size(), plan.stages.size(),
+                plan.tensor_parallel, plan.microbatches);
+    std::fflush(stdout);
+  }
+  const bool classifier = config.model.type == "resnet";
+  const runtime::EvaluationResult result = executor.evaluate(*data, batches, classifier);
+  if (!leader) return 0;
+  std::printf("eval_loss: %.9g\n", result.loss());
+  if (result.terms.size() > 1)
+    for (const runtime::LossTerm& term : result.terms)
+      std::printf("eval_loss %s: %.9g over %.0f positions\n", term.name.c_str(), term.mean(), term.count);
+  if (classifier)
+    std::printf("accuracy: %.6f\n", result.terms.front().accuracy());
+  else
+    std::printf("perplexity: %.9g\n", std::exp(result.loss()));
+  std::printf("samples: %lld\n", static_cast<long long>(result.samples));
+  return 0;
+}
+
+}  // namespace
+
+int run_eval(const EvalArguments& arguments) {
+  return run_on_every_rank(
+      [&](comm::Communicator& world, bool& diverged) { return evaluate(arguments, world, diverged); });
+}
+
+}  // namespace partrain::app

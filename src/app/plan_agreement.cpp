@@ -1,0 +1,138 @@
+// Agreeing on a plan (DESIGN.md "Data flow"): distributed profiling of the layers over every rank,
+// then rank 0 plans (or loads a saved plan) and broadcasts it. What `partrain train` and `partrain
+// eval` share, so both run a checkpoint under plans made the same way.
+#include "app/plan_agreement.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <omp.h>
+
+#include "app/collective_decision.h"
+#include "app/optimizer_profile.h"
+#include "app/planning.h"
+#include "comm/mpi_communicator.h"
+#include "core/backend_registry.h"
+#include "core/error.h"
+#include "io/progress_bar.h"
+#include "partition/calibrated_cost_model.h"
+#include "partition/planner.h"
+#include "profile/communication_profile.h"
+#include "profile/distributed_profiler.h"
+
+namespace partrain::app {
+namespace {
+
+// The ProfileDB backend key: what changes a measurement. One GPU model's measurements are not
+// reused on another; on the CPU the ranks of a node share its cores, so the key holds how many ranks
+// run per node and with how many threads each (a cache measured by 4 ranks on 2 cores would price a
+// 2-rank plan at oversubscribed speed). Collective over MPI_COMM_WORLD.
+std::string profile_backend_name(const Backend& backend) {
+  const int ranks_per_node = comm::MpiCommunicator::node_local_size();
+  if (!backend.device().is_cpu()) return "cuda:" + gpu_backend()->device_name(backend.device().index);
+  return "cpu-" + std::to_string(ranks_per_node) + "ranks-" + std::to_string(omp_get_max_threads()) + "threads";
+}
+
+// Distributed profiling (DESIGN.md "Profiling"): rank 0 lists every layer at microbatch sizes 1, 2,
+// 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
+// every rank measures its share. Collective over `world`; returns the complete DB on every rank.
+profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& graph, comm::Communicator& world,
+                                  comm::Communicator& device_world, Backend& backend) {
+  const std::string backend_name = profile_backend_name(backend);
+  profile::ProfileDB database(graph.hash(), backend_name, config.train.precision);
+  const std::string cache = config.profile.cache_dir + "/" +
+                            profile::ProfileDB::cache_file_name(graph.hash(), database.backend(), database.dtype());
+  std::vector<profile::ProfileRequest> requests;
+  if (world.rank() == 0) {
+    if (std::filesystem::exists(cache)) {
+      try {
+        database = profile::ProfileDB::load(cache);
+      } catch (const Error& error) {  // a damaged cache is measured again, not fatal
+        std::printf("profile: ignoring %s: %s\n", cache.c_str(), error.message().c_str());
+        database = profile::ProfileDB(graph.hash(), backend_name, config.train.precision);
+      }
+    }
+    requests = partition::calibration_requests(graph, config.train.global_batch);
+  }
+  profile::ProfilerOptions options;
+  options.warmup = static_cast<int>(config.profile.warmup);
+  options.repeats = static_cast<int>(config.profile.repeats);
+  options.seed = static_cast<std::uint64_t>(config.train.seed);
+  options.mixed_precision = config.train.precision == "bf16";
+  ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
+  const profile::DistributedProfileReport report = profile::profile_distributed(
+      graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });
+  progress.finish();
+  // Point-to-point and all-reduce costs on the communicator training uses, once per cache.
+  std::string measure = "0";
+  if (world.rank() == 0) {
+    const auto& groups = database.communication().allreduce;
+    measure = world.size() > 1 && (groups.empty() || groups.rbegin()->first < world.size()) ? "1" : "0";
+  }
+  world.broadcast_bytes(measure, 0);
+  if (measure == "1") {
+    profile::CommunicationProfile communication = profile::measure_communication(device_world, backend);
+    if (world.rank() == 0) {
+      std::printf("profile: communication (%s): p2p %.1f us + %.2f GB/s; all-reduce over %d ranks %.1f us + %.2f GB/s\n",
+                  communication.communicator.c_str(), communication.within_node.latency_seconds * 1e6,
+                  communication.within_node.bytes_per_second / 1e9, communication.allreduce.rbegin()->first,
+                  communication.allreduce.rbegin()->second.latency_seconds * 1e6,
+                  communication.allreduce.rbegin()->second.bytes_per_second / 1e9);
+      database.set_communication(std::move(communication));
+    }
+  }
+  // The optimizer step's cost per parameter byte (rank 0 plans; it measures on its own device).
+  if (world.rank() == 0 && !database.optimizer_seconds_per_byte().count(config.train.optimizer)) {
+    const double seconds = measure_optimizer_seconds_per_byte(backend, config.train.optimizer,
+                                                              runtime_options(config.train).optimizer);
+    database.set_optimizer_seconds_per_byte(config.train.optimizer, seconds);
+    std::printf("profile: %s step %.3f ms per million parameters\n", config.train.optimizer.c_str(), seconds * 4e9);
+  }
+  if (world.rank() == 0) {
+    std::filesystem::create_directories(config.profile.cache_dir);
+    database.save(cache);
+    std::printf("profile: measured %zu task sets on %d ranks; %zu measurements in %s\n", report.requests.size(),
+                world.size(), database.size(), cache.c_str());
+  }
+  return database;
+}
+
+}  // namespace
+
+int agreed_tensor_parallel(const ExperimentConfig& config, const std::string& plan_file, comm::Communicator& world) {
+  if (plan_file.empty()) return static_cast<int>(config.parallel.tensor_parallel);
+  return std::stoi(decide_on_rank0(world, [&] { return std::to_string(Plan::load(plan_file).tensor_parallel); }));
+}
+
+Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const std::string& plan_file, bool profile,
+                   comm::Communicator& world, comm::Communicator& device_world, Backend& backend) {
+  const bool profiling = profile && config.profile.enabled && plan_file.empty();
+  const profile::ProfileDB database =
+      profiling ? profile_layers(config, graph, world, device_world, backend) : profile::ProfileDB();
+  const std::string text = decide_on_rank0(world, [&] {
+    Plan plan;
+    if (!plan_file.empty()) {
+      plan = Plan::load(plan_file);
+    } else {
+      PlanningSetup setup = planning_setup(config, world.size());
+      const std::unique_ptr<partition::CostModel> cost =
+          profiling ? partition::make_calibrated_cost_model(graph, database, setup.device)
+                    : partition::make_analytic_cost_model(graph, setup.device);
+      ProgressBar progress("planning (" + setup.options.planner + ")");
+      setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
+      plan = partition::make_plan(graph, *cost, setup.options);
+      progress.finish();
+    }
+    PARTRAIN_CHECK(plan.world_size == world.size(), (plan_file.empty() ? "the plan" : plan_file)
+                                                        << " is for " << plan.world_size << " ranks, but "
+                                                        << world.size() << " are running");
+    if (!plan_file.empty()) check_plan_matches_config(plan, config, plan_file);
+    plan.validate(graph);
+    return plan.to_json().dump();
+  });
+  return Plan::from_json(nlohmann::json::parse(text), "broadcast plan");
+}
+
+}  // namespace partrain::app
