@@ -1,6 +1,7 @@
 #include "app/mpi_command.h"
 
 #include <cstdio>
+#include <exception>
 #include <memory>
 
 #include "comm/mpi_communicator.h"
@@ -29,6 +30,13 @@ int run_on_every_rank(const RankCommand& command) {
     }
     // Errors every rank meets alike (config, data, plan) are printed once; errors of one rank abort all.
     if (world->rank() == 0) std::fprintf(stderr, "partrain: error: %s\n", error.message().c_str());
+    return 1;
+  } catch (const std::exception& error) {
+    // A bug (an exception that is not a partrain::Error) on one rank: name it and end every rank
+    // rather than leave the others waiting in a collective.
+    std::fprintf(stderr, "partrain: internal error on rank %d: %s\n", world->rank(), error.what());
+    std::fflush(stderr);
+    if (world->size() > 1) comm::MpiSession::abort(1);
     return 1;
   }
 }

@@ -303,9 +303,11 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
                       to_host(values.at(program_.loss), backend_).to_float_vector().at(0);
         }
       }
-      if (evaluation_ != nullptr)
-        for (const auto& [term, task] : evaluation_terms_)
-          accumulate_loss_term(graph_, task, state.values, backend_, evaluation_top1_, evaluation_->terms[term]);
+      if (evaluation_ != nullptr)  // per loss piece: the rank's rows, or each sub-microbatch
+        for (int h = 0; h < (sub_pipelined_ ? 2 : 1); ++h)
+          for (const auto& [term, task] : evaluation_terms_)
+            accumulate_loss_term(graph_, task, sub_pipelined_ ? state.halves[h] : state.values, backend_, evaluation_top1_,
+                                 evaluation_->terms[term]);
       if (action.recomputed) {  // keep only what the recomputation starts from
         TensorMap kept;
         for (int value : state.kept) kept[value] = state.values.at(value);
