@@ -58,7 +58,7 @@ OpResults run_on(Backend& backend, OpType type, const Attributes& attributes, co
   std::vector<Tensor> outputs;
   for (const TensorType& type_of_output : infer_output_types(type, attributes, types))
     outputs.push_back(backend.empty(type_of_output.shape, type_of_output.dtype));
-  const KernelContext context{attributes, backend, check.training, check.random};
+  const KernelContext context{attributes, backend, check.training, check.random, check.tensor_parallel};
   backend.forward(type, context, inputs, outputs);
   OpResults results;
   for (const Tensor& output : outputs) results.outputs.push_back(to_host(output, backend));

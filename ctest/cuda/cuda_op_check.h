@@ -35,6 +35,9 @@ struct CudaOpCheck {
   std::vector<int> f32_inputs_in_bf16;
   /// Also compare the inputs after the forward (ops that update inputs in place: BatchNorm2d).
   bool compare_inputs_after_forward = false;
+  /// The tensor-parallel group both backends' kernels get (tensor-parallel ops); it must take host
+  /// and device tensors, and give both backends the same result for the same data.
+  TensorParallelGroup* tensor_parallel = nullptr;
 };
 
 /// Runs the comparison in fp32 and in bf16; every mismatch is a GoogleTest failure naming the op,

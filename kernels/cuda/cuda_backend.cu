@@ -81,6 +81,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
   register_cuda_attention_kernels(*this);
   register_cuda_shape_kernels(*this);
   register_cuda_convolution_kernels(*this);
+  register_cuda_tensor_parallel_kernels(*this);
 }
 
 CudaBackend::~CudaBackend() {

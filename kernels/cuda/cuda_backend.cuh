@@ -97,5 +97,6 @@ void register_cuda_softmax_kernels(Backend& backend);
 void register_cuda_attention_kernels(Backend& backend);
 void register_cuda_shape_kernels(Backend& backend);
 void register_cuda_convolution_kernels(Backend& backend);
+void register_cuda_tensor_parallel_kernels(Backend& backend);
 
 }  // namespace partrain::cuda

@@ -15,77 +15,11 @@
 #include "kernels/common/op_geometry.h"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/rows.cuh"
 
 namespace partrain::cuda {
 
 namespace {
-
-// ---------------- rows: one warp or one block each ----------------
-// kWarp: a warp per row (8 rows per 256-thread block); otherwise a block per row. Every thread of
-// a row's group runs the same iterations, so the shuffles and __syncthreads inside are uniform.
-template <bool kWarp>
-struct Rows {
-  __device__ static std::int64_t first() {
-    return kWarp ? std::int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32 : std::int64_t(blockIdx.x);
-  }
-  __device__ static std::int64_t step() {
-    return kWarp ? std::int64_t(gridDim.x) * (blockDim.x / 32) : std::int64_t(gridDim.x);
-  }
-  __device__ static int lane() { return kWarp ? int(threadIdx.x % 32) : int(threadIdx.x); }
-  __device__ static int width() { return kWarp ? 32 : int(blockDim.x); }
-  __device__ static float sum(float value, float* shared) {
-    if constexpr (kWarp) {
-      for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-      return value;
-    } else {
-      return block_sum(value, shared);
-    }
-  }
-  __device__ static float max(float value, float* shared) {
-    if constexpr (kWarp) {
-      for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-      return value;
-    } else {
-      return block_max(value, shared);
-    }
-  }
-};
-
-// Threads of a block that processes one row.
-constexpr int kRowBlockThreads = 512;
-
-struct RowLaunch {
-  bool warp = true;
-  unsigned int blocks = 1;
-  int threads = kThreadsPerBlock;
-};
-
-// Rows of up to 1024 elements get a warp (at most 32 elements per lane), longer ones a block.
-RowLaunch row_launch(std::int64_t rows, std::int64_t length) {
-  constexpr std::int64_t kMaxBlocks = std::int64_t(1) << 20;  // the grid-stride loops do the rest
-  RowLaunch launch;
-  if (length <= 1024) {
-    launch.warp = true;
-    launch.threads = kThreadsPerBlock;
-    const std::int64_t rows_per_block = kThreadsPerBlock / 32;
-    launch.blocks = static_cast<unsigned int>(
-        std::clamp<std::int64_t>((rows + rows_per_block - 1) / rows_per_block, 1, kMaxBlocks));
-  } else {
-    launch.warp = false;
-    launch.threads = kRowBlockThreads;
-    launch.blocks = static_cast<unsigned int>(std::clamp<std::int64_t>(rows, 1, kMaxBlocks));
-  }
-  return launch;
-}
-
-// Calls function(std::bool_constant<warp>{}) for the launch's row grouping.
-template <typename Function>
-void dispatch_rows(const RowLaunch& launch, Function&& function) {
-  if (launch.warp)
-    function(std::true_type{});
-  else
-    function(std::false_type{});
-}
 
 // ---------------- Softmax ----------------
 constexpr int kMaxMaskDims = 8;
@@ -252,18 +186,6 @@ void dispatch_labels(DType dtype, Function&& function) {
     default:
       PARTRAIN_FAIL("SoftmaxCrossEntropy labels must be i32 or i64, got " << dtype_name(dtype));
   }
-}
-
-__device__ inline double block_sum_double(double value, double* shared) {
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();
-  if (lane == 0) shared[warp] = value;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) / 32;
-  value = lane < warps ? shared[lane] : 0.0;
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;
 }
 
 // Per-row loss log Σ exp(z) − z[label] (0 for ignored rows and for out-of-range labels, which
