@@ -1,6 +1,7 @@
 #include "core/backend.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 namespace partrain {
@@ -30,6 +31,31 @@ void narrow_into(Backend& backend, std::span<const Tensor> targets, std::span<co
 }
 }  // namespace
 
+namespace {
+// The widened (fp32) copies of a bf16 op are rounded back right after its kernel returns, so an
+// all-reduce the kernel would defer (sub-pipelined TMP) must finish inside it.
+class CompletingGroup final : public TensorParallelGroup {
+ public:
+  explicit CompletingGroup(TensorParallelGroup& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void all_reduce(const Tensor& tensor, Reduction reduction) override { inner_.all_reduce(tensor, reduction); }
+
+ private:
+  TensorParallelGroup& inner_;
+};
+
+struct WidenedContext {
+  std::optional<CompletingGroup> group;
+  KernelContext context;
+  explicit WidenedContext(const KernelContext& original) : context(original) {
+    if (original.tensor_parallel == nullptr) return;
+    group.emplace(*original.tensor_parallel);
+    context.tensor_parallel = &*group;
+  }
+};
+}  // namespace
+
 void Backend::forward(OpType type, const KernelContext& context, std::span<const Tensor> inputs,
                       std::span<const Tensor> outputs) const {
   const OpKernels& op = kernels(type);
@@ -39,7 +65,8 @@ void Backend::forward(OpType type, const KernelContext& context, std::span<const
   Backend& self = context.backend;
   const std::vector<Tensor> wide_inputs = widened(self, inputs, true);
   const std::vector<Tensor> wide_outputs = widened(self, outputs, false);
-  op.forward(context, wide_inputs, wide_outputs);
+  const WidenedContext widened_context(context);
+  op.forward(widened_context.context, wide_inputs, wide_outputs);
   // Ops that update an input in place (BatchNorm2d running statistics) write the widened copy.
   narrow_into(self, inputs, wide_inputs);
   narrow_into(self, outputs, wide_outputs);
@@ -54,8 +81,9 @@ void Backend::backward(OpType type, const KernelContext& context, std::span<cons
     return op.backward(context, inputs, outputs, output_grads, input_grads);
   Backend& self = context.backend;
   const std::vector<Tensor> wide_input_grads = widened(self, input_grads, false);
-  op.backward(context, widened(self, inputs, true), widened(self, outputs, true), widened(self, output_grads, true),
-              wide_input_grads);
+  const WidenedContext widened_context(context);
+  op.backward(widened_context.context, widened(self, inputs, true), widened(self, outputs, true),
+              widened(self, output_grads, true), wide_input_grads);
   narrow_into(self, input_grads, wide_input_grads);
 }
 
