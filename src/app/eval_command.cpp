@@ -118,9 +118,9 @@ int evaluate(const EvalArguments& arguments, comm::Communicator& world, bool& di
   Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
   const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
   comm::Communicator& run_world = device_world ? *device_world : world;
+  const Plan plan = agree_on_plan(config, model, arguments.plan_file, false, world, run_world, backend);
   // The graph the plan indexes: the model's, or one tensor-parallel rank's part of it.
-  const Graph graph = planned_graph(config, agreed_tensor_parallel(config, arguments.plan_file, world));
-  const Plan plan = agree_on_plan(config, graph, arguments.plan_file, false, world, run_world, backend);
+  const Graph graph = planned_graph(config, plan.tensor_parallel);
 
   runtime::PipelineExecutor executor(
       graph, plan, run_world, backend, *data,

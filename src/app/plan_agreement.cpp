@@ -5,8 +5,10 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <omp.h>
 
@@ -16,6 +18,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/backend_registry.h"
 #include "core/error.h"
+#include "graph/tensor_parallel.h"
 #include "io/progress_bar.h"
 #include "partition/calibrated_cost_model.h"
 #include "partition/planner.h"
@@ -101,35 +104,46 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
 
 }  // namespace
 
-int agreed_tensor_parallel(const ExperimentConfig& config, const std::string& plan_file, comm::Communicator& world) {
-  if (plan_file.empty()) return static_cast<int>(config.parallel.tensor_parallel);
-  return std::stoi(decide_on_rank0(world, [&] { return std::to_string(Plan::load(plan_file).tensor_parallel); }));
-}
-
-Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const std::string& plan_file, bool profile,
+Plan agree_on_plan(const ExperimentConfig& config, const Graph& model, const std::string& plan_file, bool profile,
                    comm::Communicator& world, comm::Communicator& device_world, Backend& backend) {
   const bool profiling = profile && config.profile.enabled && plan_file.empty();
-  const profile::ProfileDB database =
-      profiling ? profile_layers(config, graph, world, device_world, backend) : profile::ProfileDB();
+  // The graphs the planner may choose among, each with its measurements (the same list on every
+  // rank, so the collective profiling matches up).
+  std::vector<std::unique_ptr<Graph>> graphs;
+  std::map<std::uint64_t, profile::ProfileDB> databases;
+  if (profiling) {
+    const PlanningSetup setup = planning_setup(config, world.size());
+    check_tensor_parallel(config, setup.options.tensor_parallel);
+    for (int t : partition::tensor_parallel_candidates(model, setup.device, setup.options)) {
+      graphs.push_back(std::make_unique<Graph>(t == 1 ? model : tensor_parallel_graph(model, t)));
+      const Graph& graph = *graphs.back();
+      databases.emplace(graph.hash(), profile_layers(config, graph, world, device_world, backend));
+    }
+  }
   const std::string text = decide_on_rank0(world, [&] {
     Plan plan;
     if (!plan_file.empty()) {
       plan = Plan::load(plan_file);
     } else {
       PlanningSetup setup = planning_setup(config, world.size());
-      const std::unique_ptr<partition::CostModel> cost =
-          profiling ? partition::make_calibrated_cost_model(graph, database, setup.device)
-                    : partition::make_analytic_cost_model(graph, setup.device);
+      const partition::CostModelFactory costs = [&](const Graph& graph) -> std::unique_ptr<partition::CostModel> {
+        if (!profiling) return partition::make_analytic_cost_model(graph, setup.device, setup.options.mixed_precision);
+        auto found = databases.find(graph.hash());
+        PARTRAIN_CHECK(found != databases.end(), "internal: a graph the planner tries was not profiled");
+        return partition::make_calibrated_cost_model(graph, found->second, setup.device);
+      };
       ProgressBar progress("planning (" + setup.options.planner + ")");
       setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
-      plan = partition::make_plan(graph, *cost, setup.options);
+      const partition::ThreeDimensionalPlan result = plan_experiment(config, model, setup, costs);
       progress.finish();
+      if (result.candidates.size() > 1) std::fputs(format_layout_candidates(result).c_str(), stdout);
+      plan = result.plan;
     }
     PARTRAIN_CHECK(plan.world_size == world.size(), (plan_file.empty() ? "the plan" : plan_file)
                                                         << " is for " << plan.world_size << " ranks, but "
                                                         << world.size() << " are running");
     if (!plan_file.empty()) check_plan_matches_config(plan, config, plan_file);
-    plan.validate(graph);
+    plan.validate(planned_graph(config, plan.tensor_parallel));
     return plan.to_json().dump();
   });
   return Plan::from_json(nlohmann::json::parse(text), "broadcast plan");

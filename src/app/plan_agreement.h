@@ -11,18 +11,16 @@
 
 namespace partrain::app {
 
-/// The tensor-parallel degree the agreed plan will have: a saved plan's (read on rank 0) when
-/// `plan_file` is given, else [parallel] tensor_parallel. Its graph is planned_graph(config, degree).
-/// Collective over `world`.
-int agreed_tensor_parallel(const ExperimentConfig& config, const std::string& plan_file, comm::Communicator& world);
-
 /// Rank 0 loads `plan_file` (when non-empty; checked against `config` and the world size) or plans
-/// with [parallel] planner for world.size() ranks, on the layers profiled over every rank (when
-/// `profile` and [profile] enabled; the ProfileDB cache in [profile] cache_dir is reused and
-/// extended) or on the analytic cost model, and broadcasts the plan. A planning error on rank 0
-/// becomes the same partrain::Error on every rank. Collective over `world` (and `device_world`, the
-/// communicator training runs on, whose costs profiling measures).
-Plan agree_on_plan(const ExperimentConfig& config, const Graph& graph, const std::string& plan_file, bool profile,
+/// `model` (build_model(config.model)) in three dimensions with [parallel] planner for world.size()
+/// ranks (plan_experiment: [parallel] tensor_parallel and zero fixed or "auto"), on the layers
+/// profiled over every rank (when `profile` and [profile] enabled: the graph of every tensor-parallel
+/// degree the planner may choose is profiled; the ProfileDB cache in [profile] cache_dir is reused
+/// and extended) or on the analytic cost model, and broadcasts the plan. The plan's stages index
+/// planned_graph(config, plan.tensor_parallel). A planning error on rank 0 becomes the same
+/// partrain::Error on every rank. Collective over `world` (and `device_world`, the communicator
+/// training runs on, whose costs profiling measures).
+Plan agree_on_plan(const ExperimentConfig& config, const Graph& model, const std::string& plan_file, bool profile,
                    comm::Communicator& world, comm::Communicator& device_world, Backend& backend);
 
 }  // namespace partrain::app

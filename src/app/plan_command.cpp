@@ -74,28 +74,32 @@ int run_config_plan(const PlanArguments& arguments) {
   app::PlanningSetup setup = planning_setup(config, static_cast<int>(world_size), device_memory, arguments.planner);
   if (arguments.max_ideals > 0) setup.options.max_ideals = static_cast<std::size_t>(arguments.max_ideals);
 
-  const Graph graph = planned_graph(config, setup.options.tensor_parallel);
+  const Graph model = build_model(config.model);
   std::unique_ptr<profile::ProfileDB> database;
-  std::unique_ptr<partition::CostModel> cost;
-  if (arguments.profile_db.empty()) {
-    cost = partition::make_analytic_cost_model(graph, setup.device);
-  } else {
+  if (!arguments.profile_db.empty())
     database = std::make_unique<profile::ProfileDB>(profile::ProfileDB::load(arguments.profile_db));
-    cost = partition::make_calibrated_cost_model(graph, *database, setup.device);
-  }
+  // The cost model of each graph the planner tries (the model, or a tensor_parallel_graph of it): a
+  // saved ProfileDB holds one graph's measurements, so with one only that graph can be planned.
+  const partition::CostModelFactory costs = [&](const Graph& graph) -> std::unique_ptr<partition::CostModel> {
+    if (!database) return partition::make_analytic_cost_model(graph, setup.device, setup.options.mixed_precision);
+    return partition::make_calibrated_cost_model(graph, *database, setup.device);
+  };
   std::printf("model: %s (%zu tasks, %lld parameters), global batch %lld, %ld devices of %.2f GiB\n",
-              config.path.c_str(), graph.tasks().size(), static_cast<long long>(build_model(config.model).parameter_count()),
+              config.path.c_str(), model.tasks().size(), static_cast<long long>(model.parameter_count()),
               static_cast<long long>(config.train.global_batch), world_size, setup.device.memory_bytes / (1ull << 30));
   std::fflush(stdout);
 
   ProgressBar progress("planning (" + setup.options.planner + ")");
   setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
   const auto start = std::chrono::steady_clock::now();
-  const Plan plan = partition::make_plan(graph, *cost, setup.options);
+  const partition::ThreeDimensionalPlan result = plan_experiment(config, model, setup, costs);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   progress.finish();
+  const Plan& plan = result.plan;
 
+  if (result.candidates.size() > 1) std::fputs(format_layout_candidates(result).c_str(), stdout);
   std::fputs(format_plan_table(plan).c_str(), stdout);
+  std::fputs(format_device_throughput(plan, model, result.graph, config.parallel.device_flops).c_str(), stdout);
   if (!arguments.save.empty()) {
     plan.save(arguments.save);
     std::printf("plan saved: %s\n", arguments.save.c_str());

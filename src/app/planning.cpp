@@ -1,5 +1,8 @@
 #include "app/planning.h"
 
+#include <cstdio>
+#include <sstream>
+
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
 #include "models/model.h"
@@ -11,7 +14,8 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   PARTRAIN_CHECK(world_size > 0, "the world size must be positive, not " << world_size);
   const ParallelConfig& parallel = config.parallel;
   PlanningSetup setup;
-  setup.device.flops_per_second = parallel.device_flops;
+  setup.device.flops_per_second = parallel.device_flops * parallel.device_efficiency;
+  setup.device.link_latency = parallel.link_latency;
   setup.device.memory_bytes = device_memory_bytes > 0 ? device_memory_bytes : parallel.device_memory_bytes;
   setup.device.link_bandwidth = parallel.link_bandwidth;
   setup.device.network_bandwidth = parallel.network_bandwidth;
@@ -59,6 +63,12 @@ void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config,
 Graph planned_graph(const ExperimentConfig& config, int tensor_parallel) {
   Graph graph = build_model(config.model);
   if (tensor_parallel == 1) return graph;
+  check_tensor_parallel(config, tensor_parallel);
+  return tensor_parallel_graph(graph, tensor_parallel);
+}
+
+void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel) {
+  if (tensor_parallel <= 1) return;
   const ModelConfig& model = config.model;
   PARTRAIN_CHECK(model.type != "resnet", config.path << ": [parallel] tensor_parallel = " << tensor_parallel
                                                      << ", but a resnet has no tensor-parallel layers (only BERT and GPT "
@@ -69,7 +79,67 @@ Graph planned_graph(const ExperimentConfig& config, int tensor_parallel) {
     PARTRAIN_CHECK(size % tensor_parallel == 0,
                    config.path << ": [model] " << key << " = " << size << " is not a multiple of [parallel] tensor_parallel = "
                                << tensor_parallel << (std::string(key) == "vocab" ? " (pad the vocabulary as Megatron does)" : ""));
-  return tensor_parallel_graph(graph, tensor_parallel);
+}
+
+partition::ThreeDimensionalPlan plan_experiment(const ExperimentConfig& config, const Graph& model,
+                                                const PlanningSetup& setup, const partition::CostModelFactory& costs) {
+  check_tensor_parallel(config, setup.options.tensor_parallel);
+  return partition::make_3d_plan(model, costs, setup.options);
+}
+
+double training_flops_per_sample(const Graph& model) {
+  double flops = 0;
+  for (const Task& task : model.tasks())
+    if (!task.constant) flops += task.cost.forward_flops;
+  return 3 * flops;
+}
+
+std::string format_device_throughput(const Plan& plan, const Graph& model, const Graph& planned, double device_flops) {
+  const double samples = plan.predicted_samples_per_second();
+  if (!(samples > 0) || plan.world_size <= 0) return "";
+  const double model_flops = training_flops_per_sample(model) * samples / plan.world_size;
+  // Recomputation repeats the forward pass of the stages that recompute: their share of the
+  // (per-rank) forward FLOPs of the planned graph.
+  double all = 0, recomputed = 0;
+  for (const PlanStage& stage : plan.stages) {
+    double forward = 0;
+    for (int task : stage.tasks)
+      if (!planned.task(task).constant) forward += planned.task(task).cost.forward_flops;
+    all += forward;
+    if (stage.recompute != RecomputePolicy::None) recomputed += forward;
+  }
+  const double hardware_flops = model_flops * (1.0 + (all > 0 ? recomputed / all : 0.0) / 3.0);
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "predicted: %.1f TFLOP/s per device (MFU %.1f%% of [parallel] device_flops = %.4g TFLOP/s); %.1f "
+                "TFLOP/s with recomputation\n",
+                model_flops / 1e12, 100.0 * model_flops / device_flops, device_flops / 1e12, hardware_flops / 1e12);
+  return text;
+}
+
+std::string format_layout_candidates(const partition::ThreeDimensionalPlan& result) {
+  std::ostringstream out;
+  out << "layouts tried (tensor_parallel, zero):\n";
+  for (const partition::LayoutCandidate& candidate : result.candidates) {
+    const bool chosen = candidate.feasible && candidate.tensor_parallel == result.plan.tensor_parallel &&
+                        candidate.zero == result.plan.zero;
+    char head[64];
+    std::snprintf(head, sizeof head, "  %s t=%d zero=%d: ", chosen ? "*" : " ", candidate.tensor_parallel, candidate.zero);
+    out << head;
+    if (candidate.feasible) {
+      char text[160];
+      std::snprintf(text, sizeof text, "%.4g samples/s, %d stages x %d pipeline copies (%.2f s)", candidate.samples_per_second,
+                    candidate.stages, candidate.pipeline_copies, candidate.planning_seconds);
+      out << text;
+    } else {
+      const std::string first_line = candidate.problem.substr(0, candidate.problem.find('\n'));
+      char text[32];
+      std::snprintf(text, sizeof text, " (%.2f s)", candidate.planning_seconds);
+      out << "no plan: " << first_line << text;
+    }
+    out << "\n";
+  }
+  return out.str();
 }
 
 std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, const Graph& model, const Graph& graph,

@@ -42,6 +42,31 @@ Graph planned_graph(const ExperimentConfig& config, int tensor_parallel);
 std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, const Graph& model, const Graph& graph,
                                                int tensor_rank);
 
+/// The errors of planned_graph for a degree, without building the graph (nothing for degree ≤ 1).
+void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel);
+
+/// Plans `model` (build_model(config.model)) in three dimensions with partition::make_3d_plan:
+/// [parallel] tensor_parallel (0: the planner chooses) and zero (−1: the planner chooses) in
+/// setup.options, the cost model of each candidate graph from `costs`. A fixed degree above 1 is
+/// checked first (check_tensor_parallel: errors naming the [model] key). Throws what make_3d_plan
+/// throws, e.g. when no layout fits.
+partition::ThreeDimensionalPlan plan_experiment(const ExperimentConfig& config, const Graph& model,
+                                                const PlanningSetup& setup, const partition::CostModelFactory& costs);
+
+/// Training FLOPs of one sample of the whole model: 3 × the forward FLOPs of its batch-dependent
+/// tasks (backward ≈ 2 × forward), without recomputation.
+double training_flops_per_sample(const Graph& model);
+
+/// What the plan's prediction means per device: "predicted: X TFLOP/s per device (MFU Y % of
+/// [parallel] device_flops = Z TFLOP/s); W TFLOP/s with recomputation" — model FLOPs of `model`
+/// (the whole model) × predicted samples/s / world size; recomputation adds the forward FLOPs of the
+/// stages that recompute. Empty when the plan has no prediction.
+std::string format_device_throughput(const Plan& plan, const Graph& model, const Graph& planned, double device_flops);
+
+/// One line per layout make_3d_plan tried: t, zero, and the predicted samples/s with stages x
+/// copies, or why it does not fit (first line of the reason), and the chosen one marked.
+std::string format_layout_candidates(const partition::ThreeDimensionalPlan& result);
+
 /// The executor's run settings from the [train] section (seed, optimizer hyper-parameters, learning
 /// rate schedule, clipping). Throws partrain::Error for a bad learning-rate schedule.
 runtime::RuntimeOptions runtime_options(const TrainConfig& train);

@@ -51,14 +51,6 @@ bool is_within(const std::string& path, const std::string& directory) {
   return !relative.empty() && *relative.begin() != "..";
 }
 
-// Training FLOPs of one sample: forward FLOPs of the batch-dependent tasks × 3 (backward ≈ 2 × forward).
-double training_flops_per_sample(const Graph& graph) {
-  double flops = 0;
-  for (const Task& task : graph.tasks())
-    if (!task.constant) flops += task.cost.forward_flops;
-  return 3 * flops;
-}
-
 // Rank 0 writes `tensors` (by value id, from the first replica of each stage in pipeline copy 0:
 // the executor's parameters and buffers, or its gradients) to `path` as /<group>/<name> (f32, the
 // tensor's shape).
@@ -226,13 +218,14 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
       lock_run_directories(directory, checkpoint_directory, checkpoint_elsewhere, world);
   const std::string checkpoint_path = resume.empty() ? "" : resume_path(resume, checkpoint_directory, world);
   const Graph model = build_model(config.model);
-  const Graph graph = planned_graph(config, agreed_tensor_parallel(config, arguments.plan_file, world));
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
   // Every rank computes on its node's GPU (one per rank, NCCL between them) or on the CPU (MPI).
   Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
   const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
   comm::Communicator& run_world = device_world ? *device_world : world;
-  const Plan plan = agree_on_plan(config, graph, arguments.plan_file, true, world, run_world, backend);
+  const Plan plan = agree_on_plan(config, model, arguments.plan_file, true, world, run_world, backend);
+  // The graph the plan's stages index: the model, or its tensor_parallel_graph for the plan's degree.
+  const Graph graph = planned_graph(config, plan.tensor_parallel);
 
   PARTRAIN_CHECK(!(config.log.save_gradients && plan.zero == 1),
                  "[log] save_gradients = true (" << config.path << ") needs whole reduced gradients, which ZeRO-1 "

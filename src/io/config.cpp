@@ -269,6 +269,18 @@ void SectionReader::read_memory_size(std::string_view key, double& bytes) {
   if (bytes <= 0) fail(key, "must be positive");
 }
 
+void SectionReader::read_integer_or_auto(std::string_view key, std::int64_t& value, std::int64_t auto_value) {
+  const toml::node* node = find_key(document_, section_, key, read_keys_);
+  if (!node) return;
+  if (node->is_string()) {
+    if (node->as_string()->get() != "auto") fail(key, "must be an integer or \"auto\", not \"" + node->as_string()->get() + "\"");
+    value = auto_value;
+    return;
+  }
+  if (!node->is_integer()) fail(key, std::string("must be an integer or \"auto\", not ") + node_type_name(*node));
+  value = node->as_integer()->get();
+}
+
 void SectionReader::finish() const {
   const toml::table* table = section_table(document_, section_);
   if (!table) return;
@@ -413,12 +425,14 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("max_microbatches", config.max_microbatches);
   reader.read("max_ideals", config.max_ideals);
   reader.read("stages", config.stages);
-  reader.read("tensor_parallel", config.tensor_parallel);
-  reader.read("zero", config.zero);
+  reader.read_integer_or_auto("tensor_parallel", config.tensor_parallel, 0);
+  reader.read_integer_or_auto("zero", config.zero, -1);
   reader.read("sub_pipelined_tmp", config.sub_pipelined_tmp);
   reader.read("replicas", config.replicas);
   reader.read("boundaries", config.boundaries);
   reader.read("device_flops", config.device_flops);
+  reader.read("device_efficiency", config.device_efficiency);
+  reader.read("link_latency", config.link_latency);
   reader.read("link_bandwidth", config.link_bandwidth);
   reader.read("network_bandwidth", config.network_bandwidth);
   reader.finish();
@@ -429,10 +443,12 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   if (config.max_microbatches <= 0) reader.fail("max_microbatches", "must be positive");
   if (config.max_ideals <= 0) reader.fail("max_ideals", "must be positive");
   if (config.stages < 0) reader.fail("stages", "must not be negative (0: the planner's choice)");
-  if (config.zero != 0 && config.zero != 1) reader.fail("zero", "must be 0 or 1 (ZeRO stage 1: sharded optimizer state)");
-  if (config.tensor_parallel < 1 || config.tensor_parallel > config.devices_per_node)
+  if (config.zero < -1 || config.zero > 1)
+    reader.fail("zero", "must be 0 or 1 (ZeRO stage 1: sharded optimizer state), or \"auto\" / -1 (the planner chooses)");
+  if (config.tensor_parallel < 0 || config.tensor_parallel > config.devices_per_node)
     reader.fail("tensor_parallel", "must be between 1 and devices_per_node (" + std::to_string(config.devices_per_node) +
-                                       "): a tensor-parallel group all-reduces in every layer and stays inside a node");
+                                       "): a tensor-parallel group all-reduces in every layer and stays inside a node; "
+                                       "or \"auto\" / 0 (the planner chooses)");
   for (std::int64_t replicas : config.replicas)
     if (replicas <= 0) reader.fail("replicas", "must hold positive counts");
   if (!config.replicas.empty() && config.stages != 0 && static_cast<std::int64_t>(config.replicas.size()) != config.stages)
@@ -443,6 +459,8 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
     reader.fail("boundaries", "needs stages - 1 = " + std::to_string(config.stages - 1) + " entries, not " +
                                   std::to_string(config.boundaries.size()));
   if (config.device_flops <= 0) reader.fail("device_flops", "must be positive");
+  if (config.device_efficiency <= 0 || config.device_efficiency > 1) reader.fail("device_efficiency", "must be in (0, 1]");
+  if (config.link_latency < 0) reader.fail("link_latency", "must not be negative (seconds)");
   if (config.link_bandwidth <= 0) reader.fail("link_bandwidth", "must be positive");
   if (config.network_bandwidth <= 0) reader.fail("network_bandwidth", "must be positive");
   return config;

@@ -72,6 +72,8 @@ class SectionReader {
   void read(std::string_view key, std::vector<std::string>& value);
   /// Reads a memory size given as a string ("16GiB", see core/units.h) or a number of bytes.
   void read_memory_size(std::string_view key, double& bytes);
+  /// Reads an integer, or the string "auto" as `auto_value` (another string is an error).
+  void read_integer_or_auto(std::string_view key, std::int64_t& value, std::int64_t auto_value);
   /// Throws partrain::Error "file:line: [section] key 'key' <message>" (the section's line when
   /// the key is absent).
   [[noreturn]] void fail(std::string_view key, const std::string& message) const;
@@ -161,12 +163,16 @@ struct ParallelConfig {
   std::int64_t max_microbatches = 64;    // RaNNC Algorithm 2 doubles the microbatch count up to this
   std::int64_t max_ideals = 200000;      // ideals planner: cap on enumerated ideals
   std::int64_t stages = 0;               // uniform / merak / manual: stage count; 0: the planner's choice
-  std::int64_t tensor_parallel = 1;      // ranks of a tensor-parallel group inside each stage replica (Megatron's t)
+  std::int64_t tensor_parallel = 1;      // ranks of a tensor-parallel group inside each stage replica (Megatron's t);
+                                         // 0 ("auto"): the planner chooses among 1, 2, 4, 8 (≤ devices_per_node)
   bool sub_pipelined_tmp = false;        // Merak's sub-pipelined TMP: two sub-microbatches overlap their TP all-reduces
   std::int64_t zero = 0;                 // ZeRO stage: 0, or 1 (optimizer state sharded over each stage's data-parallel group)
+                                         // -1 ("auto"): the planner chooses
   std::vector<std::int64_t> replicas;    // manual: replicas per stage (sum = devices per pipeline copy)
   std::vector<std::string> boundaries;   // manual: first layer of stages 2..S (names as in `inspect`, e.g. "encoder.layer.1")
-  double device_flops = 1e12;            // analytic cost model: sustained FLOP/s of one device
+  double device_flops = 1e12;            // analytic cost model: FLOP/s of one device (peak when device_efficiency < 1)
+  double device_efficiency = 1.0;        // analytic cost model: share of device_flops sustained, (0, 1]
+  double link_latency = 0.0;             // seconds each collective on the node link starts with (analytic model)
   double link_bandwidth = 100e9;         // bytes/s between devices of a node
   double network_bandwidth = 12.5e9;     // bytes/s between nodes
 };

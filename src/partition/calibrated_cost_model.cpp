@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "graph/tensor_parallel.h"
 #include "partition/plan_builder.h"
 
 namespace partrain::partition {
@@ -20,8 +21,9 @@ std::vector<std::int64_t> calibration_batches(std::int64_t max_batch) {
 class CalibratedCostModel final : public CostModel {
  public:
   CalibratedCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device)
-      : analytic_(make_analytic_cost_model(graph, device)), device_(device), communication_(database.communication()),
-        optimizer_seconds_per_byte_(database.optimizer_seconds_per_byte()) {
+      : graph_(graph), analytic_(make_analytic_cost_model(graph, device)), device_(device),
+        communication_(database.communication()), optimizer_seconds_per_byte_(database.optimizer_seconds_per_byte()),
+        tensor_parallel_(tensor_parallel_degree(graph)), mixed_precision_(database.dtype() == "bf16") {
     PARTRAIN_CHECK(database.graph_hash() == graph.hash(),
                    "profiled costs: the ProfileDB was measured for another model (graph hash differs)");
     group_of_.assign(graph.tasks().size(), -1);
@@ -73,6 +75,15 @@ class CalibratedCostModel final : public CostModel {
       m.backward_seconds += share * backward;
     }
     m.peak_bytes = m.activation_bytes + transient;  // the allocator's measured high-water marks
+    if (tensor_parallel_ > 1) {
+      // Profiling ran the communication tasks against a stand-in group: add the all-reduces, from
+      // the measured all-reduce fits when a group of t ranks was measured, else the config's link.
+      const TensorParallelTraffic traffic = tensor_parallel_traffic(graph_, tasks, batch, mixed_precision_);
+      m.forward_seconds += tensor_parallel_allreduce_seconds(communication_, device_, tensor_parallel_,
+                                                             traffic.forward_bytes, traffic.forward_allreduces);
+      m.backward_seconds += tensor_parallel_allreduce_seconds(communication_, device_, tensor_parallel_,
+                                                              traffic.backward_bytes, traffic.backward_allreduces);
+    }
     return m;
   }
   // Measured on the machine when the ProfileDB holds it; the config's bandwidths otherwise.
@@ -133,6 +144,7 @@ class CalibratedCostModel final : public CostModel {
     return text;
   }
 
+  const Graph& graph_;
   std::unique_ptr<CostModel> analytic_;
   DeviceSpec device_;
   profile::CommunicationProfile communication_;
@@ -141,6 +153,8 @@ class CalibratedCostModel final : public CostModel {
   std::vector<int> group_of_;
   std::vector<double> flops_;
   std::string description_;
+  int tensor_parallel_ = 1;  // the graph's tensor-parallel degree
+  bool mixed_precision_ = false;  // measured in bf16: the tensor-parallel all-reduces move bf16
 };
 
 }  // namespace

@@ -375,7 +375,8 @@ Plan plan_capslog(const Graph& graph, const CostModel& cost, const PlannerOption
       const profile::MemoryPolicy policy = stage_memory_policy(options, s, stages, microbatches);
       in_flight[s] = std::max(1, policy.microbatches_in_flight);
     }
-    const profile::MemoryPolicy policy = stage_memory_policy(options, 0, stages, microbatches);
+    const int copies = options.world_size / (stages * replicas[0]);
+    const profile::MemoryPolicy policy = stage_memory_policy(options, 0, stages, microbatches, replicas[0] * copies);
     const double state_factor = profile::model_state_factor(policy);
     for (const LayerGroup& group : groups) {
       const profile::Measurement m = cost.measure(group.tasks, batch);

@@ -12,8 +12,55 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/shape.h"
+#include "graph/tensor_parallel.h"
 
 namespace partrain::partition {
+
+namespace {
+// All-reduces a tensor-parallel communication task performs in a pass that moves bytes.
+int allreduces_of(const Task& task) { return task.op == OpType::VocabParallelCrossEntropy ? 3 : 1; }
+}  // namespace
+
+TensorParallelTraffic tensor_parallel_traffic(const Graph& graph, std::span<const int> tasks, std::int64_t batch,
+                                              bool mixed_precision) {
+  std::vector<int> sorted(tasks.begin(), tasks.end());
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  TensorParallelTraffic traffic;
+  const int task_count = static_cast<int>(graph.tasks().size());
+  for (int id : sorted) {
+    PARTRAIN_CHECK(id >= 0 && id < task_count, "tensor-parallel traffic: task " << id << " is not in the graph ("
+                                                                                 << task_count << " tasks)");
+    const Task& task = graph.task(id);
+    double scale = task.constant ? 1.0 : static_cast<double>(batch);
+    if (mixed_precision && task.op != OpType::VocabParallelCrossEntropy) scale *= 0.5;  // bf16 activations
+    if (task.cost.forward_allreduce_bytes > 0) {
+      traffic.forward_bytes += task.cost.forward_allreduce_bytes * scale;
+      traffic.forward_allreduces += allreduces_of(task);
+    }
+    if (task.cost.backward_allreduce_bytes > 0) {
+      traffic.backward_bytes += task.cost.backward_allreduce_bytes * scale;
+      traffic.backward_allreduces += allreduces_of(task);
+    }
+  }
+  return traffic;
+}
+
+double tensor_parallel_allreduce_seconds(const DeviceSpec& device, int degree, double bytes, int allreduces) {
+  if (degree <= 1 || allreduces <= 0) return 0.0;
+  const double bandwidth = degree > device.devices_per_node ? device.network_bandwidth : device.link_bandwidth;
+  return allreduces * device.link_latency + 2.0 * (degree - 1) / degree * std::max(0.0, bytes) / bandwidth;
+}
+
+double tensor_parallel_allreduce_seconds(const profile::CommunicationProfile& communication, const DeviceSpec& device,
+                                         int degree, double bytes, int allreduces) {
+  if (degree <= 1 || allreduces <= 0) return 0.0;
+  if (communication.allreduce.empty() || communication.allreduce.rbegin()->first < degree)
+    return tensor_parallel_allreduce_seconds(device, degree, bytes, allreduces);
+  // The fit is affine in the bytes: n all-reduces moving B in all cost T(B) + (n − 1) T(0).
+  return communication.allreduce_seconds(std::max(0.0, bytes), degree) +
+         (allreduces - 1) * communication.allreduce_seconds(0.0, degree);
+}
 
 namespace {
 
@@ -33,6 +80,7 @@ void check_device(const DeviceSpec& device) {
   PARTRAIN_CHECK(device.flops_per_second > 0 && device.memory_bytes > 0 && device.link_bandwidth > 0 &&
                      device.network_bandwidth > 0 && device.devices_per_node > 0,
                  "cost model: device throughput, memory, bandwidths and devices per node must be positive");
+  PARTRAIN_CHECK(device.link_latency >= 0, "cost model: the link latency must not be negative");
 }
 
 std::string device_text(const DeviceSpec& device) {
@@ -49,8 +97,10 @@ struct LinearBytes {
   double per_sample = 0;
 };
 
-LinearBytes value_bytes(const Value& value) {
-  const double element = static_cast<double>(dtype_size(value.type.dtype));
+LinearBytes value_bytes(const Value& value, bool mixed_precision) {
+  // In mixed precision the executor computes, keeps and sends f32 activations as bf16.
+  const bool bf16 = mixed_precision && value.type.dtype == DType::F32 && value.kind == ValueKind::Activation;
+  const double element = bf16 ? 2.0 : static_cast<double>(dtype_size(value.type.dtype));
   if (!has_batch_dim(value.type.shape)) return {static_cast<double>(numel(value.type.shape)) * element, 0.0};
   const double one = static_cast<double>(numel(with_batch(value.type.shape, 1))) * element;
   const double two = static_cast<double>(numel(with_batch(value.type.shape, 2))) * element;
@@ -63,11 +113,23 @@ LinearBytes value_bytes(const Value& value) {
 
 class AnalyticCostModel final : public CostModel {
  public:
-  AnalyticCostModel(const Graph& graph, const DeviceSpec& device) : graph_(graph), device_(device) {
+  AnalyticCostModel(const Graph& graph, const DeviceSpec& device, bool mixed_precision)
+      : graph_(graph), device_(device), tensor_parallel_(tensor_parallel_degree(graph)),
+        mixed_precision_(mixed_precision) {
     check_device(device);
     const auto& values = graph.values();
     bytes_.reserve(values.size());
-    for (const Value& value : values) bytes_.push_back(value_bytes(value));
+    for (const Value& value : values) bytes_.push_back(value_bytes(value, mixed_precision));
+    // A task's output bytes at batch 1 (TaskCost::activation_bytes, in bf16 where it applies).
+    task_activation_bytes_.reserve(graph.tasks().size());
+    for (const Task& task : graph.tasks()) {
+      double bytes = task.cost.activation_bytes;
+      if (mixed_precision) {
+        bytes = 0;
+        for (int output : task.outputs) bytes += bytes_[output].fixed + bytes_[output].per_sample;
+      }
+      task_activation_bytes_.push_back(bytes);
+    }
     task_stamp_.assign(graph.tasks().size(), 0);
     value_stamp_.assign(values.size(), 0);
   }
@@ -89,6 +151,13 @@ class AnalyticCostModel final : public CostModel {
     profile::Measurement m;
     m.forward_seconds = (f.flops_per_sample * b + f.flops_fixed) / device_.flops_per_second;
     m.backward_seconds = 2.0 * m.forward_seconds;
+    if (tensor_parallel_ > 1) {  // the f/g all-reduces block the pass
+      m.forward_seconds += tensor_parallel_allreduce_seconds(
+          device_, tensor_parallel_, f.forward_allreduce.fixed + f.forward_allreduce.per_sample * b, f.forward_allreduces);
+      m.backward_seconds += tensor_parallel_allreduce_seconds(
+          device_, tensor_parallel_, f.backward_allreduce.fixed + f.backward_allreduce.per_sample * b,
+          f.backward_allreduces);
+    }
     m.parameter_bytes = f.parameter_bytes;
     m.activation_bytes = f.activation_per_sample * b;
     m.boundary_input_bytes = f.input.fixed + f.input.per_sample * b;
@@ -106,7 +175,9 @@ class AnalyticCostModel final : public CostModel {
   std::string description() const override {
     char text[96];
     std::snprintf(text, sizeof text, "analytic (%.3g TFLOP/s, ", device_.flops_per_second / 1e12);
-    return text + device_text(device_) + ")";
+    std::string tensor_parallel;
+    if (tensor_parallel_ > 1) tensor_parallel = ", tensor parallel " + std::to_string(tensor_parallel_);
+    return text + device_text(device_) + tensor_parallel + (mixed_precision_ ? ", bf16 activations" : "") + ")";
   }
   const DeviceSpec& device() const override { return device_; }
 
@@ -118,6 +189,8 @@ class AnalyticCostModel final : public CostModel {
     double activation_per_sample = 0;
     LinearBytes input, output;
     double largest_output_per_sample = 0, largest_output_fixed = 0;
+    LinearBytes forward_allreduce, backward_allreduce;  // tensor-parallel all-reduce bytes
+    int forward_allreduces = 0, backward_allreduces = 0;
   };
 
   // Called with mutex_ held (uses the stamp vectors).
@@ -137,15 +210,25 @@ class AnalyticCostModel final : public CostModel {
     const auto member = [&](int task) { return task >= 0 && task_stamp_[task] == mark; };
 
     Figures f;
+    if (tensor_parallel_ > 1) {
+      // Fixed and per-sample parts: the traffic at batch 1 and 2.
+      const TensorParallelTraffic one = tensor_parallel_traffic(graph_, sorted, 1, mixed_precision_);
+      const TensorParallelTraffic two = tensor_parallel_traffic(graph_, sorted, 2, mixed_precision_);
+      f.forward_allreduce = {2 * one.forward_bytes - two.forward_bytes, two.forward_bytes - one.forward_bytes};
+      f.backward_allreduce = {2 * one.backward_bytes - two.backward_bytes, two.backward_bytes - one.backward_bytes};
+      f.forward_allreduces = one.forward_allreduces;
+      f.backward_allreduces = one.backward_allreduces;
+    }
     for (int id : sorted) {
       const Task& task = graph_.task(id);
+      const double output_bytes = task_activation_bytes_[id];
       if (task.constant) {
         f.flops_fixed += task.cost.forward_flops;
-        f.largest_output_fixed = std::max(f.largest_output_fixed, task.cost.activation_bytes);
+        f.largest_output_fixed = std::max(f.largest_output_fixed, output_bytes);
       } else {
         f.flops_per_sample += task.cost.forward_flops;
-        f.activation_per_sample += task.cost.activation_bytes;
-        f.largest_output_per_sample = std::max(f.largest_output_per_sample, task.cost.activation_bytes);
+        f.activation_per_sample += output_bytes;
+        f.largest_output_per_sample = std::max(f.largest_output_per_sample, output_bytes);
       }
       for (int input : task.inputs) {
         if (value_stamp_[input] == mark) continue;  // counted already
@@ -172,7 +255,10 @@ class AnalyticCostModel final : public CostModel {
 
   const Graph& graph_;
   DeviceSpec device_;
+  int tensor_parallel_ = 1;         // the graph's tensor-parallel degree
+  bool mixed_precision_ = false;    // bf16 activations
   std::vector<LinearBytes> bytes_;  // per value
+  std::vector<double> task_activation_bytes_;  // per task: output bytes at batch 1
   mutable std::mutex mutex_;
   mutable std::unordered_map<std::string, Figures> cache_;
   mutable std::vector<unsigned> task_stamp_, value_stamp_;
@@ -186,7 +272,7 @@ class AnalyticCostModel final : public CostModel {
 class ProfiledCostModel final : public CostModel {
  public:
   ProfiledCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device)
-      : database_(database), device_(device) {
+      : graph_(graph), database_(database), device_(device), tensor_parallel_(tensor_parallel_degree(graph)) {
     check_device(device);
     const std::uint64_t hash = graph.hash();
     PARTRAIN_CHECK(database.graph_hash() == hash,
@@ -200,7 +286,16 @@ class ProfiledCostModel final : public CostModel {
     PARTRAIN_CHECK(found != nullptr, "not profiled: tasks " << profile::task_set_key(tasks) << " at batch " << batch
                                                             << "; run `partrain train` to profile or plan with the "
                                                                "analytic model");
-    return *found;
+    profile::Measurement m = *found;
+    if (tensor_parallel_ > 1) {
+      const TensorParallelTraffic traffic = tensor_parallel_traffic(graph_, tasks, batch, database_.dtype() == "bf16");
+      const profile::CommunicationProfile& communication = database_.communication();
+      m.forward_seconds += tensor_parallel_allreduce_seconds(communication, device_, tensor_parallel_,
+                                                             traffic.forward_bytes, traffic.forward_allreduces);
+      m.backward_seconds += tensor_parallel_allreduce_seconds(communication, device_, tensor_parallel_,
+                                                              traffic.backward_bytes, traffic.backward_allreduces);
+    }
+    return m;
   }
   double transfer_seconds(double bytes, bool across_nodes) const override {
     return transfer_time(device_, bytes, across_nodes);
@@ -217,14 +312,16 @@ class ProfiledCostModel final : public CostModel {
   const DeviceSpec& device() const override { return device_; }
 
  private:
+  const Graph& graph_;
   const profile::ProfileDB& database_;
   DeviceSpec device_;
+  int tensor_parallel_ = 1;
 };
 
 }  // namespace
 
-std::unique_ptr<CostModel> make_analytic_cost_model(const Graph& graph, const DeviceSpec& device) {
-  return std::make_unique<AnalyticCostModel>(graph, device);
+std::unique_ptr<CostModel> make_analytic_cost_model(const Graph& graph, const DeviceSpec& device, bool mixed_precision) {
+  return std::make_unique<AnalyticCostModel>(graph, device, mixed_precision);
 }
 
 std::unique_ptr<CostModel> make_profiled_cost_model(const Graph& graph, const profile::ProfileDB& database,

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "graph/graph.h"
+#include "profile/communication_profile.h"
 #include "profile/profile_db.h"
 
 namespace partrain::partition {
@@ -21,7 +22,39 @@ struct DeviceSpec {
   double link_bandwidth = 100e9;      // bytes/s between devices of one node
   double network_bandwidth = 12.5e9;  // bytes/s between nodes
   int devices_per_node = 8;
+  double link_latency = 0;            // seconds each collective on the node link starts with (analytic model)
 };
+
+/// The tensor-parallel all-reduces of a task set of a tensor_parallel_graph (graph/tensor_parallel.h)
+/// for one microbatch: the bytes its communication tasks all-reduce over the group (TaskCost's
+/// forward/backward_allreduce_bytes × batch) and how many all-reduces that is, in each pass.
+struct TensorParallelTraffic {
+  double forward_bytes = 0;
+  double backward_bytes = 0;
+  int forward_allreduces = 0;
+  int backward_allreduces = 0;
+};
+
+/// The traffic of `tasks` (any order, duplicates ignored) of `graph` at `batch` samples: per-sample
+/// bytes of batch-dependent tasks × batch plus those of constant tasks; the vocabulary-parallel
+/// cross-entropy counts as three all-reduces (max, Σ exp, target logit). In mixed precision the f and
+/// g all-reduces move bf16 activations (half the graph's f32 bytes; the cross-entropy's statistics
+/// stay f32). Zero for a graph of one device. Throws partrain::Error for a task id outside the graph.
+TensorParallelTraffic tensor_parallel_traffic(const Graph& graph, std::span<const int> tasks, std::int64_t batch,
+                                              bool mixed_precision = false);
+
+/// Seconds of `allreduces` ring all-reduces moving `bytes` in all over a tensor-parallel group of
+/// `degree` ranks at the config's bandwidths (Megatron-LM's f/g operators; DESIGN.md "Parallelism in
+/// three dimensions"): allreduces × link_latency + 2 (t − 1)/t × bytes / link_bandwidth, on the
+/// network instead when the group is larger than a node. 0 for degree 1 or no all-reduce.
+double tensor_parallel_allreduce_seconds(const DeviceSpec& device, int degree, double bytes, int allreduces);
+
+/// The same from the measured all-reduce fits of `communication` when they cover the group: a
+/// group of at least `degree` ranks was measured (profile::CommunicationProfile::allreduce_seconds
+/// rescales the nearest measured size, the latency paid once per all-reduce); otherwise the
+/// device's bandwidths as above.
+double tensor_parallel_allreduce_seconds(const profile::CommunicationProfile& communication, const DeviceSpec& device,
+                                         int degree, double bytes, int allreduces);
 
 /// Costs for planners. Implementations must be cheap to call repeatedly (cache what they can).
 class CostModel {
@@ -50,10 +83,20 @@ class CostModel {
 /// The analytic model: forward seconds = Σ forward FLOPs · batch / flops_per_second, backward =
 /// 2 × forward (gradients of inputs and of weights); parameter bytes from the Params read;
 /// activation bytes = Σ output bytes of batch-dependent tasks; transfers at the link/network bandwidth.
-std::unique_ptr<CostModel> make_analytic_cost_model(const Graph& graph, const DeviceSpec& device);
+/// On a tensor-parallel graph (degree t = tensor_parallel_degree(graph) > 1) each pass also pays its
+/// tensor-parallel all-reduces (tensor_parallel_traffic, tensor_parallel_allreduce_seconds): they
+/// block the computation that follows them (Megatron-LM's f and g), so they add to the pass's time.
+/// Parameter bytes are those of the rank's shards (the graph's local shapes): nothing is divided by t.
+/// With `mixed_precision` (bf16 plans) f32 activations are bf16 as the executor keeps and sends them:
+/// stored activations, boundary transfers, the largest output and the tensor-parallel all-reduces
+/// count 2 bytes per f32 element; parameter bytes stay f32 (the memory model adds the bf16 copy).
+std::unique_ptr<CostModel> make_analytic_cost_model(const Graph& graph, const DeviceSpec& device,
+                                                    bool mixed_precision = false);
 
 /// The measured model: looks task sets up in `database` (which must outlive it and belong to
-/// `graph`: same hash, else partrain::Error); transfers as in the analytic model.
+/// `graph`: same hash, else partrain::Error); transfers as in the analytic model. On a
+/// tensor-parallel graph the measurements (taken against a stand-in group that exchanges nothing)
+/// get the tensor-parallel all-reduces added, priced from the database's communication profile.
 std::unique_ptr<CostModel> make_profiled_cost_model(const Graph& graph, const profile::ProfileDB& database,
                                                     const DeviceSpec& device);
 

@@ -164,8 +164,10 @@ RecomputePolicy recompute_policy(const PlannerOptions& options, int stage_count)
   return parse_recompute(options.recompute);
 }
 
-profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int stage, int stage_count, int microbatches) {
+profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int stage, int stage_count, int microbatches,
+                                          int data_parallel) {
   profile::MemoryPolicy policy;
+  policy.optimizer_shards = options.zero == 1 ? std::max(1, data_parallel) : 1;
   policy.optimizer_state_copies = options.optimizer_state_copies;
   policy.mixed_precision = options.mixed_precision;
   policy.recompute = recompute_policy(options, stage_count) != RecomputePolicy::None;
@@ -182,13 +184,17 @@ bool spans_nodes(const CostModel& cost, int devices) { return devices > cost.dev
 
 void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const int stage_count = static_cast<int>(plan.stages.size());
+  // devices_per_copy() counts ranks (× tensor_parallel); a planner working on groups of t ranks
+  // calls this with tensor_parallel still 1 and a cost model whose node holds devices_per_node / t
+  // groups (make_plan), so both count the same.
   const bool across_nodes = spans_nodes(cost, plan.devices_per_copy());
   plan.world_size = plan.pipeline_copies * plan.devices_per_copy();
   for (int s = 0; s < stage_count; ++s) {
     PlanStage& stage = plan.stages[s];
     auto [begin, end] = plan.replica_samples(s, 0);  // replica 0 holds the largest share
     const profile::Measurement m = cost.measure(stage.tasks, end - begin);
-    profile::MemoryPolicy policy = stage_memory_policy(options, s, stage_count, plan.microbatches);
+    const int group = stage.replicas * plan.pipeline_copies;  // the stage's data-parallel group
+    profile::MemoryPolicy policy = stage_memory_policy(options, s, stage_count, plan.microbatches, group);
     stage.recompute = recompute_policy(options, stage_count);
     if (stage.recompute == RecomputePolicy::StageAware) {
       // Merak's stage-aware recomputation, per stage: later stages hold fewer microbatches in flight
@@ -204,9 +210,10 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
                              (policy.recompute ? m.forward_seconds : 0.0);
     stage.memory_bytes = profile::stage_memory_bytes(m, policy);
     if (stage.summary.empty()) stage.summary = summarize_tasks(graph, stage.tasks);
-    const int group = stage.replicas * plan.pipeline_copies;
-    stage.allreduce_seconds = cost.allreduce_seconds(m.parameter_bytes, group, spans_nodes(cost, group));
-    stage.optimizer_seconds = cost.optimizer_step_seconds(m.parameter_bytes, options.optimizer);
+    // ZeRO-1's reduce-scatter + all-gather move what the all-reduce moves (ring: 2 (n − 1)/n of the
+    // bytes per rank); each rank then updates only its 1 / shards of the parameters.
+    stage.allreduce_seconds = cost.allreduce_seconds(m.parameter_bytes, group, spans_nodes(cost, group * plan.tensor_parallel));
+    stage.optimizer_seconds = cost.optimizer_step_seconds(m.parameter_bytes / policy.optimizer_shards, options.optimizer);
   }
   // The step time is the schedule's own action lists simulated with these costs: gpipe, 1f1b and
   // scp get their own bubbles, and each stage's all-reduce starts when that stage's backwards end.

@@ -32,8 +32,11 @@ std::vector<std::vector<int>> attach_constant_tasks(const Graph& graph, std::vec
 std::vector<int> join_groups(const std::vector<LayerGroup>& groups, std::size_t first, std::size_t last);
 
 /// The memory policy of stage `stage` of `stage_count` under the options' schedule, recompute
-/// setting and microbatch count (1F1B keeps up to S − s microbatches in flight, GPipe all M).
-profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int stage, int stage_count, int microbatches);
+/// setting and microbatch count (1F1B keeps up to S − s microbatches in flight, GPipe all M). With
+/// options.zero = 1 the optimizer state is sharded over the stage's `data_parallel` ranks (its
+/// replicas × pipeline copies; ZeRO-1); the default 1 gives the unsharded upper bound.
+profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int stage, int stage_count, int microbatches,
+                                          int data_parallel = 1);
 
 /// Whether recomputation is on for a plan with `stage_count` stages under options.recompute.
 RecomputePolicy recompute_policy(const PlannerOptions& options, int stage_count);

@@ -1,8 +1,14 @@
 #include "partition/planner.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <sstream>
 
 #include "core/error.h"
+#include "graph/tensor_parallel.h"
 #include "partition/atomic.h"
 #include "partition/blocks.h"
 #include "partition/capslog.h"
@@ -16,8 +22,98 @@
 namespace partrain::partition {
 namespace {
 
+// The group of t ranks as one device: a node holds devices_per_node / t groups; every cost is the
+// wrapped model's (which prices one rank of the group on its tensor_parallel_graph).
+class GroupCostModel final : public CostModel {
+ public:
+  GroupCostModel(const CostModel& inner, int tensor_parallel) : inner_(inner), device_(inner.device()) {
+    device_.devices_per_node = std::max(1, device_.devices_per_node / tensor_parallel);
+  }
+  profile::Measurement measure(std::span<const int> tasks, std::int64_t batch) const override {
+    return inner_.measure(tasks, batch);
+  }
+  double transfer_seconds(double bytes, bool across_nodes) const override {
+    return inner_.transfer_seconds(bytes, across_nodes);
+  }
+  double allreduce_seconds(double bytes, int replicas, bool across_nodes) const override {
+    return inner_.allreduce_seconds(bytes, replicas, across_nodes);
+  }
+  double optimizer_step_seconds(double parameter_bytes, const std::string& optimizer) const override {
+    return inner_.optimizer_step_seconds(parameter_bytes, optimizer);
+  }
+  std::string description() const override { return inner_.description(); }
+  const DeviceSpec& device() const override { return device_; }
+
+ private:
+  const CostModel& inner_;
+  DeviceSpec device_;
+};
+
+constexpr int kMaxBlockDoublings = 3;
+
+// The least memory a set of tasks needs on one device in any plan the stage DP considers: one
+// sample, one microbatch in flight, recomputation as with several stages, the optimizer state
+// sharded over every group of the world under ZeRO-1.
+double least_block_memory(const std::vector<int>& tasks, const CostModel& cost, const PlannerOptions& options) {
+  profile::MemoryPolicy policy = stage_memory_policy(options, 1, 2, 1, options.world_size);
+  return profile::stage_memory_bytes(cost.measure(tasks, 1), policy);
+}
+
+// Splits a block's tasks in two convex halves of about equal compute: a prefix and the rest of its
+// non-constant tasks in id order (a topological order, so both are convex), each with the block's
+// constant tasks it needs. Returns false for a block of one non-constant task.
+bool split_block(const Graph& graph, const std::vector<int>& block, const std::vector<double>& task_seconds,
+                 std::vector<int>& first, std::vector<int>& second) {
+  std::vector<int> work;
+  for (int task : block)
+    if (!graph.task(task).constant) work.push_back(task);
+  if (work.size() < 2) return false;
+  double total = 0;
+  for (int task : work) total += task_seconds[task];
+  std::size_t cut = 1;
+  double prefix = task_seconds[work[0]];
+  while (cut + 1 < work.size() && prefix + task_seconds[work[cut]] <= total / 2) prefix += task_seconds[work[cut++]];
+  std::vector<char> half(graph.tasks().size(), 0);  // 1: first, 2: second, 3: both (constants)
+  for (std::size_t i = 0; i < work.size(); ++i) half[work[i]] = i < cut ? 1 : 2;
+  // A constant task goes with every half that consumes it (directly or through other constants).
+  for (auto task = block.rbegin(); task != block.rend(); ++task) {
+    if (!graph.task(*task).constant) continue;
+    char where = 0;
+    for (int output : graph.task(*task).outputs)
+      for (int consumer : graph.value(output).consumers) where |= half[consumer];
+    half[*task] = where ? where : 1;
+  }
+  first.clear();
+  second.clear();
+  for (int task : block) {
+    if (half[task] & 1) first.push_back(task);
+    if (half[task] & 2) second.push_back(task);
+  }
+  return true;
+}
+
+// Blocks that cannot fit on one device even alone are split until they do (or are one task).
+std::vector<std::vector<int>> split_oversized_blocks(const Graph& graph, std::vector<std::vector<int>> blocks,
+                                                     const std::vector<double>& task_seconds, const CostModel& cost,
+                                                     const PlannerOptions& options) {
+  const double usable = options.usable_memory_bytes(cost.device());
+  std::vector<std::vector<int>> result;
+  while (!blocks.empty()) {
+    std::vector<int> block = std::move(blocks.front());
+    blocks.erase(blocks.begin());
+    std::vector<int> first, second;
+    if (least_block_memory(block, cost, options) > usable && split_block(graph, block, task_seconds, first, second)) {
+      blocks.insert(blocks.begin(), std::move(second));
+      blocks.insert(blocks.begin(), std::move(first));
+      continue;
+    }
+    result.push_back(std::move(block));
+  }
+  return result;
+}
+
 // RaNNC (Tanaka et al., IPDPS 2021): atomic components (§III-A) -> k blocks (§III-B) -> stage DP
-// (§III-C, Algorithms 1 and 2).
+// (§III-C, Algorithms 1 and 2), refining the blocks when they cannot make a plan that fits.
 Plan plan_rannc(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const std::vector<AtomicComponent> components = atomic_components(graph);
   const std::int64_t batch = std::max<std::int64_t>(1, options.global_batch / options.world_size);
@@ -36,12 +132,32 @@ Plan plan_rannc(const Graph& graph, const CostModel& cost, const PlannerOptions&
   block_options.memory_limit_bytes = options.usable_memory_bytes(cost.device());
   block_options.bandwidth_bytes_per_second = cost.device().link_bandwidth;
   if (options.progress) options.progress(0.05);
-  const std::vector<Block> blocks = partition_blocks(graph, components, block_options);
+  PlannerOptions quiet = options;
+  quiet.progress = nullptr;
+  const bool bounded = std::isfinite(options.step_seconds_bound);
   std::vector<std::vector<int>> block_tasks;
-  block_tasks.reserve(blocks.size());
-  for (const Block& block : blocks) block_tasks.push_back(block.tasks);
-  if (options.progress) options.progress(0.2);
-  return plan_stages_rannc(graph, block_tasks, cost, options);
+  for (int round = 0;; ++round) {
+    const std::vector<Block> blocks = partition_blocks(graph, components, block_options);
+    block_tasks.clear();
+    for (const Block& block : blocks) block_tasks.push_back(block.tasks);
+    block_tasks = split_oversized_blocks(graph, std::move(block_tasks), block_options.task_seconds, cost, options);
+    if (options.progress) options.progress(0.2);
+    // Under a bound an empty result may only mean "nothing faster": no refinement then.
+    const bool last = bounded || round == kMaxBlockDoublings || block_tasks.size() >= components.size();
+    if (last) break;
+    if (std::optional<Plan> plan = try_plan_stages_rannc(graph, block_tasks, cost, round == 0 ? options : quiet))
+      return *std::move(plan);
+    // No split of these blocks fits: finer blocks give the DP more places to cut.
+    block_options.blocks = static_cast<int>(std::min<std::size_t>(components.size(), 2 * static_cast<std::size_t>(block_options.blocks)));
+  }
+  if (options.diagnose_infeasible && !bounded) return plan_stages_rannc(graph, block_tasks, cost, options);
+  if (std::optional<Plan> plan = try_plan_stages_rannc(graph, block_tasks, cost, quiet)) return *std::move(plan);
+  if (bounded)
+    PARTRAIN_FAIL("rannc: no plan beats a better layout's (its stage-DP step objective is "
+                  << options.step_seconds_bound << " s)");
+  PARTRAIN_FAIL("rannc: no plan fits in " << cost.device().memory_bytes / (1ull << 30) << " GiB per device ("
+                                          << options.memory_margin << " margin) on " << options.world_size
+                                          << " devices with " << block_tasks.size() << " blocks");
 }
 
 }  // namespace
@@ -50,25 +166,31 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   PARTRAIN_CHECK(options.world_size > 0, "planning needs a positive world size, not " << options.world_size);
   PARTRAIN_CHECK(options.global_batch > 0, "planning needs a positive global batch, not " << options.global_batch);
   const std::string& name = options.planner;
-  const int tensor_parallel = options.tensor_parallel;
-  PARTRAIN_CHECK(tensor_parallel >= 1 && options.world_size % tensor_parallel == 0,
+  const int tensor_parallel = tensor_parallel_degree(graph);
+  PARTRAIN_CHECK(options.tensor_parallel <= 1 || options.tensor_parallel == tensor_parallel,
+                 "tensor_parallel " << options.tensor_parallel << " asked for, but the graph was made for "
+                                    << tensor_parallel << " (tensor_parallel_graph)");
+  PARTRAIN_CHECK(options.world_size % tensor_parallel == 0,
                  "tensor_parallel " << tensor_parallel << " does not divide the " << options.world_size << " devices");
+  PARTRAIN_CHECK(options.zero == 0 || options.zero == 1, "planning needs zero 0 or 1, not " << options.zero);
   // Each tensor-parallel group of t ranks is one device of the stage-and-replica layout.
   PlannerOptions groups = options;
   groups.world_size = options.world_size / tensor_parallel;
+  groups.tensor_parallel = 1;
+  const GroupCostModel group_cost(cost, tensor_parallel);
   Plan plan;
   if (name == "rannc") {
-    plan = plan_rannc(graph, cost, groups);
+    plan = plan_rannc(graph, group_cost, groups);
   } else if (name == "ideals" || name == "dpl") {
-    plan = plan_tarnawski(graph, cost, groups, name == "dpl");
+    plan = plan_tarnawski(graph, group_cost, groups, name == "dpl");
   } else if (name == "capslog") {
-    plan = plan_capslog(graph, cost, groups);
+    plan = plan_capslog(graph, group_cost, groups);
   } else if (name == "merak") {
-    plan = plan_merak(graph, cost, groups);
+    plan = plan_merak(graph, group_cost, groups);
   } else if (name == "uniform") {
-    plan = plan_uniform(graph, cost, groups);
+    plan = plan_uniform(graph, group_cost, groups);
   } else if (name == "manual") {
-    plan = plan_manual(graph, cost, groups);
+    plan = plan_manual(graph, group_cost, groups);
   } else {
     PARTRAIN_FAIL("unknown planner '" << name << "' (expected rannc, ideals, dpl, capslog, merak, uniform or manual)");
   }
@@ -76,7 +198,7 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   plan.optimizer = options.optimizer;
   plan.optimizer_state_copies = options.optimizer_state_copies;
   // A planner that chose replicas per stage may have cut between a loss piece and its consumer.
-  if (move_loss_pieces_off_unequal_boundaries(graph, plan)) predict_plan(plan, graph, cost, groups);
+  if (move_loss_pieces_off_unequal_boundaries(graph, plan)) predict_plan(plan, graph, group_cost, groups);
   plan.tensor_parallel = tensor_parallel;
   plan.zero = options.zero;
   plan.sub_pipelined_tmp = options.sub_pipelined_tmp && tensor_parallel > 1;
@@ -84,6 +206,133 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   plan.validate(graph);
   if (options.progress) options.progress(1.0);
   return plan;
+}
+
+namespace {
+
+// The stage DP's objective of a plan (stage_dp.h): (M + S − 1) · largest stage forward + backward
+// time + largest stage all-reduce, in seconds.
+double stage_dp_objective(const Plan& plan) {
+  double slowest = 0, allreduce = 0;
+  for (const PlanStage& stage : plan.stages) {
+    slowest = std::max(slowest, stage.forward_seconds + stage.backward_seconds);
+    allreduce = std::max(allreduce, stage.allreduce_seconds);
+  }
+  return (plan.microbatches + static_cast<double>(plan.stages.size()) - 1) * slowest + allreduce;
+}
+
+// Whether a feasible candidate beats the best plan so far: more samples per second, and on a tie
+// (within 1e-9 relative) the smaller tensor-parallel degree, then ZeRO off.
+bool preferred(const LayoutCandidate& candidate, const Plan& best) {
+  const double other = best.predicted_samples_per_second();
+  if (candidate.samples_per_second > other * (1 + 1e-9)) return true;
+  if (candidate.samples_per_second < other * (1 - 1e-9)) return false;
+  if (candidate.tensor_parallel != best.tensor_parallel) return candidate.tensor_parallel < best.tensor_parallel;
+  return candidate.zero < best.zero;
+}
+
+}  // namespace
+
+std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec& device, const PlannerOptions& options) {
+  if (options.tensor_parallel > 0) return {options.tensor_parallel};
+  std::vector<int> degrees{1};
+  for (int t : {2, 4, 8}) {
+    if (t > device.devices_per_node || options.world_size % t != 0) continue;
+    try {
+      (void)tensor_parallel_graph(model, t);
+    } catch (const Error&) {
+      continue;  // t does not divide a split size, or the model has no tensor-parallel layers
+    }
+    degrees.push_back(t);
+  }
+  return degrees;
+}
+
+ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& costs, const PlannerOptions& options) {
+  PARTRAIN_CHECK(options.tensor_parallel >= 0, "tensor_parallel must be 0 (the planner chooses) or positive, not "
+                                                   << options.tensor_parallel);
+  PARTRAIN_CHECK(options.zero >= -1 && options.zero <= 1,
+                 "zero must be 0, 1 or -1 (the planner chooses), not " << options.zero);
+  const bool searching = options.tensor_parallel == 0 || options.zero < 0;
+  std::unique_ptr<CostModel> model_cost = costs(model);
+  const double memory_bytes = model_cost->device().memory_bytes;
+  // Larger degrees first: for a large model they are the likely winners, and their stage-DP
+  // objective then bounds (prunes) the search of the smaller ones (PlannerOptions::step_seconds_bound).
+  std::vector<int> degrees = tensor_parallel_candidates(model, model_cost->device(), options);
+  std::sort(degrees.rbegin(), degrees.rend());
+  const std::vector<int> zeros = options.zero >= 0 ? std::vector<int>{options.zero} : std::vector<int>{0, 1};
+  const std::size_t total = degrees.size() * zeros.size();
+
+  ThreeDimensionalPlan result;
+  std::optional<Plan> best;
+  double best_objective = std::numeric_limits<double>::infinity();  // the stage DP's, of the plans found
+  std::optional<Graph> best_graph;
+  std::size_t done = 0;
+  for (int t : degrees) {
+    const auto graph_start = std::chrono::steady_clock::now();
+    std::optional<Graph> graph;
+    std::unique_ptr<CostModel> cost;
+    if (t == 1) {
+      cost = std::move(model_cost);
+    } else {
+      graph.emplace(tensor_parallel_graph(model, t));
+      cost = costs(*graph);
+    }
+    const Graph& planned = graph ? *graph : model;
+    double graph_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - graph_start).count();
+    for (int zero : zeros) {
+      const auto start = std::chrono::steady_clock::now();
+      PlannerOptions candidate_options = options;
+      candidate_options.tensor_parallel = t;
+      candidate_options.zero = zero;
+      candidate_options.diagnose_infeasible = !searching;
+      // Ties must survive the bound (ties go to the smaller t and zero 0 below).
+      if (searching && std::isfinite(best_objective)) candidate_options.step_seconds_bound = best_objective * (1 + 1e-9);
+      candidate_options.progress = nullptr;
+      if (options.progress) {
+        const double base = static_cast<double>(done) / total;
+        candidate_options.progress = [&options, base, total](double fraction) {
+          options.progress(base + fraction / static_cast<double>(total));
+        };
+      }
+      LayoutCandidate candidate;
+      candidate.tensor_parallel = t;
+      candidate.zero = zero;
+      try {
+        Plan plan = make_plan(planned, *cost, candidate_options);
+        candidate.feasible = true;
+        candidate.samples_per_second = plan.predicted_samples_per_second();
+        candidate.stages = static_cast<int>(plan.stages.size());
+        candidate.pipeline_copies = plan.pipeline_copies;
+        best_objective = std::min(best_objective, stage_dp_objective(plan));
+        if (!best || preferred(candidate, *best)) {
+          best = std::move(plan);
+          best_graph = planned;
+        }
+      } catch (const Error& error) {
+        if (!searching) throw;  // one layout asked for: its own error, with the planner's diagnosis
+        candidate.problem = error.message();
+      }
+      candidate.planning_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() + graph_seconds;
+      graph_seconds = 0;  // counted with the first zero of this t
+      result.candidates.push_back(std::move(candidate));
+      ++done;
+    }
+  }
+  if (!best) {
+    std::ostringstream message;
+    message << options.planner << ": no (tensor_parallel, stages, replicas, zero) layout fits on " << options.world_size
+            << " devices of " << memory_bytes / (1ull << 30) << " GiB (memory_margin " << options.memory_margin << "):";
+    for (const LayoutCandidate& candidate : result.candidates)
+      message << "\n  tensor_parallel " << candidate.tensor_parallel << ", zero " << candidate.zero << ": "
+              << candidate.problem;
+    PARTRAIN_FAIL(message.str());
+  }
+  result.plan = std::move(*best);
+  result.graph = std::move(*best_graph);
+  if (options.progress) options.progress(1.0);
+  return result;
 }
 
 }  // namespace partrain::partition

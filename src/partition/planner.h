@@ -3,6 +3,8 @@
 // dispatch by name (rannc, ideals, dpl, capslog, merak, uniform, manual).
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,9 +19,11 @@ struct PlannerOptions {
   int world_size = 1;                    // devices to plan for
   /// Tensor-parallel degree t: the graph is tensor_parallel_graph(model, t) (per-rank costs and
   /// memory) and the planners lay out world_size / t groups of t ranks as if each were one device.
+  /// make_plan takes t from the graph it is given (tensor_parallel_degree); make_3d_plan builds
+  /// that graph: for this t, or for each t it tries when 0 (the planner chooses).
   int tensor_parallel = 1;
   /// ZeRO stage 0 or 1: with 1 the optimizer state counts once per stage's data-parallel group
-  /// (divided by its size) in every stage's memory.
+  /// (divided by its size) in every stage's memory. make_3d_plan tries 0 and 1 when −1.
   int zero = 0;
   bool sub_pipelined_tmp = false;        // Merak §6.3, recorded in the plan (tensor_parallel > 1)
   std::int64_t global_batch = 8;         // samples per optimizer step
@@ -38,14 +42,71 @@ struct PlannerOptions {
   std::vector<std::string> boundaries;   // manual: first layer of stages 2..S
   /// Called with the fraction done (0..1) during long searches (progress bar); may be empty.
   std::function<void(double)> progress;
+  /// rannc: when no plan fits, work out the smallest memory and device count that would (slow on
+  /// large graphs); off, the error only says that nothing fits (make_3d_plan's candidates).
+  bool diagnose_infeasible = true;
+  /// rannc: only plans whose stage-DP objective, the step time (M + S − 1) · largest stage time +
+  /// largest all-reduce (stage_dp.h), is below this are of interest (seconds): the DP prunes with it
+  /// and, finding none, rannc says so without refining its blocks. make_3d_plan passes the best
+  /// objective of the layouts found so far; infinity: no bound.
+  double step_seconds_bound = std::numeric_limits<double>::infinity();
 
   /// usable bytes per device
   double usable_memory_bytes(const DeviceSpec& device) const { return device.memory_bytes * (1.0 - memory_margin); }
 };
 
-/// Runs the named planner. Every planner returns a validated Plan with predictions filled in.
-/// Throws partrain::Error for an unknown planner, or when no plan fits: the message names the
-/// smallest device memory or device count that would work (when the planner can tell).
+/// Runs the named planner on `graph`, whose tensor-parallel degree t = tensor_parallel_degree(graph)
+/// the plan records: the planner lays out world_size / t groups of t consecutive ranks as devices
+/// (a node holds devices_per_node / t of them) and the plan's stages index `graph`. Every planner
+/// returns a validated Plan with predictions filled in. Throws partrain::Error for an unknown
+/// planner, for options.tensor_parallel > 1 that is not the graph's degree, for a t that does not
+/// divide the world size, or when no plan fits: the message names the smallest device memory or
+/// device count that would work (when the planner can tell).
+///
+/// rannc refines its blocks instead of giving up (issue 13): a block that cannot fit on one device
+/// even alone (recomputation, one microbatch in flight, one sample) is split in two, recursively,
+/// and when the stage DP still finds no split the block count is doubled (up to 3 times, at most
+/// one block per atomic component) before "no plan fits".
 Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& options);
+
+/// Makes the cost model of a graph (the model or one of its tensor_parallel_graphs); the graph
+/// outlives the model.
+using CostModelFactory = std::function<std::unique_ptr<CostModel>(const Graph& graph)>;
+
+/// One (t, zero) layout make_3d_plan tried.
+struct LayoutCandidate {
+  int tensor_parallel = 1;
+  int zero = 0;
+  bool feasible = false;
+  double samples_per_second = 0;  // the plan's prediction when feasible
+  int stages = 0;                 // the plan's stages and pipeline copies when feasible
+  int pipeline_copies = 0;
+  std::string problem;            // why not, when not feasible
+  double planning_seconds = 0;    // wall time of this candidate (graph, cost model and planner)
+};
+
+/// The plan make_3d_plan chose and the graph its stages index.
+struct ThreeDimensionalPlan {
+  Plan plan;
+  Graph graph;                              // tensor_parallel_graph(model, plan.tensor_parallel) (the model for t = 1)
+  std::vector<LayoutCandidate> candidates;  // every layout tried, in the order tried
+};
+
+/// The tensor-parallel degrees make_3d_plan tries for `model` on `device`: options.tensor_parallel
+/// when it is positive, else each t ∈ {1, 2, 4, 8} with t ≤ devices_per_node that divides the
+/// world size and for which tensor_parallel_graph(model, t) exists (t divides heads, hidden,
+/// intermediate and vocabulary size; the model has tensor-parallel layers). Always holds 1 in the
+/// automatic case.
+std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec& device, const PlannerOptions& options);
+
+/// Planning in three dimensions (DESIGN.md "Parallelism in three dimensions"; Merak §3.2, issue 13):
+/// for every tensor-parallel degree of tensor_parallel_candidates and every ZeRO stage (options.zero,
+/// or 0 and 1 when it is −1), builds tensor_parallel_graph(model, t), its cost model from `costs`,
+/// and runs make_plan (pipeline stages × replicas × microbatches) on world_size / t groups; keeps
+/// the plan with the highest predicted samples per second that fits the memory (ties: smaller t,
+/// then zero 0). Progress goes to options.progress over the whole search. Throws partrain::Error
+/// when no (tensor_parallel, stages, replicas, zero) layout fits, with each candidate's reason, and
+/// when the degree asked for does not apply to the model (naming heads/hidden/intermediate/vocab).
+ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& costs, const PlannerOptions& options);
 
 }  // namespace partrain::partition

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -80,7 +81,8 @@ struct StageCost {
 class StageDp {
  public:
   StageDp(const std::vector<std::vector<int>>& blocks, const CostModel& cost, const PlannerOptions& options)
-      : blocks_(blocks), cost_(cost), options_(options), usable_(options.usable_memory_bytes(cost.device())) {
+      : blocks_(blocks), cost_(cost), options_(options), usable_(options.usable_memory_bytes(cost.device())),
+        zero_(options.zero == 1) {
     PARTRAIN_CHECK(!blocks.empty(), "rannc: no blocks to place");
     PARTRAIN_CHECK(blocks.size() < 65536, "rannc: too many blocks (" << blocks.size() << ")");
     for (std::size_t b = 0; b < blocks.size(); ++b)
@@ -178,7 +180,7 @@ class StageDp {
     // ---- S = 1: all blocks on D replicas.
     {
       const RecomputePolicy recompute = recompute_policy(options_, 1);
-      const profile::MemoryPolicy policy = stage_memory_policy(options_, 0, 1, M);
+      const profile::MemoryPolicy policy = stage_memory_policy(options_, 0, 1, M, D * setting.copies);
       const StageCost& c = stage_costs(0, k, recompute != RecomputePolicy::None)[D];
       if (c.valid && c.allreduce < allreduce_cap) {
         const double memory = profile::stage_memory_bytes(*c.measurement, policy);
@@ -275,13 +277,31 @@ class StageDp {
               continue;
             }
             // The run [r, r_end] of replica counts with the same measurement, allowed by the cap.
+            // With ZeRO-1 the memory falls with r (the optimizer state is sharded over r × copies
+            // ranks): a Memory run takes one r at a time, a Time run starts at the first r that fits.
             int r_end = r;
-            while (r_end < r_most && costs[r_end + 1].valid && costs[r_end + 1].measurement == c.measurement &&
-                   costs[r_end + 1].allreduce < allreduce_cap)
+            while (r_end < r_most && !(zero_ && objective == Objective::Memory) && costs[r_end + 1].valid &&
+                   costs[r_end + 1].measurement == c.measurement && costs[r_end + 1].allreduce < allreduce_cap)
               ++r_end;
-            const int r_first = r;
+            int r_first = r;
             r = r_end + 1;
-            const double memory = profile::stage_memory_bytes(*c.measurement, policy[j]);
+            double memory = profile::stage_memory_bytes(*c.measurement, policy[j]);  // unsharded
+            if (zero_) {
+              const double sharded = c.measurement->parameter_bytes * profile::sharded_state_factor(policy[j]);
+              const auto memory_at = [&](int replicas) {
+                return memory - sharded + sharded / (static_cast<double>(replicas) * setting.copies);
+              };
+              if (objective == Objective::Time && memory_at(r_first) > usable_) {
+                const double room = usable_ - (memory - sharded);  // for sharded / (r · copies)
+                if (!(room > 0)) continue;
+                const double needed = std::ceil(sharded / (room * setting.copies));
+                if (needed > r_end) continue;
+                r_first = std::max(r_first, static_cast<int>(needed));
+                while (r_first <= r_end && memory_at(r_first) > usable_) ++r_first;  // rounding
+                if (r_first > r_end) continue;
+              }
+              memory = memory_at(r_first);
+            }
             if (objective == Objective::Time && memory > usable_) continue;
             const double value = objective == Objective::Time ? c.seconds : memory;
             if (objective == Objective::Time && factor * value >= bound) continue;
@@ -357,6 +377,7 @@ class StageDp {
   const CostModel& cost_;
   const PlannerOptions& options_;
   double usable_;
+  bool zero_ = false;  // ZeRO-1: a stage's memory depends on its replica count
   std::unordered_map<std::uint64_t, profile::Measurement> measurements_;
   Setting setting_;
   std::vector<std::vector<StageCost>> stage_costs_[2];  // [recompute][b * (k + 1) + e]
@@ -375,13 +396,24 @@ std::vector<int> pipeline_sizes(int world_size, int devices_per_node) {
   return sizes;
 }
 
-std::vector<int> microbatch_counts(const PlannerOptions& options) {
+// Microbatch counts for pipelines of `copies` copies: M = 1, 2, 4, ... ≤ max_microbatches (RaNNC's
+// doubling), and the counts giving microbatches of a power-of-two size (B / 1, B / 2, B / 4, ... for
+// the B samples of a copy's step: Megatron's microbatch of 1 at M = B, which powers of two alone
+// miss when B is not one). Only options.microbatches when set.
+std::vector<int> microbatch_counts(const PlannerOptions& options, int copies) {
   std::vector<int> counts;
   if (options.microbatches > 0) {
     counts.push_back(options.microbatches);
-  } else {
-    for (int m = 1; m <= std::max(1, options.max_microbatches); m *= 2) counts.push_back(m);
+    return counts;
   }
+  const int most = std::max(1, options.max_microbatches);
+  for (int m = 1; m <= most; m *= 2) counts.push_back(m);
+  if (copies > 0 && options.global_batch % copies == 0) {
+    for (std::int64_t size = 1, batch = options.global_batch / copies; size <= batch; size *= 2)
+      if (batch % size == 0 && batch / size <= most) counts.push_back(static_cast<int>(batch / size));
+  }
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
   return counts;
 }
 
@@ -404,7 +436,7 @@ double equal_replica_memory(StageDp& dp, const PlannerOptions& options, int stag
   const int k = dp.block_count();
   if (stages > k) return kInfinity;
   double least = kInfinity;
-  for (int microbatches : microbatch_counts(options)) {
+  for (int microbatches : microbatch_counts(options, 1)) {
     Setting setting;
     if (!dp.make_setting(stages * replicas, 1, microbatches, setting)) continue;
     if (setting.microbatch_size < replicas) continue;
@@ -414,7 +446,7 @@ double equal_replica_memory(StageDp& dp, const PlannerOptions& options, int stag
     const auto at = [&](int s, int b) -> double& { return best[s * (k + 1) + b]; };
     at(0, k) = 0;
     for (int s = 1; s <= stages; ++s) {
-      const profile::MemoryPolicy policy = stage_memory_policy(options, stages - s, stages, microbatches);
+      const profile::MemoryPolicy policy = stage_memory_policy(options, stages - s, stages, microbatches, replicas);
       for (int b = 0; b + s <= k; ++b) {
         for (int e = b + 1; e + (s - 1) <= k; ++e) {
           if (!std::isfinite(at(s - 1, e))) continue;
@@ -431,12 +463,11 @@ double equal_replica_memory(StageDp& dp, const PlannerOptions& options, int stag
 // The least memory per device (before the margin) of any plan Algorithm 2 considers: Algorithm 1
 // minimising stage memory instead of time. +inf when the cost model cannot measure a range it
 // needs (e.g. a partial profile).
-double least_plan_memory(StageDp& dp, const PlannerOptions& options, const std::vector<int>& sizes,
-                         const std::vector<int>& counts) {
+double least_plan_memory(StageDp& dp, const PlannerOptions& options, const std::vector<int>& sizes) {
   double least = kInfinity;
   try {
     for (int devices : sizes) {
-      for (int microbatches : counts) {
+      for (int microbatches : microbatch_counts(options, options.world_size / devices)) {
         Setting setting;
         if (!dp.make_setting(devices, options.world_size / devices, microbatches, setting)) continue;
         const int max_stages = options.stages > 0 ? options.stages : std::min(dp.block_count(), devices);
@@ -476,7 +507,7 @@ int suggest_devices(StageDp& dp, const PlannerOptions& options, int& stages_out,
 }
 
 [[noreturn]] void fail_infeasible(StageDp& dp, const PlannerOptions& options, const CostModel& cost,
-                                  const std::vector<int>& sizes, const std::vector<int>& counts, bool any_setting) {
+                                  const std::vector<int>& sizes, bool any_setting) {
   PARTRAIN_CHECK(any_setting, "rannc: the global batch " << options.global_batch
                                                          << " does not split into pipeline copies x microbatches for "
                                                          << options.world_size << " devices (microbatches "
@@ -488,7 +519,7 @@ int suggest_devices(StageDp& dp, const PlannerOptions& options, int& stages_out,
   message << "rannc: no plan fits in " << gib_text(cost.device().memory_bytes) << " per device ("
           << gib_text(dp.usable_memory()) << " usable with memory_margin " << margin << ") on " << options.world_size
           << " devices";
-  const double least = least_plan_memory(dp, options, sizes, counts);
+  const double least = least_plan_memory(dp, options, sizes);
   if (std::isfinite(least)) message << "; the smallest device memory that would fit is " << gib_text(least / (1.0 - margin));
   if (options.stages <= 0) {
     int stages = 0, replicas = 0;
@@ -516,26 +547,31 @@ StageSplit solve_stage_dp(const std::vector<std::vector<int>>& blocks, const Cos
   return make_split(dp, config.stages, config.microbatches, result);
 }
 
-Plan plan_stages_rannc(const Graph& graph, const std::vector<std::vector<int>>& blocks, const CostModel& cost,
-                       const PlannerOptions& options) {
+namespace {
+
+// Algorithm 2 around Algorithm 1 (plan_stages_rannc); std::nullopt when nothing fits and `diagnose`
+// is false, the error naming what would fit when it is true.
+std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vector<int>>& blocks,
+                                  const CostModel& cost, const PlannerOptions& options, bool diagnose) {
   StageDp dp(blocks, cost, options);
   const int k = dp.block_count();
   const std::vector<int> sizes = pipeline_sizes(options.world_size, cost.device().devices_per_node);
-  const std::vector<int> counts = microbatch_counts(options);
+
   PARTRAIN_CHECK(options.stages <= 0 || options.stages <= std::min(k, options.world_size),
                  "rannc: " << options.stages << " stages cannot be made from " << k << " blocks on "
                            << options.world_size << " devices");
 
-  double best_step = kInfinity;
+  double best_step = options.step_seconds_bound;  // ∞ unless a better layout was found elsewhere
   StageSplit best_split;
   StageDpConfig best_config;
   bool any_setting = false;
-  const std::size_t total = sizes.size() * counts.size();
+  std::size_t total = 0;
+  for (int devices : sizes) total += microbatch_counts(options, options.world_size / devices).size();
   std::size_t done = 0;
   for (int devices : sizes) {
     const int copies = options.world_size / devices;
     const int max_stages = options.stages > 0 ? options.stages : std::min(k, devices);
-    for (int microbatches : counts) {
+    for (int microbatches : microbatch_counts(options, copies)) {
       Setting setting;
       if (dp.make_setting(devices, copies, microbatches, setting) && max_stages <= std::min(k, devices)) {
         any_setting = true;
@@ -565,7 +601,10 @@ Plan plan_stages_rannc(const Graph& graph, const std::vector<std::vector<int>>& 
       if (options.progress) options.progress(static_cast<double>(done) / static_cast<double>(total));
     }
   }
-  if (!best_split.feasible) fail_infeasible(dp, options, cost, sizes, counts, any_setting);
+  if (!best_split.feasible) {
+    if ((!diagnose || std::isfinite(options.step_seconds_bound)) && any_setting) return std::nullopt;
+    fail_infeasible(dp, options, cost, sizes, any_setting);
+  }
 
   Plan plan;
   plan.planner = "rannc";
@@ -587,6 +626,21 @@ Plan plan_stages_rannc(const Graph& graph, const std::vector<std::vector<int>>& 
   predict_plan(plan, graph, cost, options);
   plan.validate(graph);
   return plan;
+}
+
+}  // namespace
+
+Plan plan_stages_rannc(const Graph& graph, const std::vector<std::vector<int>>& blocks, const CostModel& cost,
+                       const PlannerOptions& options) {
+  std::optional<Plan> plan = search_stages(graph, blocks, cost, options, true);
+  PARTRAIN_CHECK(plan.has_value(), "rannc: no plan beats a better layout's (its stage-DP step objective is "
+                                       << options.step_seconds_bound << " s)");
+  return *std::move(plan);
+}
+
+std::optional<Plan> try_plan_stages_rannc(const Graph& graph, const std::vector<std::vector<int>>& blocks,
+                                          const CostModel& cost, const PlannerOptions& options) {
+  return search_stages(graph, blocks, cost, options, false);
 }
 
 }  // namespace partrain::partition

@@ -13,6 +13,7 @@
 //   stage memory = stage_memory_bytes(measurement, stage_memory_policy(options, s, S, M)),
 //   step time   = (M + S − 1) · max stage time + max stage all-reduce.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "graph/graph.h"
@@ -55,8 +56,10 @@ StageSplit solve_stage_dp(const std::vector<std::vector<int>>& blocks, const Cos
 /// RaNNC Algorithm 2 around Algorithm 1: for pipelines of n nodes (D = devices_per_node · n devices
 /// with R = world_size / D copies; D = world_size when it is not a multiple of a node), every stage
 /// count S ≤ min(k, D) (only options.stages when set), and microbatch counts M = 1, 2, 4, … ≤
-/// options.max_microbatches with the global batch dividing into R · M microbatches (only
-/// options.microbatches when set), keeps the split with the least predicted step time. The
+/// options.max_microbatches plus those giving microbatches of a power-of-two size (B / 2^j for the
+/// B = global batch / R samples of a copy's step, e.g. Megatron-LM's microbatch of 1 sample), with
+/// the global batch dividing into R · M microbatches (only options.microbatches when set), keeps
+/// the split with the least predicted step time. The
 /// all-reduce term is handled exactly: Algorithm 1 is re-run with the largest stage all-reduce
 /// capped below the previous optimum's until the step time cannot improve (at most 64 rounds per
 /// configuration). Returns a validated Plan (planner "rannc": stages = unions of consecutive
@@ -66,5 +69,11 @@ StageSplit solve_stage_dp(const std::vector<std::vector<int>>& blocks, const Cos
 /// global batch cannot be split, the blocks are malformed, or the cost model cannot measure a range.
 Plan plan_stages_rannc(const Graph& graph, const std::vector<std::vector<int>>& blocks, const CostModel& cost,
                        const PlannerOptions& options);
+
+/// plan_stages_rannc, but std::nullopt instead of the error when no split of these blocks fits the
+/// memory (the caller may refine the blocks); other errors (a batch that cannot be split, malformed
+/// blocks, a range the cost model cannot measure) still throw.
+std::optional<Plan> try_plan_stages_rannc(const Graph& graph, const std::vector<std::vector<int>>& blocks,
+                                          const CostModel& cost, const PlannerOptions& options);
 
 }  // namespace partrain::partition

@@ -4,12 +4,17 @@
 
 namespace partrain::profile {
 
+double sharded_state_factor(const MemoryPolicy& policy) {
+  return policy.optimizer_state_copies + (policy.mixed_precision ? 1.0 : 0.0);
+}
+
 double model_state_factor(const MemoryPolicy& policy) {
   // fp32 weights and gradients, fp32 optimizer state; mixed precision adds a bf16 working copy of
   // the weights and keeps bf16 gradients before they are accumulated into fp32 (half + half).
-  double factor = 2.0 + policy.optimizer_state_copies;
-  if (policy.mixed_precision) factor += 1.0;
-  return factor;
+  // ZeRO-1 keeps 1 / shards of the optimizer state (and of the fp32 masters in mixed precision).
+  const double sharded = sharded_state_factor(policy);
+  const double whole = 2.0 + (policy.mixed_precision ? 1.0 : 0.0) + policy.optimizer_state_copies - sharded;
+  return whole + sharded / std::max(1, policy.optimizer_shards);
 }
 
 double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy) {

@@ -13,6 +13,9 @@ struct MemoryPolicy {
   bool recompute = false;              // activation recomputation: keep only the boundary inputs
   int microbatches_in_flight = 1;      // forward passes stored before their backward (1F1B: S - s; GPipe: M)
   double communication_buffer_bytes = 0.0;
+  /// ZeRO-1 (Rajbhandari et al. 2020): ranks of the stage's data-parallel group that the optimizer
+  /// state (and, in mixed precision, the fp32 master weights) is sharded over; 1: not sharded.
+  int optimizer_shards = 1;
 };
 
 /// Peak bytes on one device for a stage with measurement `m` (at the per-replica microbatch size).
@@ -20,7 +23,13 @@ struct MemoryPolicy {
 /// time holds its full activations again; without, every in-flight microbatch keeps them.
 double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy);
 
-/// Bytes of model state per parameter byte: weights + gradients + optimizer state (+ bf16 copy).
+/// Bytes of model state per (fp32) parameter byte: weights + gradients + optimizer state (+ bf16
+/// copy), the ZeRO-1 part (sharded_state_factor) divided by policy.optimizer_shards.
 double model_state_factor(const MemoryPolicy& policy);
+
+/// The part of model_state_factor that ZeRO-1 shards over the data-parallel group, per parameter
+/// byte before dividing: the optimizer state copies, plus the fp32 master weights in mixed precision
+/// (in fp32 the weights are the ones the forward pass reads, so every rank keeps them whole).
+double sharded_state_factor(const MemoryPolicy& policy);
 
 }  // namespace partrain::profile
