@@ -81,6 +81,30 @@ TEST(Config, TrainAndParallelErrorsNameTheKey) {
   EXPECT_EQ(train_error, "configs/x.toml:3: [train] key 'microbatches' exceeds global_batch 4");
 }
 
+TEST(Config, TensorParallelAndZeroMayBeLeftToThePlanner) {
+  const auto parallel = [](const std::string& text) {
+    return read_parallel_config(ConfigDocument::parse("[parallel]\n" + text, "configs/x.toml"));
+  };
+  EXPECT_EQ(parallel("").tensor_parallel, 1);  // defaults: no tensor parallelism, no ZeRO
+  EXPECT_EQ(parallel("").zero, 0);
+  EXPECT_EQ(parallel("tensor_parallel = \"auto\"\n").tensor_parallel, 0);
+  EXPECT_EQ(parallel("tensor_parallel = 0\n").tensor_parallel, 0);
+  EXPECT_EQ(parallel("tensor_parallel = 4\n").tensor_parallel, 4);
+  EXPECT_EQ(parallel("zero = \"auto\"\n").zero, -1);
+  EXPECT_EQ(parallel("zero = 1\n").zero, 1);
+  const ParallelConfig devices = parallel("device_flops = 312e12\ndevice_efficiency = 0.5\nlink_latency = 1e-5\n");
+  EXPECT_DOUBLE_EQ(devices.device_flops, 312e12);
+  EXPECT_DOUBLE_EQ(devices.device_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(devices.link_latency, 1e-5);
+  const auto error = [&](const std::string& text) { return error_message([&] { parallel(text); }); };
+  EXPECT_EQ(error("tensor_parallel = \"many\"\n"),
+            "configs/x.toml:2: [parallel] key 'tensor_parallel' must be an integer or \"auto\", not \"many\"");
+  EXPECT_NE(error("tensor_parallel = 16\n").find("key 'tensor_parallel' must be between 1 and devices_per_node (8)"),
+            std::string::npos);
+  EXPECT_NE(error("zero = 2\n").find("key 'zero' must be 0 or 1"), std::string::npos);
+  EXPECT_NE(error("device_efficiency = 1.5\n").find("key 'device_efficiency' must be in (0, 1]"), std::string::npos);
+}
+
 TEST(Config, UnknownKeyNamesFileLineAndKey) {
   const std::string message = error_message([] { read("# comment\n[model]\ntype = \"bert\"\nhiden = 12\n"); });
   EXPECT_EQ(message, "configs/x.toml:4: [model] key 'hiden' is unknown");

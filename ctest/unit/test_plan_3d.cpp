@@ -1,0 +1,458 @@
+// Planning in three dimensions (issue 13 item 5; DESIGN.md "Parallelism in three dimensions"): the
+// cost models' tensor-parallel all-reduces, ZeRO-1 in the memory model, make_3d_plan's search over
+// (t, zero) and rannc's block refinement. References are independent of the code under test: the
+// all-reduce volume from the model's dimensions (Megatron-LM's f and g operators: two all-reduces
+// per transformer layer in each pass, plus the vocabulary-parallel embedding, LM head and
+// cross-entropy), ring all-reduce times written out by hand, model-state bytes per parameter from
+// the Adam/ZeRO arithmetic, and lower bounds on memory from parameter counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "graph/tensor_parallel.h"
+#include "models/model.h"
+#include "partition/atomic.h"
+#include "partition/blocks.h"
+#include "partition/calibrated_cost_model.h"
+#include "partition/cost_model.h"
+#include "partition/plan_builder.h"
+#include "partition/planner.h"
+#include "partition/stage_dp.h"
+#include "profile/memory_model.h"
+#include "support/tiny_models.h"
+
+namespace partrain::partition {
+namespace {
+
+std::vector<int> all_tasks(const Graph& graph) {
+  std::vector<int> tasks(graph.tasks().size());
+  std::iota(tasks.begin(), tasks.end(), 0);
+  return tasks;
+}
+
+double forward_flops(const Graph& graph) {
+  double flops = 0;
+  for (const Task& task : graph.tasks()) flops += task.cost.forward_flops;  // tiny models: no constant FLOPs
+  return flops;
+}
+
+// A GPT whose parameters dominate its memory (hidden 512, vocabulary 1024).
+ModelConfig wide_gpt() {
+  ModelConfig config = testing::tiny_model_config("gpt");
+  config.hidden = 512;
+  config.heads = 8;
+  config.vocab = 1024;
+  return config;
+}
+
+CostModelFactory analytic(const DeviceSpec& device, bool mixed_precision = false) {
+  return [device, mixed_precision](const Graph& graph) { return make_analytic_cost_model(graph, device, mixed_precision); };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-parallel all-reduces in the cost models
+// ---------------------------------------------------------------------------------------------
+
+// Megatron-LM's all-reduces of a GPT rank, from the model's dimensions: forward, g after the
+// attention output and after the MLP-down of each layer, after the vocabulary-parallel embedding,
+// and the cross-entropy's three statistics (max, Σ exp, target logit: f32 per token); backward, f
+// before QKV and before the MLP-up of each layer and before the LM head.
+struct ExpectedTraffic {
+  double forward_bytes, backward_bytes;
+  int forward_allreduces, backward_allreduces;
+};
+ExpectedTraffic gpt_traffic(const ModelConfig& c, double batch, double activation_element_bytes) {
+  const double hidden_bytes = c.seq_len * c.hidden * activation_element_bytes * batch;
+  const double layers = static_cast<double>(c.layers);
+  return {(2 * layers + 1) * hidden_bytes + 3 * c.seq_len * 4.0 * batch, (2 * layers + 1) * hidden_bytes,
+          static_cast<int>(2 * c.layers + 1 + 3), static_cast<int>(2 * c.layers + 1)};
+}
+
+TEST(TensorParallelCosts, TrafficOfAGptRankFromItsDimensions) {
+  const ModelConfig config = testing::tiny_model_config("gpt");
+  const Graph model = build_model(config);
+  for (int t : {2}) {
+    const Graph graph = tensor_parallel_graph(model, t);
+    for (std::int64_t batch : {1, 3}) {
+      const TensorParallelTraffic traffic = tensor_parallel_traffic(graph, all_tasks(graph), batch);
+      const ExpectedTraffic expected = gpt_traffic(config, static_cast<double>(batch), 4.0);
+      EXPECT_DOUBLE_EQ(traffic.forward_bytes, expected.forward_bytes) << "batch " << batch;
+      EXPECT_DOUBLE_EQ(traffic.backward_bytes, expected.backward_bytes) << "batch " << batch;
+      EXPECT_EQ(traffic.forward_allreduces, expected.forward_allreduces);
+      EXPECT_EQ(traffic.backward_allreduces, expected.backward_allreduces);
+      // bf16 activations halve f and g, not the cross-entropy's f32 statistics.
+      const TensorParallelTraffic bf16 = tensor_parallel_traffic(graph, all_tasks(graph), batch, true);
+      EXPECT_DOUBLE_EQ(bf16.forward_bytes, gpt_traffic(config, static_cast<double>(batch), 2.0).forward_bytes);
+      EXPECT_DOUBLE_EQ(bf16.backward_bytes, gpt_traffic(config, static_cast<double>(batch), 2.0).backward_bytes);
+    }
+  }
+  // The model itself (one device) communicates nothing.
+  const TensorParallelTraffic none = tensor_parallel_traffic(model, all_tasks(model), 4);
+  EXPECT_EQ(none.forward_bytes + none.backward_bytes, 0.0);
+  EXPECT_EQ(none.forward_allreduces + none.backward_allreduces, 0);
+}
+
+TEST(TensorParallelCosts, AnalyticModelChargesRingAllReducesOnTheNodeLink) {
+  const ModelConfig config = testing::tiny_model_config("gpt");
+  const Graph model = build_model(config);
+  const Graph graph = tensor_parallel_graph(model, 2);
+  DeviceSpec device;
+  device.flops_per_second = 2e12;
+  device.link_bandwidth = 40e9;
+  device.network_bandwidth = 1e9;
+  device.link_latency = 7e-6;
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, device);
+  const std::int64_t batch = 4;
+  const profile::Measurement m = cost->measure(all_tasks(graph), batch);
+  const ExpectedTraffic traffic = gpt_traffic(config, batch, 4.0);
+  // Ring all-reduce over t = 2 ranks: latency + 2 (t − 1)/t · bytes / link bandwidth, per all-reduce.
+  const double compute = forward_flops(graph) * batch / device.flops_per_second;
+  const double forward_comm = traffic.forward_allreduces * 7e-6 + 2.0 * 1 / 2 * traffic.forward_bytes / 40e9;
+  const double backward_comm = traffic.backward_allreduces * 7e-6 + 2.0 * 1 / 2 * traffic.backward_bytes / 40e9;
+  EXPECT_NEAR(m.forward_seconds, compute + forward_comm, 1e-12);
+  EXPECT_NEAR(m.backward_seconds, 2 * compute + backward_comm, 1e-12);
+  // Nothing is divided by t a second time: the rank's parameters are its shards' bytes.
+  double shard_bytes = 0;
+  for (int id : graph.parameters()) shard_bytes += 4.0 * static_cast<double>(numel(graph.value(id).type.shape));
+  EXPECT_DOUBLE_EQ(m.parameter_bytes, shard_bytes);
+  double whole_bytes = 0;
+  for (int id : model.parameters()) whole_bytes += 4.0 * static_cast<double>(numel(model.value(id).type.shape));
+  EXPECT_LT(m.parameter_bytes, whole_bytes);
+  EXPECT_GT(m.parameter_bytes, whole_bytes / 2);  // LayerNorms and biases are replicated
+}
+
+// Synthetic layer measurements for the calibrated model: 1 ms per sample forward, 2 ms backward.
+profile::ProfileDB layer_db(const Graph& graph, const std::string& dtype) {
+  profile::ProfileDB db(graph.hash(), "cpu", dtype);
+  for (const LayerGroup& group : layer_groups(graph))
+    for (std::int64_t batch : {1, 2, 4}) {
+      profile::Measurement m;
+      m.forward_seconds = 1e-3 * batch;
+      m.backward_seconds = 2e-3 * batch;
+      db.insert(group.tasks, batch, m);
+    }
+  return db;
+}
+
+TEST(TensorParallelCosts, CalibratedModelUsesTheMeasuredAllReduceWhereTheGroupWasMeasured) {
+  const ModelConfig config = testing::tiny_model_config("gpt");
+  const Graph model = build_model(config);
+  const Graph graph = tensor_parallel_graph(model, 2);
+  DeviceSpec device;
+  device.link_bandwidth = 40e9;
+  device.link_latency = 0;
+  profile::ProfileDB db = layer_db(graph, "fp32");
+  profile::CommunicationProfile communication;
+  communication.allreduce[2] = profile::LinkFit{30e-6, 2e9};  // measured: 30 us + bytes / 2 GB/s over 2 ranks
+  db.set_communication(communication);
+  const std::unique_ptr<CostModel> cost = make_calibrated_cost_model(graph, db, device);
+  const std::int64_t batch = 2;
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  const profile::Measurement m = cost->measure(all_tasks(graph), batch);
+  const ExpectedTraffic traffic = gpt_traffic(config, batch, 4.0);
+  const double compute_forward = 1e-3 * batch * static_cast<double>(groups.size());
+  EXPECT_NEAR(m.forward_seconds, compute_forward + traffic.forward_allreduces * 30e-6 + traffic.forward_bytes / 2e9, 1e-12);
+  EXPECT_NEAR(m.backward_seconds, 2 * compute_forward + traffic.backward_allreduces * 30e-6 + traffic.backward_bytes / 2e9,
+              1e-12);
+
+  // A t = 4 group larger than any measured one: the config's link (2 · 3/4 · bytes / bandwidth).
+  const Graph four = tensor_parallel_graph(build_model(wide_gpt()), 4);
+  profile::ProfileDB four_db = layer_db(four, "fp32");
+  four_db.set_communication(communication);
+  const std::unique_ptr<CostModel> four_cost = make_calibrated_cost_model(four, four_db, device);
+  const ExpectedTraffic wide = gpt_traffic(wide_gpt(), batch, 4.0);
+  const double four_compute = 1e-3 * batch * static_cast<double>(layer_groups(four).size());
+  EXPECT_NEAR(four_cost->measure(all_tasks(four), batch).forward_seconds,
+              four_compute + 2.0 * 3 / 4 * wide.forward_bytes / 40e9, 1e-12);
+}
+
+// ---------------------------------------------------------------------------------------------
+// ZeRO-1 in the memory model
+// ---------------------------------------------------------------------------------------------
+
+TEST(ZeroMemory, OptimizerStateAndMastersDividedByTheDataParallelGroup) {
+  profile::MemoryPolicy policy;  // AdamW: 2 state copies
+  // fp32: weights 1 + gradients 1 + Adam 2 (sharded).
+  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 4.0);
+  policy.optimizer_shards = 4;
+  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 2.0 + 2.0 / 4);
+  // bf16: f32 gradients 1 + bf16 weights and gradients 0.5 + 0.5, f32 masters 1 and Adam 2 (sharded).
+  policy.mixed_precision = true;
+  policy.optimizer_shards = 1;
+  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 5.0);
+  policy.optimizer_shards = 8;
+  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 2.0 + 3.0 / 8);
+  // SGD: one momentum copy.
+  policy = profile::MemoryPolicy{};
+  policy.optimizer_state_copies = 1;
+  policy.optimizer_shards = 2;
+  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 2.0 + 1.0 / 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The search over (t, zero)
+// ---------------------------------------------------------------------------------------------
+
+double parameter_bytes(const Graph& graph, const std::string& name) {
+  for (int id : graph.parameters())
+    if (graph.value(id).name == name) return 4.0 * static_cast<double>(numel(graph.value(id).type.shape));
+  ADD_FAILURE() << "no parameter " << name;
+  return 0;
+}
+
+double largest_stage_memory(const Plan& plan) {
+  double largest = 0;
+  for (const PlanStage& stage : plan.stages) largest = std::max(largest, stage.memory_bytes);
+  return largest;
+}
+
+TEST(ThreeDimensionalPlanning, TensorParallelismWhenOneDeviceCannotHoldTheEmbedding) {
+  ModelConfig config = wide_gpt();
+  config.vocab = 16384;  // the tied 16384 x 512 embedding: 32 MiB of f32, 128 MiB with gradients and Adam
+  const Graph model = build_model(config);
+  const double embedding = parameter_bytes(model, "transformer.wte.weight");
+  DeviceSpec device;
+  device.devices_per_node = 8;
+  // Independent bound: whichever stage holds the embedding keeps 4 bytes of model state per
+  // parameter byte, more than the device has; half of it (t = 2) leaves room for the rest.
+  device.memory_bytes = 3.0 * embedding;
+  ASSERT_GT(4.0 * embedding, device.memory_bytes);
+  PlannerOptions options;
+  options.world_size = 8;
+  options.global_batch = 16;
+  options.memory_margin = 0.0;
+  options.tensor_parallel = 0;
+  const ThreeDimensionalPlan result = make_3d_plan(model, analytic(device), options);
+  EXPECT_GE(result.plan.tensor_parallel, 2);
+  EXPECT_EQ(tensor_parallel_degree(result.graph), result.plan.tensor_parallel);
+  EXPECT_EQ(result.plan.graph_hash, result.graph.hash());
+  EXPECT_LE(largest_stage_memory(result.plan), device.memory_bytes);
+  EXPECT_EQ(result.plan.world_size, 8);
+  bool tried_one = false;
+  for (const LayoutCandidate& candidate : result.candidates) {
+    if (candidate.tensor_parallel != 1) continue;
+    tried_one = true;
+    EXPECT_FALSE(candidate.feasible) << "t = 1 cannot hold the embedding";
+  }
+  EXPECT_TRUE(tried_one);
+  // The embedding's shard in the plan's graph is 1/t of it.
+  EXPECT_DOUBLE_EQ(parameter_bytes(result.graph, "transformer.wte.weight"), embedding / result.plan.tensor_parallel);
+  // Asked for t = 1 only: the planner's own "no plan fits" error.
+  PlannerOptions one = options;
+  one.tensor_parallel = 1;
+  EXPECT_THROW(make_3d_plan(model, analytic(device), one), Error);
+}
+
+TEST(ThreeDimensionalPlanning, NoLayoutFitsNamesEveryCandidate) {
+  const Graph model = build_model(wide_gpt());
+  DeviceSpec device;
+  device.memory_bytes = 1 << 20;  // 1 MiB: less than the smallest layer's shard
+  PlannerOptions options;
+  options.world_size = 4;
+  options.global_batch = 8;
+  options.tensor_parallel = 0;
+  options.zero = -1;
+  try {
+    make_3d_plan(model, analytic(device), options);
+    ADD_FAILURE() << "expected no layout to fit";
+  } catch (const Error& error) {
+    const std::string message = error.message();
+    EXPECT_NE(message.find("no (tensor_parallel, stages, replicas, zero) layout fits on 4 devices"), std::string::npos)
+        << message;
+    for (const char* layout : {"tensor_parallel 1, zero 0", "tensor_parallel 1, zero 1", "tensor_parallel 2, zero 0",
+                               "tensor_parallel 4, zero 1"})
+      EXPECT_NE(message.find(layout), std::string::npos) << layout << " in " << message;
+  }
+}
+
+TEST(ThreeDimensionalPlanning, OneDevicePerReplicaWinsForASmallModel) {
+  // A model that fits one device: splitting its GEMMs only adds all-reduces (and replicated work),
+  // so pure data parallelism (t = 1) is faster.
+  const Graph model = build_model(testing::tiny_model_config("gpt"));
+  DeviceSpec device;
+  device.devices_per_node = 4;
+  device.memory_bytes = 8.0 * (1ull << 30);
+  device.link_latency = 5e-6;
+  PlannerOptions options;
+  options.world_size = 4;
+  options.global_batch = 16;
+  options.tensor_parallel = 0;
+  const ThreeDimensionalPlan result = make_3d_plan(model, analytic(device), options);
+  EXPECT_EQ(result.plan.tensor_parallel, 1);
+  EXPECT_EQ(tensor_parallel_degree(result.graph), 1);
+  // t = 2 was considered (heads 2 divide), and planned on its own it is slower.
+  PlannerOptions two = options;
+  two.tensor_parallel = 2;
+  const ThreeDimensionalPlan fixed = make_3d_plan(model, analytic(device), two);
+  EXPECT_EQ(fixed.plan.tensor_parallel, 2);
+  EXPECT_LT(fixed.plan.predicted_samples_per_second(), result.plan.predicted_samples_per_second());
+  std::vector<int> tried;
+  for (const LayoutCandidate& candidate : result.candidates) tried.push_back(candidate.tensor_parallel);
+  EXPECT_EQ(tried, (std::vector<int>{2, 1}));  // 4 does not divide the 2 heads; larger t first
+}
+
+TEST(ThreeDimensionalPlanning, ZeroOneWhenOptimizerStateIsTheBindingTerm) {
+  const Graph model = build_model(wide_gpt());
+  DeviceSpec device;
+  device.devices_per_node = 4;
+  PlannerOptions options;
+  options.world_size = 4;
+  options.global_batch = 4;
+  options.microbatches = 1;
+  options.stages = 1;  // pure data parallelism: 4 replicas of the whole model
+  options.memory_margin = 0.0;
+  options.tensor_parallel = 1;
+  options.zero = -1;
+  // One sample per replica: the model state of 4 bytes per parameter byte does not fit, with
+  // ZeRO-1 over the 4 replicas 2 + 2/4 does (the working memory of one sample is far smaller).
+  const std::unique_ptr<CostModel> measure = make_analytic_cost_model(model, device);
+  const profile::Measurement m = measure->measure(all_tasks(model), 1);
+  const double parameters = m.parameter_bytes;
+  ASSERT_LT(m.peak_bytes, 0.5 * parameters);
+  device.memory_bytes = 3.0 * parameters + m.peak_bytes;
+  const ThreeDimensionalPlan result = make_3d_plan(model, analytic(device), options);
+  EXPECT_EQ(result.plan.zero, 1);
+  ASSERT_EQ(result.plan.stages.size(), 1u);
+  EXPECT_EQ(result.plan.stages[0].replicas * result.plan.pipeline_copies, 4);
+  EXPECT_NEAR(result.plan.stages[0].memory_bytes, parameters * (2.0 + 2.0 / 4) + m.peak_bytes, 1.0);
+  ASSERT_EQ(result.candidates.size(), 2u);
+  EXPECT_FALSE(result.candidates[0].feasible);  // zero 0
+  EXPECT_TRUE(result.candidates[1].feasible);   // zero 1
+  // Asked for ZeRO off: that layout does not fit.
+  PlannerOptions off = options;
+  off.zero = 0;
+  EXPECT_THROW(make_3d_plan(model, analytic(device), off), Error);
+}
+
+TEST(ThreeDimensionalPlanning, TiesKeepZeroOff) {
+  // Plenty of memory and no optimizer cost in the analytic model: ZeRO-1 predicts the same step,
+  // so the plan keeps the simpler layout.
+  const Graph model = build_model(testing::tiny_model_config("gpt"));
+  DeviceSpec device;
+  device.memory_bytes = 8.0 * (1ull << 30);
+  PlannerOptions options;
+  options.world_size = 4;
+  options.global_batch = 16;
+  options.tensor_parallel = 1;
+  options.zero = -1;
+  const ThreeDimensionalPlan result = make_3d_plan(model, analytic(device), options);
+  EXPECT_EQ(result.plan.zero, 0);
+  ASSERT_EQ(result.candidates.size(), 2u);
+  ASSERT_TRUE(result.candidates[1].feasible);
+  EXPECT_NEAR(result.candidates[1].samples_per_second, result.candidates[0].samples_per_second,
+              1e-9 * result.candidates[0].samples_per_second);
+}
+
+TEST(ThreeDimensionalPlanning, CandidateDegreesDivideTheModelAndTheNode) {
+  const Graph gpt = build_model(wide_gpt());  // 8 heads, hidden 512, vocabulary 1024
+  DeviceSpec device;
+  PlannerOptions options;
+  options.tensor_parallel = 0;
+  options.world_size = 16;
+  device.devices_per_node = 8;
+  EXPECT_EQ(tensor_parallel_candidates(gpt, device, options), (std::vector<int>{1, 2, 4, 8}));
+  device.devices_per_node = 4;
+  EXPECT_EQ(tensor_parallel_candidates(gpt, device, options), (std::vector<int>{1, 2, 4}));
+  options.world_size = 6;  // 4 does not divide 6
+  EXPECT_EQ(tensor_parallel_candidates(gpt, device, options), (std::vector<int>{1, 2}));
+  const Graph resnet = build_model(testing::tiny_model_config("resnet"));
+  options.world_size = 8;
+  EXPECT_EQ(tensor_parallel_candidates(resnet, device, options), (std::vector<int>{1}));
+  options.tensor_parallel = 2;  // fixed: as asked
+  EXPECT_EQ(tensor_parallel_candidates(gpt, device, options), (std::vector<int>{2}));
+}
+
+TEST(ThreeDimensionalPlanning, MakePlanTakesTheDegreeFromTheGraph) {
+  const Graph model = build_model(testing::tiny_model_config("gpt"));
+  const Graph graph = tensor_parallel_graph(model, 2);
+  DeviceSpec device;
+  device.memory_bytes = 8.0 * (1ull << 30);
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, device);
+  PlannerOptions options;
+  options.world_size = 4;
+  options.global_batch = 8;
+  const Plan plan = make_plan(graph, *cost, options);  // options.tensor_parallel left at 1
+  EXPECT_EQ(plan.tensor_parallel, 2);
+  EXPECT_EQ(plan.world_size, 4);
+  EXPECT_EQ(plan.devices_per_copy() * plan.pipeline_copies, 4);
+  options.tensor_parallel = 4;
+  EXPECT_THROW(make_plan(graph, *cost, options), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// rannc refines its blocks instead of giving up
+// ---------------------------------------------------------------------------------------------
+
+TEST(BlockRefinement, ABlockThatFitsNowhereIsSplit) {
+  // A ResNet (no tied parameters) on 2 devices whose memory is exactly what the block
+  // partitioning's check asks of the whole model as one block (Σ per task of 4 bytes of model state
+  // per parameter byte + the activations of one sample): the block passes that check, but on a
+  // device it also needs its working memory (the largest output), so it fits nowhere; rannc splits it
+  // (split_oversized_blocks) and the halves fit.
+  const Graph model = build_model(testing::tiny_model_config("resnet"));
+  DeviceSpec device;
+  device.devices_per_node = 2;
+  const std::unique_ptr<CostModel> probe = make_analytic_cost_model(model, device);
+  double block_check = 0;
+  for (const Task& task : model.tasks()) {
+    const profile::Measurement m = probe->measure(std::vector<int>{task.id}, 1);
+    block_check += m.parameter_bytes * 4.0 + m.activation_bytes;
+  }
+  device.memory_bytes = block_check;
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(model, device);
+  PlannerOptions options;
+  options.world_size = 2;
+  options.global_batch = 2;  // one sample per device
+  options.blocks = 1;
+  options.memory_margin = 0.0;
+  const std::vector<std::vector<int>> whole{all_tasks(model)};
+  EXPECT_THROW(plan_stages_rannc(model, whole, *cost, options), Error);  // the one block makes no plan
+  const Plan plan = make_plan(model, *cost, options);
+  EXPECT_EQ(plan.stages.size(), 2u);
+  EXPECT_LE(largest_stage_memory(plan), device.memory_bytes);
+}
+
+TEST(BlockRefinement, BlocksThatMakeNoPlanAreRefined) {
+  // Two devices of 70 MB: the blocks for k = 2 pass the block partitioning's own memory check
+  // (parameters and one microbatch's activations, no recomputation) but no 2-stage split of them
+  // fits once the stage DP adds the microbatches in flight and the working memory; finer blocks
+  // place the boundary where both stages fit.
+  const Graph model = build_model(wide_gpt());
+  DeviceSpec device;
+  device.devices_per_node = 4;
+  device.memory_bytes = 70e6;
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(model, device);
+  PlannerOptions options;
+  options.world_size = 2;
+  options.global_batch = 8;
+  options.blocks = 2;
+  options.memory_margin = 0.0;
+  // The k = 2 blocks of RaNNC's block partitioning (costs as the rannc planner computes them) make
+  // no plan on their own ...
+  BlockOptions blocks;
+  blocks.blocks = 2;
+  blocks.batch = options.global_batch / options.world_size;
+  blocks.memory_limit_bytes = device.memory_bytes;
+  for (const Task& task : model.tasks()) {
+    const profile::Measurement m = cost->measure(std::vector<int>{task.id}, blocks.batch);
+    blocks.task_seconds.push_back(m.forward_seconds + m.backward_seconds);
+    blocks.task_memory_bytes.push_back(m.parameter_bytes * 4.0 + m.activation_bytes);
+  }
+  std::vector<std::vector<int>> block_tasks;
+  for (const Block& block : partition_blocks(model, atomic_components(model), blocks)) block_tasks.push_back(block.tasks);
+  ASSERT_GE(block_tasks.size(), 2u);  // 3: the block check forbids merging the last two
+  EXPECT_THROW(plan_stages_rannc(model, block_tasks, *cost, options), Error);
+  // ... and the planner refines them instead of giving up.
+  const Plan plan = make_plan(model, *cost, options);
+  EXPECT_EQ(plan.stages.size(), 2u);
+  EXPECT_LE(largest_stage_memory(plan), device.memory_bytes);
+}
+
+}  // namespace
+}  // namespace partrain::partition
