@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Scale benchmark (issue 13 item 6; DESIGN.md §6 "Performance", planning): planning in three
+# dimensions at the sizes the papers target, on the analytic cost model.
+#   1. GPT-3 175B on 1,024 devices of 80 GiB, 8 per node (configs/gpt3-175b.toml: t, zero, stages,
+#      replicas and microbatches left to the planner) against Megatron-LM's published layout of the
+#      same model (configs/megatron-gpt3-175b-manual.toml: t 8, 16 stages, data parallel 8, 1F1B,
+#      recomputation) predicted by the same cost model: samples/s of both, their ratio, TFLOP/s per
+#      device and MFU, and the wall time of `partrain plan`.
+#   2. RaNNC's 12.9 B enlarged BERT (256 layers, hidden 2048, 32 heads; configs/bert-enlarged.toml)
+#      on 32 devices of 32 GiB (4 nodes x 8), global batch 256, fp32, the config's default devices
+#      (1 TFLOP/s, as plan_benchmark): the 3D plan against RaNNC's own space (tensor_parallel 1,
+#      no ZeRO) under the same cost model; only the ratio and the wall times mean anything here.
+# Usage: validation/perf/scale_benchmark.sh [--check] [--quick] [PARTRAIN_BINARY]
+#   --check  exit 1 unless the GPT-3 plan is found within 60 s of wall time, has tensor_parallel > 1
+#            and predicts at least Megatron's samples/s (the CTest scale_plan_gpt3)
+#   --quick  GPT-3 only
+# Exit codes: 0 done (and, with --check, the checks held); 1 a check failed; 2 a command failed.
+set -euo pipefail
+
+check=0
+quick=0
+binary=""
+for argument in "$@"; do
+  case "$argument" in
+    --check) check=1 ;;
+    --quick) quick=1 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -*) echo "scale_benchmark.sh: unknown option $argument" >&2; exit 2 ;;
+    *) binary="$argument" ;;
+  esac
+done
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+binary="${binary:-$root/build/cpu/bin/partrain}"
+[ -x "$binary" ] || { echo "scale_benchmark.sh: no partrain binary at $binary (build the partrain target)" >&2; exit 2; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# run NAME ARGS...: `partrain plan ARGS` into $work/NAME.out, its wall time into $work/NAME.wall.
+run() {
+  local name="$1"
+  shift
+  local start end
+  start=$(date +%s.%N)
+  if ! "$binary" plan "$@" > "$work/$name.out" 2>&1; then
+    echo "scale_benchmark.sh: partrain plan $* failed:" >&2
+    tail -5 "$work/$name.out" >&2
+    exit 2
+  fi
+  end=$(date +%s.%N)
+  echo "$start $end" | awk '{ printf "%.2f\n", $2 - $1 }' > "$work/$name.wall"
+}
+
+# field NAME WHAT: a figure from the output of run NAME.
+field() {
+  local file="$work/$1.out"
+  case "$2" in
+    step_ms) sed -n 's/^predicted: \([0-9.]*\) ms per step.*/\1/p' "$file" | head -1 ;;
+    batch) sed -n 's/^model: .* global batch \([0-9]*\),.*/\1/p' "$file" | head -1 ;;
+    samples) awk -v b="$(field "$1" batch)" -v ms="$(field "$1" step_ms)" 'BEGIN { printf "%.4g", b / (ms / 1000) }' ;;
+    tflops) sed -n 's/^predicted: \([0-9.]*\) TFLOP\/s per device.*/\1/p' "$file" | head -1 ;;
+    mfu) sed -n 's/^predicted: .*(MFU \([0-9.]*\)%.*/\1/p' "$file" | head -1 ;;
+    recompute_tflops) sed -n 's/^predicted: .*); \([0-9.]*\) TFLOP\/s with recomputation/\1/p' "$file" | head -1 ;;
+    layout) grep -m1 '^plan: ' "$file" | sed 's/^plan: //' ;;
+    tensor_parallel) grep -m1 '^plan: ' "$file" | sed -n 's/.*tensor parallel \([0-9]*\).*/\1/p' | grep . || echo 1 ;;
+    planning) sed -n 's/^planning_seconds: \([0-9.]*\)/\1/p' "$file" ;;
+  esac
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }'; }
+
+echo "== GPT-3 175B on 1024 devices of 80 GiB (8 per node), global batch 1536, bf16, analytic cost model"
+run gpt3 "$root/configs/gpt3-175b.toml" --world-size 1024 --device-memory 80GiB
+run megatron "$root/configs/megatron-gpt3-175b-manual.toml" --world-size 1024 --device-memory 80GiB
+ours=$(field gpt3 samples)
+theirs=$(field megatron samples)
+ours_ms=$(field gpt3 step_ms)
+theirs_ms=$(field megatron step_ms)
+sed -n '/^layouts tried/,/^plan: /p' "$work/gpt3.out" | sed '$d'
+for name in gpt3 megatron; do echo "$name: $(field $name layout)"; done
+printf '%-10s %12s %10s %9s %7s %16s %9s %7s\n' "plan" "step ms" "samples/s" "TFLOP/s" "MFU %" "TFLOP/s w/ rec." "plan s" "wall s"
+for name in gpt3 megatron; do
+  printf '%-10s %12s %10s %9s %7s %16s %9.2f %7s\n' "$name" "$(field $name step_ms)" "$(field $name samples)" \
+    "$(field $name tflops)" "$(field $name mfu)" "$(field $name recompute_tflops)" "$(field $name planning)" \
+    "$(cat "$work/$name.wall")"
+done
+echo "ratio ours / Megatron (samples/s): $(ratio "$(field megatron step_ms)" "$(field gpt3 step_ms)")"
+
+failed=0
+if [ "$check" = 1 ]; then
+  wall=$(cat "$work/gpt3.wall")
+  t=$(field gpt3 tensor_parallel)
+  if awk -v w="$wall" 'BEGIN { exit !(w >= 60) }'; then echo "CHECK FAILED: planning GPT-3 took $wall s (>= 60 s)"; failed=1; fi
+  if [ "$t" -le 1 ]; then echo "CHECK FAILED: the GPT-3 plan has tensor_parallel $t (expected > 1)"; failed=1; fi
+  if awk -v a="$ours_ms" -v b="$theirs_ms" 'BEGIN { exit !(a > b) }'; then
+    echo "CHECK FAILED: the GPT-3 plan predicts $ours samples/s, below Megatron's layout ($theirs)"; failed=1
+  fi
+  [ "$failed" = 0 ] && echo "checks passed: found in $wall s, tensor_parallel $t, $ours >= $theirs samples/s"
+fi
+
+if [ "$quick" = 0 ]; then
+  echo
+  echo "== RaNNC's enlarged BERT (256 layers, hidden 2048, 12.9 B parameters) on 32 devices of 32 GiB (4 x 8), global batch 256, fp32"
+  bert=("$root/configs/bert-enlarged.toml" --world-size 32 --device-memory 32GiB --set model.hidden=2048
+        --set model.layers=256 --set model.heads=32 --set train.global_batch=256)
+  run bert3d "${bert[@]}" --set parallel.tensor_parallel=auto --set parallel.zero=auto
+  run bert1d "${bert[@]}" --set parallel.tensor_parallel=1 --set parallel.zero=0
+  sed -n '/^layouts tried/,/^plan: /p' "$work/bert3d.out" | sed '$d'
+  for name in bert3d bert1d; do echo "$name: $(field $name layout)"; done
+  printf '%-10s %12s %10s %9s %7s\n' "plan" "step ms" "samples/s" "plan s" "wall s"
+  for name in bert3d bert1d; do
+    printf '%-10s %12s %10s %9.2f %7s\n' "$name" "$(field $name step_ms)" "$(field $name samples)" "$(field $name planning)" \
+      "$(cat "$work/$name.wall")"
+  done
+  echo "ratio 3D / RaNNC's space (samples/s): $(ratio "$(field bert1d step_ms)" "$(field bert3d step_ms)")"
+fi
+exit "$failed"
