@@ -368,6 +368,30 @@ TEST(ThreeDimensionalPlanning, CandidateDegreesDivideTheModelAndTheNode) {
   EXPECT_EQ(tensor_parallel_candidates(gpt, device, options), (std::vector<int>{2}));
 }
 
+TEST(ThreeDimensionalPlanning, AFixedDegreeCostsOnlyItsOwnGraph) {
+  // A training run profiles only the graph of the degree it asks for: the search must not ask
+  // for the cost model of another one.
+  const Graph model = build_model(testing::tiny_model_config("gpt"));
+  DeviceSpec device;
+  device.memory_bytes = 8.0 * (1ull << 30);
+  int asked = 0;
+  const CostModelFactory only_two = [&](const Graph& graph) {
+    ++asked;
+    PARTRAIN_CHECK(tensor_parallel_degree(graph) == 2, "asked for the cost model of a graph of degree "
+                                                           << tensor_parallel_degree(graph));
+    return make_analytic_cost_model(graph, device);
+  };
+  PlannerOptions options;
+  options.world_size = 4;
+  options.global_batch = 8;
+  options.tensor_parallel = 2;
+  options.zero = -1;
+  const ThreeDimensionalPlan result = make_3d_plan(model, only_two, options);
+  EXPECT_EQ(result.plan.tensor_parallel, 2);
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(result.candidates.size(), 2u);
+}
+
 TEST(ThreeDimensionalPlanning, MakePlanTakesTheDegreeFromTheGraph) {
   const Graph model = build_model(testing::tiny_model_config("gpt"));
   const Graph graph = tensor_parallel_graph(model, 2);

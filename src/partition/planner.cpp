@@ -254,12 +254,17 @@ ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& co
   PARTRAIN_CHECK(options.zero >= -1 && options.zero <= 1,
                  "zero must be 0, 1 or -1 (the planner chooses), not " << options.zero);
   const bool searching = options.tensor_parallel == 0 || options.zero < 0;
-  std::unique_ptr<CostModel> model_cost = costs(model);
-  const double memory_bytes = model_cost->device().memory_bytes;
+  // The model's own cost model (t = 1) gives the devices when the degree is searched; a fixed
+  // degree needs only its own graph's (a training run profiles only that graph).
+  std::unique_ptr<CostModel> model_cost;
+  if (options.tensor_parallel == 0 || options.tensor_parallel == 1) model_cost = costs(model);
   // Larger degrees first: for a large model they are the likely winners, and their stage-DP
   // objective then bounds (prunes) the search of the smaller ones (PlannerOptions::step_seconds_bound).
-  std::vector<int> degrees = tensor_parallel_candidates(model, model_cost->device(), options);
+  std::vector<int> degrees = options.tensor_parallel > 0
+                                 ? std::vector<int>{options.tensor_parallel}
+                                 : tensor_parallel_candidates(model, model_cost->device(), options);
   std::sort(degrees.rbegin(), degrees.rend());
+  double memory_bytes = model_cost ? model_cost->device().memory_bytes : 0.0;
   const std::vector<int> zeros = options.zero >= 0 ? std::vector<int>{options.zero} : std::vector<int>{0, 1};
   const std::size_t total = degrees.size() * zeros.size();
 
@@ -277,6 +282,7 @@ ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& co
     } else {
       graph.emplace(tensor_parallel_graph(model, t));
       cost = costs(*graph);
+      memory_bytes = cost->device().memory_bytes;
     }
     const Graph& planned = graph ? *graph : model;
     double graph_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - graph_start).count();

@@ -104,7 +104,12 @@ std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec
 /// or 0 and 1 when it is −1), builds tensor_parallel_graph(model, t), its cost model from `costs`,
 /// and runs make_plan (pipeline stages × replicas × microbatches) on world_size / t groups; keeps
 /// the plan with the highest predicted samples per second that fits the memory (ties: smaller t,
-/// then zero 0). Progress goes to options.progress over the whole search. Throws partrain::Error
+/// then zero 0). Degrees are tried from the largest down, and the best stage-DP objective found so
+/// far bounds rannc's search of the later candidates (PlannerOptions::step_seconds_bound): a layout
+/// whose DP objective cannot beat it is reported as such and not planned further. This is RaNNC's
+/// own ranking of configurations (Algorithm 2) carried across layouts; the simulated step time that
+/// chooses among the surviving plans may rank two layouts otherwise in rare cases. Progress goes to
+/// options.progress over the whole search. Throws partrain::Error
 /// when no (tensor_parallel, stages, replicas, zero) layout fits, with each candidate's reason, and
 /// when the degree asked for does not apply to the model (naming heads/hidden/intermediate/vocab).
 ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& costs, const PlannerOptions& options);
