@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -98,13 +99,14 @@ std::vector<std::vector<int>> split_oversized_blocks(const Graph& graph, std::ve
                                                      const PlannerOptions& options) {
   const double usable = options.usable_memory_bytes(cost.device());
   std::vector<std::vector<int>> result;
-  while (!blocks.empty()) {
-    std::vector<int> block = std::move(blocks.front());
-    blocks.erase(blocks.begin());
+  std::vector<std::vector<int>> pending(std::make_move_iterator(blocks.rbegin()), std::make_move_iterator(blocks.rend()));
+  while (!pending.empty()) {  // a stack: the next block in pipeline order on top
+    std::vector<int> block = std::move(pending.back());
+    pending.pop_back();
     std::vector<int> first, second;
     if (least_block_memory(block, cost, options) > usable && split_block(graph, block, task_seconds, first, second)) {
-      blocks.insert(blocks.begin(), std::move(second));
-      blocks.insert(blocks.begin(), std::move(first));
+      pending.push_back(std::move(second));
+      pending.push_back(std::move(first));
       continue;
     }
     result.push_back(std::move(block));
