@@ -198,6 +198,23 @@ TEST_F(NcclCommunicatorTest, AllReduceF32SumMaxMin) {
   EXPECT_EQ(floats(min), expected_min);
 }
 
+// ZeRO-1's collectives on the GPU give what the MPI communicator (the reference) gives on the host.
+TEST_F(NcclCommunicatorTest, ReduceScatterAndAllGatherMatchTheMpiCommunicator) {
+  const int n = nccl().size(), r = nccl().rank();
+  constexpr int kPart = 7;
+  std::vector<float> values(static_cast<std::size_t>(kPart * n));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((r + 1) * (i + 1)) * 0.5f;
+  const Tensor host_input = Tensor::from_vector<float>({kPart * n}, values);
+  const Tensor host_part = Tensor::zeros({kPart}), host_gathered = Tensor::zeros({kPart * n});
+  world().reduce_scatter(host_input, host_part);
+  world().all_gather(host_part, host_gathered);
+  const Tensor part = on_gpu(Tensor::zeros({kPart})), gathered = on_gpu(Tensor::zeros({kPart * n}));
+  nccl().reduce_scatter(on_gpu(host_input), part);
+  nccl().all_gather(part, gathered);
+  EXPECT_EQ(floats(part), host_part.to_float_vector());
+  EXPECT_EQ(floats(gathered), host_gathered.to_float_vector());
+}
+
 TEST_F(NcclCommunicatorTest, AllReduceBf16SumIsRoundedOnceAndMaxIsExact) {
   const int n = nccl().size(), r = nccl().rank();
   // Integers below 256 are exact in bf16; their sums (exact in fp32) mostly are not, so the result
