@@ -42,6 +42,7 @@ struct TrainingCase {
   int zero = 0;                        // [parallel] zero
   bool sub_pipelined_tmp = false;      // [parallel] sub_pipelined_tmp
   std::vector<std::string> model_overrides;  // e.g. more heads, for the run and its single-rank reference
+  std::vector<std::string> planner_settings; // for the run only (its reference is a fixed single-rank plan)
 };
 
 std::string case_name(const TrainingCase& c) {
@@ -124,6 +125,10 @@ void expect_matches_single_rank(const TrainingCase& c, const std::string& distri
   for (const nlohmann::json& stage : plan.at("stages"))
     if (c.model == "resnet" && stage.at("replicas").get<int>() != last_replicas)
       GTEST_SKIP() << "BatchNorm statistics: the plan groups samples differently in different stages";
+  // The reason the ResNet planner cases cap the microbatch count (see planner_cases).
+  if (c.model == "resnet" && microbatch_size / last_replicas < 4)
+    GTEST_SKIP() << "BatchNorm over groups of " << microbatch_size / last_replicas
+                 << " samples: training is chaotic, rounding differences explode";
   const std::string reference = reference_run(c, copies * microbatches * last_replicas * halves, root);
 
   const std::vector<double> expected = testing::metric_values(reference, "loss"), actual = testing::metric_values(distributed, "loss");
@@ -177,6 +182,7 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
     settings.push_back("parallel.zero=" + std::to_string(c.zero));
     settings.push_back(std::string("parallel.sub_pipelined_tmp=") + (c.sub_pipelined_tmp ? "true" : "false"));
   }
+  settings.insert(settings.end(), c.planner_settings.begin(), c.planner_settings.end());
   const std::string distributed = root + "/" + case_name(c) + "-" + std::to_string(::getpid());
   run_training(c, 4, distributed, settings);
   if (HasFailure()) return;
@@ -282,6 +288,10 @@ std::vector<TrainingCase> planner_cases() {
       c.plan = planner;
       c.planner = planner;
       c.recompute = true;
+      // BatchNorm needs groups of at least 4 of the 16 samples (see global_batch): one microbatch,
+      // so that a plan's pieces are its replicas (at most 4). The CI machine's profiles once led the
+      // rannc planner to 2-sample pieces, and the run diverged from step 3 on.
+      if (model == "resnet") c.planner_settings = {"parallel.max_microbatches=1"};
       result.push_back(c);
     }
   return result;
