@@ -74,7 +74,7 @@ TEST(Config, TrainAndParallelErrorsNameTheKey) {
   EXPECT_EQ(parallel_error("[parallel]\nstages = 3\nboundaries = [\"h.1\"]\n"),
             "configs/x.toml:3: [parallel] key 'boundaries' needs stages - 1 = 2 entries, not 1");
   EXPECT_EQ(parallel_error("[parallel]\nplanner = \"magic\"\n"),
-            "configs/x.toml:2: [parallel] key 'planner' is 'magic'; expected one of rannc ideals dpl capslog merak "
+            "configs/x.toml:2: [parallel] key 'planner' is 'magic'; expected one of rannc ideals dpl ip capslog merak "
             "uniform manual");
   const std::string train_error = error_message(
       [] { read_train_config(ConfigDocument::parse("[train]\nglobal_batch = 4\nmicrobatches = 8\n", "configs/x.toml")); });

@@ -17,13 +17,24 @@ struct PlanArguments {
   std::string config;                  // experiment file (TOML); empty in workload mode
   std::vector<std::string> overrides;
   std::string workload;                // dnn-partitioning JSON graph (workload mode)
-  std::string planner;                 // rannc, ideals, dpl, capslog, merak, uniform, manual; empty: config's
+  std::string planner;                 // rannc, ideals, dpl, ip, capslog, merak, uniform, manual; empty: config's
   std::string device_memory;           // e.g. "80GiB"; empty: config's (or the workload's)
   std::string profile_db;              // saved ProfileDB; empty: analytic cost model
   long world_size = 0;                 // 0: config's
   long accelerators = -1;              // workload mode: accelerator count; -1: the workload's
   long cpus = -1;                      // workload mode: CPU count; -1: the workload's
   long max_ideals = 0;                 // ideals planner: cap on enumerated ideals; 0: default / config
+  // ip planner (Tarnawski et al.'s integer programs, partition/integer_program.h)
+  bool contiguous = false;             // §5.1.3 contiguous splits instead of §5.2 non-contiguous ones
+  std::string contiguity;              // with contiguous: "pipeline" (default) or "reachability" (the paper's (16))
+  std::string objective;               // "throughput" (default) or "latency" (§4, inference workloads)
+  double time_limit = -1;              // seconds for the MIP search; negative: default / config
+  double gap = -1;                     // relative gap to stop at; negative: default / config
+  long threads = 0;                    // CBC threads; 0: default (1)
+  long subgraphs_per_device = 1;       // latency: contiguous subgraphs per device (q)
+  bool cold = false;                   // no warm start from the DP's split
+  bool solver_log = false;             // CBC's own log on stdout
+  std::string write_lp;                // write the integer program (LP format) here; empty: do not
   std::string save;                    // write the plan JSON here; empty: do not save
 };
 

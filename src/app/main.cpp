@@ -2,7 +2,9 @@
 //   partrain train CONFIG.toml [--set section.key=value ...] [--plan FILE] [--resume latest|auto|PATH]
 //   partrain eval CONFIG.toml --resume latest|PATH [--data FILE.h5] [--batches N] [--plan FILE] [--set ...] [--save-batches FILE.h5]
 //   partrain plan CONFIG.toml [--world-size N] [--device-memory 80GiB] [--planner P] [--profile-db FILE] [--save PLAN.json]
+//                             [--planner ip [--time-limit S] [--gap G]]
 //   partrain plan --workload GRAPH.json --planner ideals|dpl [--accelerators K] [--cpus L] [--device-memory SIZE]
+//   partrain plan --workload GRAPH.json --planner ip [--contiguous] [--objective throughput|latency] [--time-limit S] [--gap G]
 //   partrain inspect CONFIG.toml | CHECKPOINT.h5
 //   partrain simulate PLAN.json [--trace-out FILE] [--step N]
 // User mistakes end with one "partrain: error: ..." line and exit code 1, never a backtrace. A
@@ -79,7 +81,7 @@ int main(int argc, char** argv) {
   plan->add_option("--set", plan_arguments.overrides, "override one setting: section.key=value (repeatable)");
   plan->add_option("--workload", plan_arguments.workload, "plan an external graph (dnn-partitioning JSON)")
       ->check(CLI::ExistingFile);
-  plan->add_option("--planner", plan_arguments.planner, "rannc, ideals, dpl, capslog, merak, uniform or manual");
+  plan->add_option("--planner", plan_arguments.planner, "rannc, ideals, dpl, ip, capslog, merak, uniform or manual");
   plan->add_option("--world-size", plan_arguments.world_size, "number of devices to plan for")->check(at_least(1));
   plan->add_option("--device-memory", plan_arguments.device_memory, "memory per device, e.g. 80GiB");
   plan->add_option("--profile-db", plan_arguments.profile_db, "saved ProfileDB to plan with (default: analytic costs)");
@@ -90,6 +92,27 @@ int main(int argc, char** argv) {
                    "ideals planner: stop with an error (suggesting dpl) beyond this many ideals")
       ->check(at_least(1));
   plan->add_option("--save", plan_arguments.save, "write the plan as JSON (for train --plan)");
+  plan->add_flag("--contiguous", plan_arguments.contiguous,
+                 "ip planner: contiguous splits (Tarnawski §5.1.3); default on a workload: non-contiguous (§5.2)");
+  plan->add_option("--contiguity", plan_arguments.contiguity,
+                   "ip planner with --contiguous: pipeline (devices in pipeline order, the DP's space; default) or "
+                   "reachability (the paper's per-device constraints (16))")
+      ->check(CLI::IsMember({"pipeline", "reachability"}));
+  plan->add_option("--objective", plan_arguments.objective,
+                   "ip planner on a workload: throughput (max-load, §5) or latency (single-stream inference, §4)")
+      ->check(CLI::IsMember({"throughput", "latency"}));
+  plan->add_option("--time-limit", plan_arguments.time_limit, "ip planner: seconds of MIP search (default 60)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--gap", plan_arguments.gap, "ip planner: stop at this relative optimality gap (default 1e-4)")
+      ->check(CLI::NonNegativeNumber);
+  plan->add_option("--threads", plan_arguments.threads, "ip planner: CBC threads (default 1)")->check(at_least(1));
+  plan->add_option("--subgraphs-per-device", plan_arguments.subgraphs_per_device,
+                   "ip planner, latency: contiguous subgraphs each device may run (q, §4; default 1)")
+      ->check(at_least(1));
+  plan->add_flag("--cold", plan_arguments.cold, "ip planner: no warm start from the ideal DP's split");
+  plan->add_flag("--solver-log", plan_arguments.solver_log, "ip planner: print CBC's progress log");
+  plan->add_option("--write-lp", plan_arguments.write_lp,
+                   "ip planner on a workload: also write the integer program in LP format (for other solvers)");
 
   InspectArguments inspect_arguments;
   CLI::App* inspect = app.add_subcommand("inspect", "summarise a model (TOML) or a checkpoint (HDF5)");

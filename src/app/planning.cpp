@@ -38,6 +38,9 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.blocks = static_cast<int>(parallel.blocks);
   options.max_microbatches = static_cast<int>(parallel.max_microbatches);
   options.max_ideals = static_cast<std::size_t>(parallel.max_ideals);
+  options.ip_time_limit_seconds = parallel.ip_time_limit;
+  options.ip_relative_gap = parallel.ip_gap;
+  options.ip_contiguous = parallel.ip_contiguous;
   options.stages = static_cast<int>(parallel.stages);
   options.replicas = parallel.replicas;
   options.boundaries = parallel.boundaries;

@@ -414,7 +414,7 @@ TrainConfig read_train_config(const ConfigDocument& document) {
 ParallelConfig read_parallel_config(const ConfigDocument& document) {
   SectionReader reader(document, "parallel");
   ParallelConfig config;
-  reader.read_choice("planner", config.planner, {"rannc", "ideals", "dpl", "capslog", "merak", "uniform", "manual"});
+  reader.read_choice("planner", config.planner, {"rannc", "ideals", "dpl", "ip", "capslog", "merak", "uniform", "manual"});
   reader.read("world_size", config.world_size);
   reader.read_memory_size("device_memory", config.device_memory_bytes);
   reader.read("memory_margin", config.memory_margin);
@@ -424,6 +424,9 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("blocks", config.blocks);
   reader.read("max_microbatches", config.max_microbatches);
   reader.read("max_ideals", config.max_ideals);
+  reader.read("ip_time_limit", config.ip_time_limit);
+  reader.read("ip_gap", config.ip_gap);
+  reader.read("ip_contiguous", config.ip_contiguous);
   reader.read("stages", config.stages);
   reader.read_integer_or_auto("tensor_parallel", config.tensor_parallel, 0);
   reader.read_integer_or_auto("zero", config.zero, -1);
@@ -442,6 +445,8 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   if (config.blocks <= 0) reader.fail("blocks", "must be positive");
   if (config.max_microbatches <= 0) reader.fail("max_microbatches", "must be positive");
   if (config.max_ideals <= 0) reader.fail("max_ideals", "must be positive");
+  if (config.ip_time_limit <= 0) reader.fail("ip_time_limit", "must be positive (seconds)");
+  if (config.ip_gap < 0) reader.fail("ip_gap", "must not be negative");
   if (config.stages < 0) reader.fail("stages", "must not be negative (0: the planner's choice)");
   if (config.zero < -1 || config.zero > 1)
     reader.fail("zero", "must be 0 or 1 (ZeRO stage 1: sharded optimizer state), or \"auto\" / -1 (the planner chooses)");

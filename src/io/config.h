@@ -152,7 +152,7 @@ struct TrainConfig {
 
 /// The [parallel] section: how the model is split over the devices (DESIGN.md "Partitioning").
 struct ParallelConfig {
-  std::string planner = "rannc";         // rannc, ideals, dpl, capslog, merak, uniform, manual
+  std::string planner = "rannc";         // rannc, ideals, dpl, ip, capslog, merak, uniform, manual
   std::int64_t world_size = 0;           // devices to plan for; 0: the MPI world size (plan: 1)
   double device_memory_bytes = 16.0 * (1ull << 30);  // memory per device
   double memory_margin = 0.1;            // fraction of device memory kept free
@@ -162,6 +162,9 @@ struct ParallelConfig {
   std::int64_t blocks = 32;              // RaNNC block count k
   std::int64_t max_microbatches = 64;    // RaNNC Algorithm 2 doubles the microbatch count up to this
   std::int64_t max_ideals = 200000;      // ideals planner: cap on enumerated ideals
+  double ip_time_limit = 60.0;           // ip planner: seconds of MIP search per device count tried
+  double ip_gap = 1e-4;                  // ip planner: relative optimality gap to stop at
+  bool ip_contiguous = true;             // ip planner: contiguous splits (training needs them: false is an error)
   std::int64_t stages = 0;               // uniform / merak / manual: stage count; 0: the planner's choice
   std::int64_t tensor_parallel = 1;      // ranks of a tensor-parallel group inside each stage replica (Megatron's t);
                                          // 0 ("auto"): the planner chooses among 1, 2, 4, 8 (≤ devices_per_node)

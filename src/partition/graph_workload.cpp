@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "partition/dpl.h"
 #include "partition/ideals_dp.h"
+#include "partition/integer_program.h"
 #include "partition/plan_builder.h"
 
 namespace partrain::partition {
@@ -49,8 +50,34 @@ Workload workload_from_groups(const Graph& graph, const std::vector<std::vector<
   return workload;
 }
 
-Plan plan_tarnawski(const Graph& graph, const CostModel& cost, const PlannerOptions& options, bool linearised) {
-  const char* name = linearised ? "dpl" : "ideals";
+namespace {
+
+// The ip planner's split: the pipeline-ordered contiguous program, its device sets in pipeline order.
+PartitionResult integer_program_split(const Workload& workload, const PlannerOptions& options) {
+  IntegerProgramOptions ip_options;
+  ip_options.contiguous = true;
+  ip_options.contiguity = IpContiguity::pipeline;
+  ip_options.time_limit_seconds = options.ip_time_limit_seconds;
+  ip_options.relative_gap = options.ip_relative_gap;
+  ip_options.max_ideals = options.max_ideals;
+  const IntegerProgramResult solved = solve_throughput_ip(workload, ip_options);
+  PartitionResult result;
+  result.max_load_ms = solved.objective_ms;
+  result.class_count = solved.class_count;
+  for (const SubgraphCost& subgraph : solved.subgraphs) result.devices.push_back(subgraph.block);
+  return result;
+}
+
+}  // namespace
+
+Plan plan_tarnawski(const Graph& graph, const CostModel& cost, const PlannerOptions& options, TarnawskiSplit split) {
+  const char* name = split == TarnawskiSplit::dpl ? "dpl" : split == TarnawskiSplit::ideals ? "ideals" : "ip";
+  PARTRAIN_CHECK(split != TarnawskiSplit::integer_program || options.ip_contiguous,
+                 "the ip planner was asked for non-contiguous splits ([parallel] ip_contiguous = false, Tarnawski et "
+                 "al. §5.2), but training needs contiguous ones: each pipeline stage runs a convex subgraph of the "
+                 "model and sends activations forward only, which a non-contiguous device set does not allow. Set "
+                 "ip_contiguous = true (§5.1.3), or study non-contiguous splits of a graph with `partrain plan "
+                 "--workload FILE.json --planner ip`");
   std::vector<std::vector<int>> groups;
   std::size_t non_constant = 0;
   for (const Task& task : graph.tasks()) non_constant += !task.constant;
@@ -76,7 +103,9 @@ Plan plan_tarnawski(const Graph& graph, const CostModel& cost, const PlannerOpti
     partition_options.max_ideals = options.max_ideals;
     PartitionResult result;
     try {
-      result = linearised ? partition_linearised(workload, partition_options) : partition_ideals(workload, partition_options);
+      result = split == TarnawskiSplit::dpl      ? partition_linearised(workload, partition_options)
+               : split == TarnawskiSplit::ideals ? partition_ideals(workload, partition_options)
+                                                 : integer_program_split(workload, options);
     } catch (const TooManyIdealsError&) {
       throw;  // more devices cannot help: say so
     } catch (const Error& error) {

@@ -183,8 +183,10 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   Plan plan;
   if (name == "rannc") {
     plan = plan_rannc(graph, group_cost, groups);
-  } else if (name == "ideals" || name == "dpl") {
-    plan = plan_tarnawski(graph, group_cost, groups, name == "dpl");
+  } else if (name == "ideals" || name == "dpl" || name == "ip") {
+    plan = plan_tarnawski(graph, group_cost, groups, name == "dpl" ? TarnawskiSplit::dpl
+                                                     : name == "ip" ? TarnawskiSplit::integer_program
+                                                                    : TarnawskiSplit::ideals);
   } else if (name == "capslog") {
     plan = plan_capslog(graph, group_cost, groups);
   } else if (name == "merak") {
@@ -194,7 +196,7 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   } else if (name == "manual") {
     plan = plan_manual(graph, group_cost, groups);
   } else {
-    PARTRAIN_FAIL("unknown planner '" << name << "' (expected rannc, ideals, dpl, capslog, merak, uniform or manual)");
+    PARTRAIN_FAIL("unknown planner '" << name << "' (expected rannc, ideals, dpl, ip, capslog, merak, uniform or manual)");
   }
   plan.precision = options.mixed_precision ? Precision::Bf16 : Precision::Fp32;
   plan.optimizer = options.optimizer;

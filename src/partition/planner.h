@@ -1,6 +1,6 @@
 #pragma once
 // Entry point of planning on rank 0 and in `partrain plan`: options shared by every planner and the
-// dispatch by name (rannc, ideals, dpl, capslog, merak, uniform, manual).
+// dispatch by name (rannc, ideals, dpl, ip, capslog, merak, uniform, manual).
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -37,6 +37,9 @@ struct PlannerOptions {
   int blocks = 32;                       // RaNNC block count k
   int max_microbatches = 64;             // RaNNC Algorithm 2: microbatch doubling bound
   std::size_t max_ideals = 200000;       // ideals planner
+  double ip_time_limit_seconds = 60.0;   // ip planner: MIP search per device count tried
+  double ip_relative_gap = 1e-4;         // ip planner: relative gap to stop at
+  bool ip_contiguous = true;             // ip planner: false (non-contiguous splits) cannot make a Plan
   int stages = 0;                        // uniform / merak / manual: stage count; 0: planner's choice
   std::vector<std::int64_t> replicas;    // manual: replicas per stage
   std::vector<std::string> boundaries;   // manual: first layer of stages 2..S
