@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,82 @@ profile::ProfileDB layer_db(const Graph& graph, const std::string& dtype) {
       db.insert(group.tasks, batch, m);
     }
   return db;
+}
+
+// Merak §6.3's two streams, simulated event by event: two halves each run n blocks of compute c/2
+// then an all-reduce a/2, alternating (A1 B1 A2 B2 ...) on one compute stream and one
+// communication stream; a half's next block waits for its previous all-reduce. The reference for
+// tensor_parallel_pass_seconds, written without its closed form.
+double simulated_sub_pipelined_pass(double compute, double communication, int allreduces) {
+  const double c = compute / allreduces / 2, a = communication / allreduces / 2;
+  double compute_free = 0, communication_free = 0;
+  double ready[2] = {0, 0};  // when each half may start its next block
+  double finish = 0;
+  for (int block = 0; block < allreduces; ++block)
+    for (int half = 0; half < 2; ++half) {
+      const double compute_end = std::max(compute_free, ready[half]) + c;
+      compute_free = compute_end;
+      const double communication_end = std::max(communication_free, compute_end) + a;
+      communication_free = communication_end;
+      ready[half] = communication_end;
+      finish = std::max(finish, communication_end);
+    }
+  return finish;
+}
+
+TEST(TensorParallelCosts, SubPipelinedPassMatchesATwoStreamSimulation) {
+  // Blocking: compute and all-reduces add up, sub-pipelined or not, when nothing is communicated.
+  EXPECT_DOUBLE_EQ(tensor_parallel_pass_seconds(3.0, 1.0, 4, false), 4.0);
+  EXPECT_DOUBLE_EQ(tensor_parallel_pass_seconds(3.0, 0.0, 4, true), 3.0);
+  EXPECT_DOUBLE_EQ(tensor_parallel_pass_seconds(3.0, 0.0, 0, true), 3.0);
+  // Merak's forward for K = 2 layers (n = 4), T_m = T_a = 1 per layer: T_m/4 + (K − 1/4) max + T_a/4.
+  EXPECT_DOUBLE_EQ(tensor_parallel_pass_seconds(2.0, 2.0, 4, true), 0.25 + 1.75 + 0.25);
+  std::mt19937 random(13);
+  std::uniform_real_distribution<double> seconds(0.01, 2.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int allreduces = 1 + trial % 9;
+    const double compute = seconds(random), communication = seconds(random);
+    const double overlapped = tensor_parallel_pass_seconds(compute, communication, allreduces, true);
+    EXPECT_NEAR(overlapped, simulated_sub_pipelined_pass(compute, communication, allreduces), 1e-12)
+        << "c " << compute << " a " << communication << " n " << allreduces;
+    EXPECT_LE(overlapped, compute + communication + 1e-15);
+    EXPECT_GE(overlapped, std::max(compute, communication) - 1e-15);
+  }
+}
+
+TEST(TensorParallelCosts, SubPipelinedCostModelsOverlapOnlyMicrobatchesThatSplit) {
+  const ModelConfig config = testing::tiny_model_config("gpt");
+  const Graph graph = tensor_parallel_graph(build_model(config), 2);
+  DeviceSpec device;
+  device.flops_per_second = 2e12;
+  device.link_bandwidth = 1e9;  // slow enough that communication matters
+  device.link_latency = 7e-6;
+  const std::unique_ptr<CostModel> blocking = make_analytic_cost_model(graph, device, false, false);
+  const std::unique_ptr<CostModel> overlapped = make_analytic_cost_model(graph, device, false, true);
+  const ExpectedTraffic traffic4 = gpt_traffic(config, 4, 4.0);
+  const double compute = forward_flops(graph) * 4 / device.flops_per_second;
+  const double forward_comm = traffic4.forward_allreduces * 7e-6 + traffic4.forward_bytes / 1e9;
+  const double backward_comm = traffic4.backward_allreduces * 7e-6 + traffic4.backward_bytes / 1e9;
+  const profile::Measurement m = overlapped->measure(all_tasks(graph), 4);
+  EXPECT_NEAR(m.forward_seconds,
+              simulated_sub_pipelined_pass(compute, forward_comm, traffic4.forward_allreduces), 1e-12);
+  EXPECT_NEAR(m.backward_seconds,
+              simulated_sub_pipelined_pass(2 * compute, backward_comm, traffic4.backward_allreduces), 1e-12);
+  EXPECT_LT(m.forward_seconds, blocking->measure(all_tasks(graph), 4).forward_seconds);
+  // One sample does not split in two: the executor runs it whole, and the model charges it so.
+  const profile::Measurement one = overlapped->measure(all_tasks(graph), 1), one_blocking = blocking->measure(all_tasks(graph), 1);
+  EXPECT_DOUBLE_EQ(one.forward_seconds, one_blocking.forward_seconds);
+  EXPECT_DOUBLE_EQ(one.backward_seconds, one_blocking.backward_seconds);
+  // The calibrated model the same way over its measured computation.
+  const profile::ProfileDB db = layer_db(graph, "f32");
+  const std::unique_ptr<CostModel> calibrated_blocking = make_calibrated_cost_model(graph, db, device, false);
+  const std::unique_ptr<CostModel> calibrated_overlapped = make_calibrated_cost_model(graph, db, device, true);
+  const profile::Measurement b = calibrated_blocking->measure(all_tasks(graph), 4);
+  const profile::Measurement o = calibrated_overlapped->measure(all_tasks(graph), 4);
+  EXPECT_NEAR(o.forward_seconds,
+              tensor_parallel_pass_seconds(b.forward_seconds - forward_comm, forward_comm, traffic4.forward_allreduces, true),
+              1e-12);
+  EXPECT_LT(o.backward_seconds, b.backward_seconds);
 }
 
 TEST(TensorParallelCosts, CalibratedModelUsesTheMeasuredAllReduceWhereTheGroupWasMeasured) {

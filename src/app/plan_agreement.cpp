@@ -127,10 +127,10 @@ Plan agree_on_plan(const ExperimentConfig& config, const Graph& model, const std
     } else {
       PlanningSetup setup = planning_setup(config, world.size());
       const partition::CostModelFactory costs = [&](const Graph& graph) -> std::unique_ptr<partition::CostModel> {
-        if (!profiling) return partition::make_analytic_cost_model(graph, setup.device, setup.options.mixed_precision);
+        if (!profiling) return planning_cost_model(setup, graph, nullptr);
         auto found = databases.find(graph.hash());
         PARTRAIN_CHECK(found != databases.end(), "internal: a graph the planner tries was not profiled");
-        return partition::make_calibrated_cost_model(graph, found->second, setup.device);
+        return planning_cost_model(setup, graph, &found->second);
       };
       ProgressBar progress("planning (" + setup.options.planner + ")");
       setup.options.progress = [&progress](double fraction) { progress.update(fraction); };

@@ -206,8 +206,7 @@ int run_config_plan(const PlanArguments& arguments) {
   // The cost model of each graph the planner tries (the model, or a tensor_parallel_graph of it): a
   // saved ProfileDB holds one graph's measurements, so with one only that graph can be planned.
   const partition::CostModelFactory costs = [&](const Graph& graph) -> std::unique_ptr<partition::CostModel> {
-    if (!database) return partition::make_analytic_cost_model(graph, setup.device, setup.options.mixed_precision);
-    return partition::make_calibrated_cost_model(graph, *database, setup.device);
+    return planning_cost_model(setup, graph, database.get());
   };
   std::printf("model: %s (%zu tasks, %lld parameters), global batch %lld, %ld devices of %.2f GiB\n",
               config.path.c_str(), model.tasks().size(), static_cast<long long>(model.parameter_count()),

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
 #include "models/model.h"
+#include "partition/calibrated_cost_model.h"
 
 namespace partrain::app {
 
@@ -82,6 +83,14 @@ void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel) 
     PARTRAIN_CHECK(size % tensor_parallel == 0,
                    config.path << ": [model] " << key << " = " << size << " is not a multiple of [parallel] tensor_parallel = "
                                << tensor_parallel << (std::string(key) == "vocab" ? " (pad the vocabulary as Megatron does)" : ""));
+}
+
+std::unique_ptr<partition::CostModel> planning_cost_model(const PlanningSetup& setup, const Graph& graph,
+                                                          const profile::ProfileDB* database) {
+  if (database == nullptr)
+    return partition::make_analytic_cost_model(graph, setup.device, setup.options.mixed_precision,
+                                               setup.options.sub_pipelined_tmp);
+  return partition::make_calibrated_cost_model(graph, *database, setup.device, setup.options.sub_pipelined_tmp);
 }
 
 partition::ThreeDimensionalPlan plan_experiment(const ExperimentConfig& config, const Graph& model,

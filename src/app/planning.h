@@ -1,6 +1,7 @@
 #pragma once
 // From an experiment file to planner inputs: the devices (DeviceSpec) and the PlannerOptions, shared
 // by `partrain plan` and `partrain train` so both plan the same way.
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -8,6 +9,7 @@
 #include "graph/graph.h"
 #include "io/config.h"
 #include "partition/cost_model.h"
+#include "profile/profile_db.h"
 #include "partition/planner.h"
 #include "plan/plan.h"
 #include "runtime/runtime_options.h"
@@ -44,6 +46,12 @@ std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, c
 
 /// The errors of planned_graph for a degree, without building the graph (nothing for degree ≤ 1).
 void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel);
+
+/// The cost model the planner prices `graph` with: the calibrated model over `database` (the
+/// graph's measured layers) when given, else the analytic model; both with setup's precision and
+/// Merak's sub-pipelined TMP (setup.options.sub_pipelined_tmp). Throws what their makers throw.
+std::unique_ptr<partition::CostModel> planning_cost_model(const PlanningSetup& setup, const Graph& graph,
+                                                          const profile::ProfileDB* database);
 
 /// Plans `model` (build_model(config.model)) in three dimensions with partition::make_3d_plan:
 /// [parallel] tensor_parallel (0: the planner chooses) and zero (−1: the planner chooses) in

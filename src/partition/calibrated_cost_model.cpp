@@ -20,10 +20,12 @@ std::vector<std::int64_t> calibration_batches(std::int64_t max_batch) {
 
 class CalibratedCostModel final : public CostModel {
  public:
-  CalibratedCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device)
+  CalibratedCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device,
+                      bool sub_pipelined_tmp)
       : graph_(graph), analytic_(make_analytic_cost_model(graph, device)), device_(device),
         communication_(database.communication()), optimizer_seconds_per_byte_(database.optimizer_seconds_per_byte()),
-        tensor_parallel_(tensor_parallel_degree(graph)), mixed_precision_(database.dtype() == "bf16") {
+        tensor_parallel_(tensor_parallel_degree(graph)), mixed_precision_(database.dtype() == "bf16"),
+        sub_pipelined_tmp_(sub_pipelined_tmp) {
     PARTRAIN_CHECK(database.graph_hash() == graph.hash(),
                    "profiled costs: the ProfileDB was measured for another model (graph hash differs)");
     group_of_.assign(graph.tasks().size(), -1);
@@ -75,15 +77,10 @@ class CalibratedCostModel final : public CostModel {
       m.backward_seconds += share * backward;
     }
     m.peak_bytes = m.activation_bytes + transient;  // the allocator's measured high-water marks
-    if (tensor_parallel_ > 1) {
-      // Profiling ran the communication tasks against a stand-in group: add the all-reduces, from
-      // the measured all-reduce fits when a group of t ranks was measured, else the config's link.
-      const TensorParallelTraffic traffic = tensor_parallel_traffic(graph_, tasks, batch, mixed_precision_);
-      m.forward_seconds += tensor_parallel_allreduce_seconds(communication_, device_, tensor_parallel_,
-                                                             traffic.forward_bytes, traffic.forward_allreduces);
-      m.backward_seconds += tensor_parallel_allreduce_seconds(communication_, device_, tensor_parallel_,
-                                                              traffic.backward_bytes, traffic.backward_allreduces);
-    }
+    // Profiling ran the communication tasks against a stand-in group: add the all-reduces, from
+    // the measured all-reduce fits when a group of t ranks was measured, else the config's link.
+    add_tensor_parallel_allreduces(m, graph_, tasks, batch, mixed_precision_, communication_, device_,
+                                   sub_pipelined_tmp_);
     return m;
   }
   // Measured on the machine when the ProfileDB holds it; the config's bandwidths otherwise.
@@ -155,6 +152,7 @@ class CalibratedCostModel final : public CostModel {
   std::string description_;
   int tensor_parallel_ = 1;  // the graph's tensor-parallel degree
   bool mixed_precision_ = false;  // measured in bf16: the tensor-parallel all-reduces move bf16
+  bool sub_pipelined_tmp_ = false;  // Merak §6.3: halves overlap their all-reduces
 };
 
 }  // namespace
@@ -167,8 +165,8 @@ std::vector<profile::ProfileRequest> calibration_requests(const Graph& graph, st
 }
 
 std::unique_ptr<CostModel> make_calibrated_cost_model(const Graph& graph, const profile::ProfileDB& database,
-                                                      const DeviceSpec& device) {
-  return std::make_unique<CalibratedCostModel>(graph, database, device);
+                                                      const DeviceSpec& device, bool sub_pipelined_tmp) {
+  return std::make_unique<CalibratedCostModel>(graph, database, device, sub_pipelined_tmp);
 }
 
 }  // namespace partrain::partition

@@ -24,8 +24,10 @@ std::vector<profile::ProfileRequest> calibration_requests(const Graph& graph, st
 
 /// The calibrated model over `database` (which must outlive it, belong to `graph`, and hold each
 /// layer group at one batch size at least). Throws partrain::Error naming the graph-hash mismatch or
-/// the first layer group without measurements.
+/// the first layer group without measurements. `sub_pipelined_tmp`: Merak's overlap of the
+/// tensor-parallel all-reduces (add_tensor_parallel_allreduces).
 std::unique_ptr<CostModel> make_calibrated_cost_model(const Graph& graph, const profile::ProfileDB& database,
-                                                      const DeviceSpec& device);
+                                                      const DeviceSpec& device,
+                                                      bool sub_pipelined_tmp = false);
 
 }  // namespace partrain::partition

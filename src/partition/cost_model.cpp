@@ -52,6 +52,13 @@ double tensor_parallel_allreduce_seconds(const DeviceSpec& device, int degree, d
   return allreduces * device.link_latency + 2.0 * (degree - 1) / degree * std::max(0.0, bytes) / bandwidth;
 }
 
+double tensor_parallel_pass_seconds(double compute_seconds, double allreduce_seconds, int allreduces,
+                                    bool sub_pipelined) {
+  if (!sub_pipelined || allreduces <= 0 || allreduce_seconds <= 0) return compute_seconds + allreduce_seconds;
+  const double n = allreduces, compute = compute_seconds / n, communication = allreduce_seconds / n;
+  return compute / 2 + (n - 0.5) * std::max(compute, communication) + communication / 2;
+}
+
 double tensor_parallel_allreduce_seconds(const profile::CommunicationProfile& communication, const DeviceSpec& device,
                                          int degree, double bytes, int allreduces) {
   if (degree <= 1 || allreduces <= 0) return 0.0;
@@ -113,9 +120,9 @@ LinearBytes value_bytes(const Value& value, bool mixed_precision) {
 
 class AnalyticCostModel final : public CostModel {
  public:
-  AnalyticCostModel(const Graph& graph, const DeviceSpec& device, bool mixed_precision)
+  AnalyticCostModel(const Graph& graph, const DeviceSpec& device, bool mixed_precision, bool sub_pipelined_tmp)
       : graph_(graph), device_(device), tensor_parallel_(tensor_parallel_degree(graph)),
-        mixed_precision_(mixed_precision) {
+        mixed_precision_(mixed_precision), sub_pipelined_tmp_(sub_pipelined_tmp) {
     check_device(device);
     const auto& values = graph.values();
     bytes_.reserve(values.size());
@@ -151,12 +158,20 @@ class AnalyticCostModel final : public CostModel {
     profile::Measurement m;
     m.forward_seconds = (f.flops_per_sample * b + f.flops_fixed) / device_.flops_per_second;
     m.backward_seconds = 2.0 * m.forward_seconds;
-    if (tensor_parallel_ > 1) {  // the f/g all-reduces block the pass
-      m.forward_seconds += tensor_parallel_allreduce_seconds(
-          device_, tensor_parallel_, f.forward_allreduce.fixed + f.forward_allreduce.per_sample * b, f.forward_allreduces);
-      m.backward_seconds += tensor_parallel_allreduce_seconds(
-          device_, tensor_parallel_, f.backward_allreduce.fixed + f.backward_allreduce.per_sample * b,
-          f.backward_allreduces);
+    if (tensor_parallel_ > 1) {  // the f/g all-reduces block the pass unless sub-pipelined
+      const bool overlap = sub_pipelined_tmp_ && batch >= 2;  // the executor halves only 2+ samples
+      m.forward_seconds = tensor_parallel_pass_seconds(
+          m.forward_seconds,
+          tensor_parallel_allreduce_seconds(device_, tensor_parallel_,
+                                            f.forward_allreduce.fixed + f.forward_allreduce.per_sample * b,
+                                            f.forward_allreduces),
+          f.forward_allreduces, overlap);
+      m.backward_seconds = tensor_parallel_pass_seconds(
+          m.backward_seconds,
+          tensor_parallel_allreduce_seconds(device_, tensor_parallel_,
+                                            f.backward_allreduce.fixed + f.backward_allreduce.per_sample * b,
+                                            f.backward_allreduces),
+          f.backward_allreduces, overlap);
     }
     m.parameter_bytes = f.parameter_bytes;
     m.activation_bytes = f.activation_per_sample * b;
@@ -176,7 +191,8 @@ class AnalyticCostModel final : public CostModel {
     char text[96];
     std::snprintf(text, sizeof text, "analytic (%.3g TFLOP/s, ", device_.flops_per_second / 1e12);
     std::string tensor_parallel;
-    if (tensor_parallel_ > 1) tensor_parallel = ", tensor parallel " + std::to_string(tensor_parallel_);
+    if (tensor_parallel_ > 1)
+      tensor_parallel = ", tensor parallel " + std::to_string(tensor_parallel_) + (sub_pipelined_tmp_ ? " sub-pipelined" : "");
     return text + device_text(device_) + tensor_parallel + (mixed_precision_ ? ", bf16 activations" : "") + ")";
   }
   const DeviceSpec& device() const override { return device_; }
@@ -257,6 +273,7 @@ class AnalyticCostModel final : public CostModel {
   DeviceSpec device_;
   int tensor_parallel_ = 1;         // the graph's tensor-parallel degree
   bool mixed_precision_ = false;    // bf16 activations
+  bool sub_pipelined_tmp_ = false;  // Merak §6.3: halves overlap their all-reduces
   std::vector<LinearBytes> bytes_;  // per value
   std::vector<double> task_activation_bytes_;  // per task: output bytes at batch 1
   mutable std::mutex mutex_;
@@ -271,8 +288,10 @@ class AnalyticCostModel final : public CostModel {
 
 class ProfiledCostModel final : public CostModel {
  public:
-  ProfiledCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device)
-      : graph_(graph), database_(database), device_(device), tensor_parallel_(tensor_parallel_degree(graph)) {
+  ProfiledCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device,
+                    bool sub_pipelined_tmp)
+      : graph_(graph), database_(database), device_(device), tensor_parallel_(tensor_parallel_degree(graph)),
+        sub_pipelined_tmp_(sub_pipelined_tmp) {
     check_device(device);
     const std::uint64_t hash = graph.hash();
     PARTRAIN_CHECK(database.graph_hash() == hash,
@@ -287,14 +306,9 @@ class ProfiledCostModel final : public CostModel {
                                                             << "; run `partrain train` to profile or plan with the "
                                                                "analytic model");
     profile::Measurement m = *found;
-    if (tensor_parallel_ > 1) {
-      const TensorParallelTraffic traffic = tensor_parallel_traffic(graph_, tasks, batch, database_.dtype() == "bf16");
-      const profile::CommunicationProfile& communication = database_.communication();
-      m.forward_seconds += tensor_parallel_allreduce_seconds(communication, device_, tensor_parallel_,
-                                                             traffic.forward_bytes, traffic.forward_allreduces);
-      m.backward_seconds += tensor_parallel_allreduce_seconds(communication, device_, tensor_parallel_,
-                                                              traffic.backward_bytes, traffic.backward_allreduces);
-    }
+    if (tensor_parallel_ > 1)
+      add_tensor_parallel_allreduces(m, graph_, tasks, batch, database_.dtype() == "bf16", database_.communication(),
+                                     device_, sub_pipelined_tmp_);
     return m;
   }
   double transfer_seconds(double bytes, bool across_nodes) const override {
@@ -316,17 +330,38 @@ class ProfiledCostModel final : public CostModel {
   const profile::ProfileDB& database_;
   DeviceSpec device_;
   int tensor_parallel_ = 1;
+  bool sub_pipelined_tmp_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<CostModel> make_analytic_cost_model(const Graph& graph, const DeviceSpec& device, bool mixed_precision) {
-  return std::make_unique<AnalyticCostModel>(graph, device, mixed_precision);
+void add_tensor_parallel_allreduces(profile::Measurement& measurement, const Graph& graph, std::span<const int> tasks,
+                                    std::int64_t batch, bool mixed_precision,
+                                    const profile::CommunicationProfile& communication, const DeviceSpec& device,
+                                    bool sub_pipelined_tmp) {
+  const int degree = tensor_parallel_degree(graph);
+  if (degree <= 1) return;
+  const TensorParallelTraffic traffic = tensor_parallel_traffic(graph, tasks, batch, mixed_precision);
+  const bool overlap = sub_pipelined_tmp && batch >= 2;  // the executor halves only 2+ samples
+  measurement.forward_seconds = tensor_parallel_pass_seconds(
+      measurement.forward_seconds,
+      tensor_parallel_allreduce_seconds(communication, device, degree, traffic.forward_bytes, traffic.forward_allreduces),
+      traffic.forward_allreduces, overlap);
+  measurement.backward_seconds = tensor_parallel_pass_seconds(
+      measurement.backward_seconds,
+      tensor_parallel_allreduce_seconds(communication, device, degree, traffic.backward_bytes,
+                                        traffic.backward_allreduces),
+      traffic.backward_allreduces, overlap);
+}
+
+std::unique_ptr<CostModel> make_analytic_cost_model(const Graph& graph, const DeviceSpec& device, bool mixed_precision,
+                                                    bool sub_pipelined_tmp) {
+  return std::make_unique<AnalyticCostModel>(graph, device, mixed_precision, sub_pipelined_tmp);
 }
 
 std::unique_ptr<CostModel> make_profiled_cost_model(const Graph& graph, const profile::ProfileDB& database,
-                                                    const DeviceSpec& device) {
-  return std::make_unique<ProfiledCostModel>(graph, database, device);
+                                                    const DeviceSpec& device, bool sub_pipelined_tmp) {
+  return std::make_unique<ProfiledCostModel>(graph, database, device, sub_pipelined_tmp);
 }
 
 }  // namespace partrain::partition

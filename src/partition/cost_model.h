@@ -49,12 +49,35 @@ TensorParallelTraffic tensor_parallel_traffic(const Graph& graph, std::span<cons
 /// network instead when the group is larger than a node. 0 for degree 1 or no all-reduce.
 double tensor_parallel_allreduce_seconds(const DeviceSpec& device, int degree, double bytes, int allreduces);
 
+/// Seconds of one pass (forward or backward) of a stage on a tensor-parallel graph that computes for
+/// `compute_seconds` and performs `allreduces` blocking all-reduces taking `allreduce_seconds` in all.
+/// Without sub-pipelining they add up (Megatron-LM's f and g stall the computation that follows).
+/// With Merak's sub-pipelined TMP (`sub_pipelined`, merak.txt §6.3) the microbatch's two halves
+/// alternate, one computing while the other's all-reduce runs: with n all-reduces per pass, c and a
+/// the compute and communication seconds between two of them, the pass takes
+/// c/2 + (n − 1/2) · max(c, a) + a/2 (§6.3's forward (1/4)T_m + (K − 1/4) max{T_m, T_a} + (1/4)T_a
+/// for K transformer layers of two blocks each, n = 2K); compute and communication spread evenly
+/// over the blocks, as §6.3 assumes. Equal to the sum when a = 0 or n = 0; never below
+/// max(compute, allreduce). The halves' smaller GEMMs running less efficiently is not modelled.
+double tensor_parallel_pass_seconds(double compute_seconds, double allreduce_seconds, int allreduces,
+                                    bool sub_pipelined);
+
 /// The same from the measured all-reduce fits of `communication` when they cover the group: a
 /// group of at least `degree` ranks was measured (profile::CommunicationProfile::allreduce_seconds
 /// rescales the nearest measured size, the latency paid once per all-reduce); otherwise the
 /// device's bandwidths as above.
 double tensor_parallel_allreduce_seconds(const profile::CommunicationProfile& communication, const DeviceSpec& device,
                                          int degree, double bytes, int allreduces);
+
+/// Adds to `measurement`'s forward and backward seconds the tensor-parallel all-reduces of `tasks` of
+/// `graph` at `batch` samples (tensor_parallel_traffic, priced by tensor_parallel_allreduce_seconds
+/// from `communication` or `device`), overlapped as tensor_parallel_pass_seconds says when
+/// `sub_pipelined_tmp` and the microbatch has at least 2 samples. Nothing for a graph of degree 1.
+/// For cost models whose computation seconds were measured against a stand-in group.
+void add_tensor_parallel_allreduces(profile::Measurement& measurement, const Graph& graph, std::span<const int> tasks,
+                                    std::int64_t batch, bool mixed_precision,
+                                    const profile::CommunicationProfile& communication, const DeviceSpec& device,
+                                    bool sub_pipelined_tmp);
 
 /// Costs for planners. Implementations must be cheap to call repeatedly (cache what they can).
 class CostModel {
@@ -90,14 +113,17 @@ class CostModel {
 /// With `mixed_precision` (bf16 plans) f32 activations are bf16 as the executor keeps and sends them:
 /// stored activations, boundary transfers, the largest output and the tensor-parallel all-reduces
 /// count 2 bytes per f32 element; parameter bytes stay f32 (the memory model adds the bf16 copy).
+/// With `sub_pipelined_tmp` (Merak's sub-pipelined TMP, recorded in the Plan) a pass of a microbatch
+/// of at least 2 samples overlaps its all-reduces with computation (tensor_parallel_pass_seconds).
 std::unique_ptr<CostModel> make_analytic_cost_model(const Graph& graph, const DeviceSpec& device,
-                                                    bool mixed_precision = false);
+                                                    bool mixed_precision = false, bool sub_pipelined_tmp = false);
 
 /// The measured model: looks task sets up in `database` (which must outlive it and belong to
 /// `graph`: same hash, else partrain::Error); transfers as in the analytic model. On a
 /// tensor-parallel graph the measurements (taken against a stand-in group that exchanges nothing)
 /// get the tensor-parallel all-reduces added, priced from the database's communication profile.
+/// `sub_pipelined_tmp` as for the analytic model.
 std::unique_ptr<CostModel> make_profiled_cost_model(const Graph& graph, const profile::ProfileDB& database,
-                                                    const DeviceSpec& device);
+                                                    const DeviceSpec& device, bool sub_pipelined_tmp = false);
 
 }  // namespace partrain::partition
