@@ -65,16 +65,18 @@ void dispatch_floating(DType dtype, const char* what, Function&& function) {
   }
 }
 
-/// Block-wide sum of one float per thread (any blockDim.x that is a multiple of 32, up to 1024).
-/// Every thread gets the result. `shared` must hold 32 floats.
-__device__ inline float block_sum(float value, float* shared) {
+/// Block-wide sum of one float or double per thread (any blockDim.x that is a multiple of 32, up to
+/// 1024), in a fixed order for a given launch. Every thread gets the result. `shared` must hold 32
+/// values of the type.
+template <typename Value>
+__device__ inline Value block_sum(Value value, Value* shared) {
   for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __syncthreads();  // `shared` may still be read by a previous call
   if (lane == 0) shared[warp] = value;
   __syncthreads();
   const int warps = (blockDim.x + 31) / 32;
-  value = lane < warps ? shared[lane] : 0.0f;
+  value = lane < warps ? shared[lane] : Value(0);
   for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
   return value;
 }

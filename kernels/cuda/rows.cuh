@@ -84,18 +84,4 @@ void dispatch_rows(const RowLaunch& launch, Function&& function) {
     function(std::false_type{});
 }
 
-/// Block-wide sum of one double per thread (blockDim.x a multiple of 32, up to 1024), in a fixed
-/// order for a given launch; every thread gets the result. `shared` must hold 32 doubles.
-__device__ inline double block_sum_double(double value, double* shared) {
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();  // `shared` may still be read by a previous call
-  if (lane == 0) shared[warp] = value;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) / 32;
-  value = lane < warps ? shared[lane] : 0.0;
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;
-}
-
 }  // namespace partrain::cuda

@@ -233,8 +233,8 @@ __global__ void __launch_bounds__(1024)
     count += 1;
     if (row_loss != nullptr) total += row_loss[r];
   }
-  count = block_sum_double(count, shared);
-  total = block_sum_double(total, shared);
+  count = block_sum(count, shared);
+  total = block_sum(total, shared);
   if (threadIdx.x == 0) {
     *count_out = count;
     if (loss != nullptr) *loss = count > 0 ? static_cast<float>(total / count) : 0.f;

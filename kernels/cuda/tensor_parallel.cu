@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(1024)
     log_sum_exp[r] = static_cast<float>(value);
     total += value - static_cast<double>(target[r]);
   }
-  total = block_sum_double(total, shared);
+  total = block_sum(total, shared);
   if (threadIdx.x == 0) *loss = counted > 0 ? static_cast<float>(total / static_cast<double>(counted)) : 0.f;
 }
 

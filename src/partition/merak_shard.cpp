@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -186,16 +187,12 @@ std::vector<std::pair<std::size_t, std::size_t>> balanced_contiguous_ranges(cons
   return ranges;
 }
 
-Plan plan_merak(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
-  PARTRAIN_CHECK(options.world_size >= 1, "merak: world size " << options.world_size);
-  const std::vector<MerakShard> shards = merak_shards(graph);
-  const int n = static_cast<int>(shards.size());
-  int stages = options.stages;
-  if (stages <= 0) {
-    stages = std::min(options.world_size, n);
-    while (stages > 1 && options.world_size % stages != 0) --stages;
-  }
-  PARTRAIN_CHECK(stages <= n, "merak: " << stages << " stages but the model has only " << n << " shards");
+namespace {
+// The merak plan of `stages` stages over `shards`: shard costs at the stage count's per-replica
+// microbatch, grouped into balanced contiguous stages, then plan_from_stages (microbatches,
+// prediction, memory check; throws when nothing fits).
+Plan merak_plan_with_stages(const Graph& graph, const std::vector<MerakShard>& shards, const CostModel& cost,
+                            const PlannerOptions& options, int stages) {
   const std::vector<int> replicas = equal_replicas(options.world_size, stages);
   const int microbatches = planning_microbatches(options, stages, replicas);
   const std::int64_t batch = replica_microbatch(options, replicas[0], replicas, microbatches);
@@ -213,6 +210,34 @@ Plan plan_merak(const Graph& graph, const CostModel& cost, const PlannerOptions&
     stage_tasks.push_back(std::move(tasks));
   }
   return plan_from_stages(graph, std::move(stage_tasks), replicas, cost, options, "merak");
+}
+}  // namespace
+
+Plan plan_merak(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
+  PARTRAIN_CHECK(options.world_size >= 1, "merak: world size " << options.world_size);
+  const std::vector<MerakShard> shards = merak_shards(graph);
+  const int n = static_cast<int>(shards.size());
+  if (options.stages > 0) {
+    PARTRAIN_CHECK(options.stages <= n, "merak: " << options.stages << " stages but the model has only " << n << " shards");
+    return merak_plan_with_stages(graph, shards, cost, options, options.stages);
+  }
+  // Merak's planner searches the pipeline degree with the other degrees (§4: the 3D layout with the
+  // best predicted throughput): every stage count dividing the world size, at most one per shard,
+  // keeping the fastest predicted plan that fits. The deepest pipeline is not always best: the
+  // bubble grows with the stage count and the last stage may hold little more than the loss.
+  std::optional<Plan> best;
+  std::string problems;
+  for (int stages = 1; stages <= std::min(options.world_size, n); ++stages) {
+    if (options.world_size % stages != 0) continue;
+    try {
+      Plan plan = merak_plan_with_stages(graph, shards, cost, options, stages);
+      if (!best || plan.predicted_step_seconds < best->predicted_step_seconds) best = std::move(plan);
+    } catch (const Error& error) {
+      problems += "\n  " + std::to_string(stages) + " stages: " + error.message();
+    }
+  }
+  PARTRAIN_CHECK(best.has_value(), "merak: no stage count gives a plan that fits:" << problems);
+  return *best;
 }
 
 }  // namespace partrain::partition

@@ -73,12 +73,13 @@ std::vector<std::pair<std::size_t, std::size_t>> balanced_contiguous_ranges(cons
 
 /// The `merak` planner: merak_shards with default options, grouped into S contiguous stages of
 /// balanced compute (forward + backward seconds of CostModel::measure of each shard at the
-/// per-replica microbatch, balanced_contiguous_ranges). S = options.stages, or the largest divisor
-/// of the world size that is at most the shard count; replicas equal_replicas; the schedule and
+/// per-replica microbatch, balanced_contiguous_ranges). S = options.stages, or else the divisor of
+/// the world size (at most the shard count) whose plan fits and predicts the shortest step (the
+/// schedule simulated, plan_from_stages); replicas equal_replicas; the schedule and
 /// recomputation are taken from the options (Merak's shifted critical path schedule and stage-aware
 /// recomputation are runtime policies); microbatches, predictions and the memory check by
 /// plan_from_stages. Throws partrain::Error for more stages than shards, a stage count that does not
-/// divide the world size, or a plan that does not fit the device memory.
+/// divide the world size, or (S unset) when no stage count fits, naming each count's reason.
 Plan plan_merak(const Graph& graph, const CostModel& cost, const PlannerOptions& options);
 
 }  // namespace partrain::partition
