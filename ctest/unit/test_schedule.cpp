@@ -201,6 +201,21 @@ TEST(Schedule, ShiftedCriticalPathMovesRecomputeOffTheCriticalPath) {
       partrain::simulate_schedule(one_f_one_b, partrain::generate_schedule(one_f_one_b), costs).step_seconds;
   EXPECT_LT(scp, baseline);
   EXPECT_DOUBLE_EQ(baseline, (M + S - 1) * 4.0);  // every stage: F + R + B = 4 per microbatch
+  // Merak §6.1's figure for uniform stages: the bubble shrinks from 3(S − 1)T to 3(S − 2)T over
+  // the 4MT of work, and the critical path runs on stage S − 2, which never idles once started.
+  EXPECT_DOUBLE_EQ(scp, 4.0 * M + 3.0 * (S - 2));
+  const partrain::TimelinePrediction timeline = partrain::simulate_schedule(plan, schedule, costs);
+  double busy = 0, first = 1e300, last = 0;
+  for (std::size_t i = 0; i < schedule[S - 2].size(); ++i)
+    if (schedule[S - 2][i].is_compute()) {
+      busy += timeline.timing[S - 2][i].end - timeline.timing[S - 2][i].start;
+      first = std::min(first, timeline.timing[S - 2][i].start);
+      last = std::max(last, timeline.timing[S - 2][i].end);
+    }
+  EXPECT_DOUBLE_EQ(last - first, busy);
+  // The recomputing stages run one forward more ahead (their boundary inputs held), the last one.
+  for (int s = 0; s < S; ++s)
+    EXPECT_EQ(partrain::peak_in_flight(schedule[s]), std::min(S - s + (s < S - 1 ? 1 : 0), M)) << "stage " << s;
 }
 
 TEST(Schedule, UnequalReplicasExchangeExactlyTheIntersections) {

@@ -211,13 +211,15 @@ std::vector<TrainingCase> manual_cases(bool core) {
     for (std::size_t layout = 0; layout < layouts.size(); ++layout) {
       // BatchNorm needs the same sample grouping in every stage: ResNet only with equal replicas.
       if (model == "resnet" && layout == 2) continue;
-      for (const std::string schedule : {"gpipe", "1f1b"}) {
+      for (const std::string schedule : {"gpipe", "1f1b", "scp"}) {
         for (bool recompute : {false, true}) {
+          if (schedule == "scp" && !recompute) continue;  // scp without recomputation is 1F1B
           // The default run: 2x2 with gpipe, 4 stages with 1f1b + recompute, (2,1,1) with 1f1b.
           const bool in_core = (layout == 0 && schedule == "gpipe" && !recompute) ||
                                (layout == 1 && schedule == "1f1b" && recompute) ||
                                (layout == 2 && schedule == "1f1b" && !recompute) ||
-                               (layout == 3 && schedule == "1f1b" && recompute);
+                               (layout == 3 && schedule == "1f1b" && recompute) ||
+                               (layout == 1 && schedule == "scp");  // Merak §6.1 over 4 stages
           if (in_core != core) continue;
           TrainingCase c;
           c.model = model;
@@ -294,6 +296,18 @@ std::vector<TrainingCase> planner_cases() {
       if (model == "resnet") c.planner_settings = {"parallel.max_microbatches=1"};
       result.push_back(c);
     }
+  // Merak's planner (its graph shards grouped into 2 balanced stages: on 4 ranks the tiny models
+  // would otherwise get 1 stage) under Merak's shifted critical path schedule.
+  for (const std::string model : {"bert", "gpt"}) {
+    TrainingCase c;
+    c.model = model;
+    c.plan = "merak";
+    c.planner = "merak";
+    c.schedule = "scp";
+    c.recompute = true;
+    c.planner_settings = {"parallel.stages=2"};
+    result.push_back(c);
+  }
   return result;
 }
 

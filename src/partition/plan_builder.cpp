@@ -171,9 +171,8 @@ profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int sta
   policy.optimizer_state_copies = options.optimizer_state_copies;
   policy.mixed_precision = options.mixed_precision;
   policy.recompute = recompute_policy(options, stage_count) != RecomputePolicy::None;
-  policy.microbatches_in_flight = options.schedule == ScheduleKind::GPipe
-                                      ? microbatches
-                                      : std::min(stage_count - stage, microbatches);
+  policy.microbatches_in_flight =
+      microbatches_in_flight(options.schedule, stage, stage_count, microbatches, policy.recompute);
   return policy;
 }
 

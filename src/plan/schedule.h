@@ -80,7 +80,12 @@ using Schedule = std::vector<std::vector<Action>>;
 ///  * scp: Merak's shifted critical path on top of 1F1B order — the last stage never recomputes (its
 ///    backward follows its forward directly), and the other recomputing stages run Recompute(mb)
 ///    before ReceiveGradient(mb), so the recomputation overlaps the wait for the gradient instead of
-///    lying on the critical path (Merak's RecomputeRecvGrad / pre-checkpoint forward).
+///    lying on the critical path (Merak's RecomputeRecvGrad / pre-checkpoint forward); and every
+///    recomputing stage but the last runs one forward more ahead (Merak §6.1: "bring one forward
+///    pass computation of the second to last stage ahead and fill it into the bubble"; the stages
+///    before it too, so that its extra input is there), which moves the critical path to stage
+///    S − 2: with uniform stages, forward T, recomputation T, backward 2T, a step takes
+///    (4M + 3(S − 2))T instead of 1F1B's 4(M + S − 1)T.
 /// Every stage whose policy is StageBoundaries or StageAware gets Recompute(mb) right before
 /// Backward(mb) (scp: before its gradient receives) and Forward(mb).recomputed set; which layers a
 /// StageAware stage really recomputes is the executor's business. Receives are placed right before
@@ -92,6 +97,11 @@ using Schedule = std::vector<std::vector<Action>>;
 /// Throws partrain::Error when the plan has no stages, a non-positive replica or microbatch count,
 /// world_size ≠ copies × devices, or a microbatch smaller than a stage's replica count.
 Schedule generate_schedule(const Plan& plan);
+
+/// Forward passes stage `stage` of `stages` runs before its first backward under `kind` (the
+/// microbatches in flight at its peak): GPipe M; 1F1B min(S − s, M); scp one more on a recomputing
+/// stage before the last (min(S − s + 1, M)). Throws partrain::Error for a stage outside [0, S).
+int microbatches_in_flight(ScheduleKind kind, int stage, int stages, int microbatches, bool recompute);
 
 /// Largest number of microbatches whose Forward has run and whose Backward has not, along the list
 /// (activation memory held at once; 1F1B: min(S-s, M) on stage s).

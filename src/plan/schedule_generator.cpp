@@ -133,7 +133,7 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
     for (int mb = 0; mb < M; ++mb) emit_forward(mb);
     for (int mb = M - 1; mb >= 0; --mb) emit_backward(mb);
   } else {
-    const int warmup = std::min(S - s - 1, M);
+    const int warmup = microbatches_in_flight(kind, s, S, M, recompute) - 1;
     for (int mb = 0; mb < warmup; ++mb) emit_forward(mb);
     for (int k = 0; k < M - warmup; ++k) {
       emit_forward(warmup + k);
@@ -155,6 +155,14 @@ Schedule generate_schedule(const Plan& plan) {
   Schedule schedule(plan.world_size);
   for (int rank = 0; rank < plan.world_size; ++rank) schedule[rank] = generate_rank(plan, rank);
   return schedule;
+}
+
+int microbatches_in_flight(ScheduleKind kind, int stage, int stages, int microbatches, bool recompute) {
+  PARTRAIN_CHECK(stage >= 0 && stage < stages, "stage " << stage << " outside [0, " << stages << ")");
+  if (kind == ScheduleKind::GPipe) return microbatches;
+  // scp (Merak §6.1): a recomputing stage before the last runs one forward more ahead.
+  const int ahead = kind == ScheduleKind::ShiftedCriticalPath && recompute && stage < stages - 1 ? 1 : 0;
+  return std::min(stages - stage + ahead, microbatches);
 }
 
 int peak_in_flight(const std::vector<Action>& actions) {
