@@ -17,6 +17,7 @@
 #include "partition/dpl.h"
 #include "partition/ideals_dp.h"
 #include "partition/workload.h"
+#include "support/workload_nodes.h"
 
 namespace {
 
@@ -26,15 +27,7 @@ using partrain::partition::Workload;
 using partrain::partition::WorkloadEdge;
 using partrain::partition::WorkloadNode;
 
-WorkloadNode make_node(long id, bool backward, long color) {
-  WorkloadNode node;
-  node.id = id;
-  node.name = (backward ? "bw" : "fw") + std::to_string(color);
-  node.backward = backward;
-  node.has_color_class = true;
-  node.color_class = color;
-  return node;
-}
+using partrain::testing::make_node;
 
 // A chain of `length` nodes starting at id `first` (colour = id).
 void add_chain(Workload& workload, long first, long length) {

@@ -20,6 +20,7 @@
 #include "partition/integer_program.h"
 #include "partition/mip_solver.h"
 #include "partition/workload.h"
+#include "support/workload_nodes.h"
 
 namespace {
 
@@ -98,15 +99,7 @@ TEST(MipSolver, GeneralIntegersStartsAndInfeasibility) {
 
 // ---------------------------------------------------------------- random workloads
 
-WorkloadNode make_node(long id, bool backward, long color) {
-  WorkloadNode node;
-  node.id = id;
-  node.name = (backward ? "bw" : "fw") + std::to_string(color);
-  node.backward = backward;
-  node.has_color_class = true;
-  node.color_class = color;
-  return node;
-}
+using partrain::testing::make_node;
 
 // A random DAG of `forward_count` forward nodes (class = index), arcs from lower to higher index;
 // for training each node gets a backward twin in its class with the arcs reversed (as the

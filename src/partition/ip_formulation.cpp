@@ -248,4 +248,15 @@ bool dp_placement(const Workload& workload, const ClassGraph& graph, const Devic
   return true;
 }
 
+MipSolution solve_program(const MipModel& model, const MipOptions& mip_options, const IntegerProgramOptions& options,
+                          IntegerProgramResult& result) {
+  if (!options.write_lp.empty()) write_mip_lp(model, options.write_lp);
+  MipSolution solution = solve_mip(model, mip_options);
+  result.status = solution.status;
+  result.solver_seconds = solution.seconds;
+  result.solver_cpu_seconds = solution.cpu_seconds;
+  result.nodes = solution.nodes;
+  return solution;
+}
+
 }  // namespace partrain::partition::ip

@@ -208,12 +208,7 @@ IntegerProgramResult solve_latency_ip(const Workload& workload, const IntegerPro
     mip_options.start = std::move(values);
   }
 
-  if (!options.write_lp.empty()) write_mip_lp(model, options.write_lp);
-  const MipSolution solution = solve_mip(model, mip_options);
-  result.status = solution.status;
-  result.solver_seconds = solution.seconds;
-  result.solver_cpu_seconds = solution.cpu_seconds;
-  result.nodes = solution.nodes;
+  const MipSolution solution = ip::solve_program(model, mip_options, options, result);
   PARTRAIN_CHECK(solution.status != MipStatus::infeasible,
                  workload.source << ": no feasible placement on " << devices.accelerators << " accelerators of "
                                  << devices.memory_bytes << " bytes and " << devices.cpus
