@@ -35,7 +35,7 @@ cleanup() {
   if [ $started_cluster -eq 1 ]; then "$cluster" stop || true; fi
   if [ "$restore_nodes" -gt 0 ]; then
     echo "$test_name: starting the $restore_nodes-node local cluster that ran before again"
-    "$cluster" start --nodes "$restore_nodes" >/dev/null || echo "$test_name: the $restore_nodes-node cluster did not start again" >&2
+    "$cluster" start --nodes "$restore_nodes" >/dev/null 9>&- || echo "$test_name: the $restore_nodes-node cluster did not start again" >&2
   fi
   exit $rc
 }
@@ -58,7 +58,7 @@ start_local_cluster() {
     restore_nodes=$running
   fi
   started_cluster=1
-  "$cluster" start --nodes "$nodes" || rc=$?
+  "$cluster" start --nodes "$nodes" 9>&- || rc=$?   # 9>&-: the daemons must not hold the test lock
   [ $rc -eq 3 ] && skip "this machine cannot host a $nodes-node local Slurm cluster (network/hostname namespaces refused: above)"
   [ $rc -eq 0 ] || fail "the local Slurm cluster did not start (see /var/log/slurm/*.log)"
 }
