@@ -16,13 +16,15 @@
 #   SLURM_MPI_DEFAULT   MpiDefault of slurm.conf (default pmix: Debian's Open MPI 4.1 needs PMIx
 #                under srun; pmi2 and none fail with "OMPI was not built with SLURM's PMI support")
 #   START_TIMEOUT  seconds to wait for the nodes to become idle (default 30)
+#   SLURM_LOCAL_SUBNET  the first three octets of the --nodes cluster's /24 (default 10.77.0)
 # --nodes N (2 to 8): nodes node1..nodeN, each a slurmd in its own network namespace
 # (partrain-nodeI, `ip netns`) and hostname (UTS) namespace, with a veth pair to the bridge
 # partrain-br0 on the host: the host (slurmctld, munged, sbatch/squeue) is 10.77.0.1, nodeI is
-# 10.77.0.(I+1)/24; the namespaces get /etc/netns/partrain-nodeI/hosts naming every node. munged's
-# socket is a file, so the nodes share the host's munged. Jobs see real multi-node Slurm: srun
-# across two slurmd, PMIx between the nodes, Open MPI over TCP on the veth addresses (ranks on
-# one node use shared memory, as on a real cluster). stop removes the namespaces and the bridge.
+# 10.77.0.(I+1)/24 (SLURM_LOCAL_SUBNET); each slurmd sees /etc/netns/partrain-nodeI/hosts, naming
+# every node, as /etc/hosts, and a TmpFS of its own. munged's socket is a file, so the nodes share
+# the host's munged. Jobs see real multi-node Slurm: srun across the slurmd, PMIx between the
+# nodes, Open MPI over TCP on the veth addresses (ranks on one node use shared memory, as on a real
+# cluster); files (/tmp, the repository) stay shared. stop removes the namespaces and the bridge.
 # Logs: /var/log/slurm/slurmctld.log, /var/log/slurm/slurmd.log (slurmd-nodeI.log with --nodes).
 # Accounting is off: use `squeue` and `scontrol show job ID` (kept for MinJobAge=300 s), not sacct.
 set -euo pipefail
@@ -37,7 +39,7 @@ munge_socket=/run/munge/munge.socket.2
 timeout=${START_TIMEOUT:-30}
 # the multi-node cluster's network: a bridge on the host, a namespace and a veth pair per node
 bridge=partrain-br0
-subnet=10.77.0
+subnet=${SLURM_LOCAL_SUBNET:-10.77.0}   # a /24 that no network of this machine uses
 host_ip=$subnet.1
 netns_prefix=partrain-node
 
@@ -48,7 +50,7 @@ unsupported() { echo "slurm-local-cluster: error: $*" >&2; exit 3; }
 
 if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null 2>&1 || die "needs root (or sudo)"
-  exec sudo -n --preserve-env=FAKE_CPUS,SLURM_MPI_DEFAULT,START_TIMEOUT "$0" "$@"
+  exec sudo -n --preserve-env=FAKE_CPUS,SLURM_MPI_DEFAULT,START_TIMEOUT,SLURM_LOCAL_SUBNET "$0" "$@"
 fi
 
 # PID from a pid file when that process is alive, else nothing.
@@ -234,6 +236,7 @@ teardown_network() {
     rm -rf "/etc/netns/$ns"
     say "removed the network namespace $ns"
   done
+  rmdir /etc/netns 2>/dev/null || true   # when this script's were the only ones
   if ip link show "$bridge" >/dev/null 2>&1; then
     ip link del "$bridge" 2>/dev/null || true
     say "removed the bridge $bridge"
