@@ -198,14 +198,23 @@ start_munge() {
   munge -n | unmunge >/dev/null || die "munged does not answer (see /var/log/munge/munged.log)"
 }
 
-# The bridge, and per node a network namespace with a veth pair into it and an /etc/hosts.
-setup_network() {
-  local nodes=$1 i ns hosts
+# Whether this machine can host the multi-node cluster (exit 3 when not), before anything changes.
+check_namespaces() {
   local tool
   for tool in ip nsenter unshare; do
     command -v "$tool" >/dev/null 2>&1 || unsupported "$tool is missing (Debian packages iproute2, util-linux)"
   done
   unshare --uts --mount true 2>/dev/null || unsupported "unshare --uts --mount is refused here (no hostname or mount namespaces)"
+  if ! ip netns list 2>/dev/null | grep -q "^${netns_prefix}1\b"; then
+    ip netns add "${netns_prefix}-probe" 2>/dev/null || unsupported "ip netns add is refused here (no network namespaces)"
+    ip netns del "${netns_prefix}-probe" 2>/dev/null || true
+  fi
+}
+
+# The bridge, and per node a network namespace with a veth pair into it and an /etc/hosts.
+setup_network() {
+  local nodes=$1 i ns hosts
+  check_namespaces
   if ! ip link show "$bridge" >/dev/null 2>&1; then
     ip link add "$bridge" type bridge || unsupported "cannot create the bridge $bridge (no CAP_NET_ADMIN or no bridge support?)"
   fi
@@ -250,6 +259,7 @@ start() {
       die "$tool is missing: run jobscripts/install-deps.sh (Debian packages slurmctld slurmd slurm-client munge)"
   done
   if status "$nodes" >/dev/null 2>&1; then say "already running"; sinfo; return 0; fi
+  [ "$nodes" -gt 1 ] && check_namespaces
   running=$(conf_nodes)
   if [ "$running" != "$nodes" ] && { alive_pid "$ctld_pid" >/dev/null || [ -n "$(slurmd_pid_files)" ]; }; then
     say "a $running-node local cluster runs: stopping it for $nodes node(s)"

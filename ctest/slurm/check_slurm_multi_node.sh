@@ -39,13 +39,14 @@ arguments=(--set train.steps=$steps --set log.every=1 --set checkpoint.every=$st
            --set 'parallel.replicas=[2,2]' --set 'parallel.boundaries=["encoder.layer.1"]'
            --set train.microbatches=2 --set parallel.recompute=none)
 
-# 1. The reference: the same 4 ranks on this machine under mpiexec.
+# 1. The two-node cluster (first: a machine without namespaces skips at once), and the reference:
+# the same 4 ranks on this machine under mpiexec.
+start_local_cluster $nodes
 timeout 240 mpiexec -n $tasks --oversubscribe --allow-run-as-root "$binary" train configs/bert-tiny.toml "${arguments[@]}" \
   --set log.dir="$work/reference" --set profile.cache_dir="$work/reference-profile" > "$work/reference.log" 2>&1 ||
   { tail -20 "$work/reference.log"; fail "the reference run under mpiexec failed"; }
 
 # 2. The job: submit.sh picks the multi-node script (world size 4 > 2 devices per node).
-start_local_cluster $nodes
 run_dir=$work/run
 profile_dir=$work/profile-cache
 job_id=$(jobscripts/submit.sh configs/bert-tiny.toml "${arguments[@]}" --set log.dir="$run_dir" \
