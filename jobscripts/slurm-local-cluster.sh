@@ -240,7 +240,7 @@ setup_network() {
 
 teardown_network() {
   local ns
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$netns_prefix[0-9]*$"); do
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${netns_prefix}[0-9]*$"); do
     ip netns del "$ns" 2>/dev/null || true   # takes its end of the veth pair, and so the pair, along
     rm -rf "/etc/netns/$ns"
     say "removed the network namespace $ns"

@@ -1,5 +1,5 @@
-# Sourced by the `slurm` CTest scripts (check_slurm_job.sh, check_slurm_requeue.sh) after they set
-# `source_dir`, `binary` and `test_name`: skip/fail helpers, the checks that Slurm and root are
+# Sourced by the `slurm` CTest scripts (check_slurm_job.sh, check_slurm_requeue.sh,
+# check_slurm_multi_node.sh) after they set `source_dir`, `binary` and `test_name`: skip/fail helpers, the checks that Slurm and root are
 # there (exit 77, CTest's SKIP_RETURN_CODE, otherwise), one Slurm test at a time on this machine,
 # and a cleanup trap that cancels the test's job (`job_id`), stops a cluster the test started
 # (`started_cluster`; start it with start_local_cluster [NODES]) and starts again a cluster of
