@@ -1,8 +1,9 @@
-# Sourced by the `slurm` CTest scripts (check_slurm_job.sh, check_slurm_requeue.sh) after they set
-# `source_dir`, `binary` and `test_name`: skip/fail helpers, the checks that Slurm and root are
+# Sourced by the `slurm` CTest scripts (check_slurm_job.sh, check_slurm_requeue.sh,
+# check_slurm_multi_node.sh) after they set `source_dir`, `binary` and `test_name`: skip/fail helpers, the checks that Slurm and root are
 # there (exit 77, CTest's SKIP_RETURN_CODE, otherwise), one Slurm test at a time on this machine,
-# and a cleanup trap that cancels the test's job (`job_id`) and stops a cluster the test started
-# (`started_cluster`; start it with start_local_cluster).
+# and a cleanup trap that cancels the test's job (`job_id`), stops a cluster the test started
+# (`started_cluster`; start it with start_local_cluster [NODES]) and starts again a cluster of
+# another size that it replaced (`restore_nodes`).
 skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
@@ -22,6 +23,7 @@ flock -w 90 9 || fail "another slurm test held the lock for 90 s"
 cluster=$source_dir/jobscripts/slurm-local-cluster.sh
 job_id=""
 started_cluster=0
+restore_nodes=0   # the size of a local cluster that ran before this test and is started again after it
 cleanup() {
   local rc=$?
   if [ -n "$job_id" ] && squeue -h -j "$job_id" 2>/dev/null | grep -q .; then
@@ -31,17 +33,38 @@ cleanup() {
     for _ in $(seq 30); do squeue -h -j "$job_id" 2>/dev/null | grep -q . || break; sleep 0.5; done
   fi
   if [ $started_cluster -eq 1 ]; then "$cluster" stop || true; fi
+  if [ "$restore_nodes" -gt 0 ]; then
+    echo "$test_name: starting the $restore_nodes-node local cluster that ran before again"
+    "$cluster" start --nodes "$restore_nodes" >/dev/null 9>&- || echo "$test_name: the $restore_nodes-node cluster did not start again" >&2
+  fi
   exit $rc
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-# Uses the cluster that already runs (left running afterwards), else starts one (stopped at exit).
+# start_local_cluster [NODES]: uses the local cluster of NODES nodes (default 1) that already runs
+# (left running afterwards), else starts one (stopped at exit); a local cluster of another size is
+# stopped for the test and started again at exit. With 2+ nodes (network namespaces), a machine
+# that cannot host them (the cluster script's exit code 3) skips the test.
 start_local_cluster() {
-  if "$cluster" status >/dev/null 2>&1; then
-    echo "$test_name: using the Slurm cluster that already runs (left running afterwards)"
-  else
-    started_cluster=1
-    "$cluster" start || fail "the local Slurm cluster did not start (see /var/log/slurm/*.log)"
+  local nodes=${1:-1} running rc=0
+  if "$cluster" status --nodes "$nodes" >/dev/null 2>&1; then
+    echo "$test_name: using the $nodes-node Slurm cluster that already runs (left running afterwards)"
+    return 0
   fi
+  running=$("$cluster" nodes 2>/dev/null || echo 0)
+  if [ "${running:-0}" -gt 0 ] && [ "$running" != "$nodes" ]; then
+    echo "$test_name: a $running-node local cluster runs: replaced by a $nodes-node one for this test, started again at exit"
+    restore_nodes=$running
+  fi
+  started_cluster=1
+  "$cluster" start --nodes "$nodes" 9>&- || rc=$?   # 9>&-: the daemons must not hold the test lock
+  if [ $rc -eq 3 ]; then
+    # refused; usually before anything changed: then the cluster that ran before runs on, untouched
+    if [ "$restore_nodes" -gt 0 ] && "$cluster" status --nodes "$restore_nodes" >/dev/null 2>&1; then
+      started_cluster=0 restore_nodes=0
+    fi
+    skip "this machine cannot host a $nodes-node local Slurm cluster (network/hostname namespaces refused: above)"
+  fi
+  [ $rc -eq 0 ] || fail "the local Slurm cluster did not start (see /var/log/slurm/*.log)"
 }
