@@ -128,7 +128,7 @@ case_settings() {  # sets config, sets (array) and torch_args (array) for case $
 }
 
 mkdir -p "$RESULTS_DIR" || exit 2
-results=$RESULTS_DIR/results.tsv
+results=$RESULTS_DIR/results.txt  # one line per run: case;threads;ours;torch;debian;baseline
 : >"$results"
 failures=0
 started=$SECONDS
@@ -171,7 +171,7 @@ write_table() {
     [ -n "$BASELINE" ] && header="$header baseline s/step | baseline/partrain | PyTorch/baseline |" rule="$rule---|---|---|"
     echo "$header"
     echo "$rule"
-    while IFS=$'\t' read -r name threads ours torch debian baseline; do
+    while IFS=';' read -r name threads ours torch debian baseline; do
       line="| $name | $threads | ${ours:-FAILED} | ${torch:-FAILED} | $(ratio "$torch" "$ours") |"
       [ -n "$debian_python" ] && line="$line ${debian:-FAILED} | $(ratio "$debian" "$ours") |"
       [ -n "$BASELINE" ] && line="$line ${baseline:-FAILED} | $(ratio "$baseline" "$ours") | $(ratio "$torch" "$baseline") |"
@@ -206,7 +206,7 @@ for name in $CASES; do
       debian=$(torch_seconds "$debian_python" "$threads" "$dir/debian") || { debian=; failures=$((failures + 1)); echo "  FAILED: see $dir/debian.log"; }
     fi
     echo "  partrain ${ours:-FAILED} s/step, PyTorch ${torch:-FAILED} s/step, PyTorch/partrain $(ratio "$torch" "$ours")"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$threads" "$ours" "$torch" "$debian" "$baseline" >>"$results"
+    printf '%s;%s;%s;%s;%s;%s\n' "$name" "$threads" "$ours" "$torch" "$debian" "$baseline" >>"$results"
     write_table
   done
 done
