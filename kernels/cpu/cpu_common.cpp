@@ -27,12 +27,20 @@ void reduce_to_broadcast_input(const Tensor& gradient, const Tensor& output_grad
   // Per-thread partial sums (in double) avoid races on the reduced elements.
   const int threads = n > kParallelThreshold ? omp_get_max_threads() : 1;
   std::vector<double> partial(static_cast<std::size_t>(threads) * m, 0.0);
+  // Row by row of the last dimension: one offset computation per row, then step by 0 or the stride.
+  const std::int64_t last = output_shape.empty() ? 1 : output_shape.back();
+  const std::int64_t rows = last > 0 ? n / last : 0;
+  const std::int64_t step = output_shape.empty() ? 0 : strides.back();
 #pragma omp parallel num_threads(threads)
   {
     double* mine = partial.data() + static_cast<std::size_t>(omp_get_thread_num()) * m;
 #pragma omp for schedule(static)
-    for (std::int64_t i = 0; i < n; ++i)
-      mine[broadcast_offset(i, output_shape, strides)] += weight ? double(dy[i]) * weight[i] : dy[i];
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double* target = mine + broadcast_offset(r * last, output_shape, strides);
+      const float* grad = dy + r * last;
+      const float* w = weight ? weight + r * last : nullptr;
+      for (std::int64_t j = 0; j < last; ++j) target[j * step] += w ? double(grad[j]) * w[j] : grad[j];
+    }
   }
   for (std::int64_t j = 0; j < m; ++j) {
     double sum = 0;
