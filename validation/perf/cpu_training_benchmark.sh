@@ -161,6 +161,7 @@ partrain_seconds() {  # $1 binary, $2 log directory: median step seconds (uses s
 ratio() { "$PYTHON" -c "import sys; a, b = sys.argv[1:]; print('%.2f' % (float(a) / float(b)) if a and b else '')" "$1" "$2"; }
 
 write_table() {
+  local header rule line name threads ours torch debian baseline
   {
     echo "CPU training benchmark, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
     echo "partrain: $PARTRAIN; PyTorch $torch_version (PyPI wheel, eager)${debian_python:+; Debian torch $debian_version}; $STEPS timed steps after $WARMUP, median s/step"
