@@ -2,8 +2,6 @@
 // Row sums are accumulated in double; the cross-entropy loss sums per-row losses in row order, so
 // results do not depend on OMP_NUM_THREADS.
 #include <algorithm>
-#include <bit>
-#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -12,41 +10,13 @@
 #include "kernels/common/op_geometry.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace partrain {
 
 namespace {
 using cpu::kParallelThreshold;
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
-
-std::int32_t bits_of(float x) { return std::bit_cast<std::int32_t>(x); }
-float float_of(std::int32_t bits) { return std::bit_cast<float>(bits); }
-
-// exp(x) for float x as Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2 (two-step Cody-Waite), a
-// degree-6 polynomial for exp(r) (about 1 ulp; |x| > 88 gives 0 or inf, NaN stays NaN). Branch-free
-// integer selects (float comparisons may trap, so the compiler keeps them as branches) let the
-// compiler vectorise the loops calling it; std::exp is a scalar call per element and was most of a
-// GPT step's SoftmaxCrossEntropy time.
-inline float exp_vectorisable(float x) {
-  const std::int32_t bits = bits_of(x), magnitude = bits & 0x7fffffff;
-  const bool out_of_range = (magnitude > 0x42b00000) & (magnitude <= 0x7f800000);  // |x| > 88.0f, not NaN
-  const std::int32_t keep = -static_cast<std::int32_t>(!out_of_range);              // all ones where in range
-  const float clamped = float_of(bits & keep);
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
-  const float n = (clamped * 1.44269504088896341f + kRound) - kRound;
-  float r = clamped - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const float value = p * float_of((static_cast<std::int32_t>(n) + 127) << 23);
-  const std::int32_t limit = bits < 0 ? 0 : 0x7f800000;  // exp(-big) = 0, exp(+big) = inf
-  return float_of((bits_of(value) & keep) | (limit & ~keep));
-}
 
 // Numerically stable softmax of one row of `logits[0, length)` (already masked) into `y`.
 // Rows whose elements are all -inf give zeros. Returns log(sum(exp(z - max))) + max (the
@@ -58,7 +28,7 @@ double softmax_row(const float* logits, float* y, std::int64_t length) {
     std::fill(y, y + length, 0.f);
     return -std::numeric_limits<double>::infinity();
   }
-  for (std::int64_t j = 0; j < length; ++j) y[j] = exp_vectorisable(logits[j] - max);
+  for (std::int64_t j = 0; j < length; ++j) y[j] = cpu::exp_vectorisable(logits[j] - max);
   double sums[4] = {0, 0, 0, 0};  // four chains: the additions do not wait on each other
   std::int64_t j = 0;
   for (; j + 4 <= length; j += 4)
