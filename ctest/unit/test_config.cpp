@@ -44,6 +44,16 @@ TEST(Config, OtherKnownSectionsAreAcceptedForNow) {
   EXPECT_NO_THROW(read("[model]\ntype = \"resnet\"\n[train]\nsteps = 10\n[parallel]\n[data]\n[log]\n[checkpoint]\n"));
 }
 
+TEST(Config, LogOpProfileIsOffByDefaultAndParses) {
+  EXPECT_FALSE(read_log_config(ConfigDocument::parse("[log]\n", "configs/x.toml")).op_profile);
+  EXPECT_TRUE(read_log_config(ConfigDocument::parse("[log]\nop_profile = true\n", "configs/x.toml")).op_profile);
+  EXPECT_TRUE(read_log_config(ConfigDocument::parse("[log]\n", "configs/x.toml", std::vector<std::string>{"log.op_profile=true"}))
+                  .op_profile);
+  const std::string error = error_message(
+      [] { read_log_config(ConfigDocument::parse("[log]\nop_profile = \"yes\"\n", "configs/x.toml")); });
+  EXPECT_NE(error.find("configs/x.toml:2: [log] key 'op_profile'"), std::string::npos) << error;
+}
+
 TEST(Config, ReadsTrainAndParallelSections) {
   const ConfigDocument document = ConfigDocument::parse(
       "[model]\ntype = \"bert\"\n[train]\nsteps = 20\nglobal_batch = 16\noptimizer = \"sgd\"\nlr = 0.1\n"

@@ -18,6 +18,8 @@ TEST(ElementwiseOps, BinaryOpsWithBroadcasting) {
     expect_gradients(type, {}, {normal_tensor({2, 3, 4}, 1), normal_tensor({2, 3, 4}, 2)});
     expect_gradients(type, {}, {normal_tensor({2, 3, 4}, 3), normal_tensor({4}, 4)});
     expect_gradients(type, {}, {normal_tensor({2, 1, 4}, 5), normal_tensor({3, 1}, 6)});
+    // The attention mask's shape: [B, 1, 1, S] broadcast over heads and query positions.
+    expect_gradients(type, {}, {normal_tensor({2, 2, 3, 5}, 13), normal_tensor({2, 1, 1, 5}, 14)});
   }
 }
 
@@ -72,6 +74,24 @@ TEST(ElementwiseOps, DropoutMaskIsCounterBasedAndUnbiased) {
   next_step.step = 6;
   EXPECT_NE(run_forward(OpType::Dropout, attributes, {ones}, true, next_step)[0].to_float_vector(), whole);
   EXPECT_EQ(run_forward(OpType::Dropout, attributes, {ones}, false, context)[0].to_float_vector(), ones.to_float_vector());
+}
+
+// The CPU kernel draws one Philox evaluation per four elements; every element must still get
+// core/rng.h random_uniform(context, sample, element) (the GPU kernel's draw), also across sample
+// boundaries that do not fall on a multiple of four and across the kernel's parallel blocks.
+TEST(ElementwiseOps, DropoutMaskIsRandomUniformOfEachElement) {
+  const Attributes attributes{{"p", 0.3}};
+  const RandomContext context{7, 3, 1, 4, 1234};
+  for (const Shape& shape : {Shape{7, 3, 5}, Shape{5, 4099}}) {
+    const Tensor ones = Tensor::full(shape, 1.0);
+    const auto mask = run_forward(OpType::Dropout, attributes, {ones}, true, context)[0].to_float_vector();
+    const std::int64_t per_sample = numel(shape) / shape[0];
+    for (std::int64_t i = 0; i < numel(shape); ++i) {
+      const float u = random_uniform(context, static_cast<std::uint32_t>(i / per_sample),
+                                     static_cast<std::uint64_t>(i % per_sample));
+      ASSERT_EQ(mask[static_cast<std::size_t>(i)], u >= 0.3f ? 1.f / 0.7f : 0.f) << "element " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // CPU kernels of the attention ops (schemas and semantics: src/graph/ops/attention.cpp).
 // Fused scaled dot-product attention, one (batch, head) pair per OpenMP iteration, each product an
-// OpenBLAS cblas_sgemm. The backward recomputes the probabilities instead of saving them.
+// sgemm (oneDNN, on the loop's thread). The backward recomputes the probabilities instead of saving them.
 #include <algorithm>
 #include <climits>
 #include <cmath>

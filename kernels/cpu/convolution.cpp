@@ -1,9 +1,7 @@
 // CPU kernels of the convolution ops (schemas and semantics: src/graph/ops/convolution.cpp).
-// Conv2d is im2col + OpenBLAS sgemm per (sample, group), parallel over the batch with OpenMP (the
-// GEMMs themselves run single-threaded: OPENBLAS_NUM_THREADS=1, the OpenMP loops own the cores).
-// 1x1 stride-1 unpadded convolutions use the input as its own column matrix.
-#include <cblas.h>
-#include <omp.h>
+// Conv2d is im2col over a chunk of samples at once (in parallel over the samples) and one sgemm
+// (oneDNN, over every thread) per (chunk, group), so late stages with small feature maps make one
+// GEMM of the batch rather than one GEMV-like product per sample.
 
 #include <algorithm>
 #include <cmath>
@@ -27,19 +25,14 @@ void valid_range(std::int64_t offset, std::int64_t stride, std::int64_t size, st
   lo = std::min(lo, hi);
 }
 
-// Threads for a loop over `items` independent items of `work` elements in all.
-int loop_threads(std::int64_t items, std::int64_t work) {
-  if (items <= 1 || work <= kParallelThreshold) return 1;
-  return static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), items));
-}
-
 // ---------------- Conv2d ----------------
 using kernels::conv_geometry;
 using kernels::ConvGeometry;
 
-// col[(c * kh + ki) * kw + kj, oh * OW + ow] = x[c, oh*sh - ph + ki*dh, ow*sw - pw + kj*dw] (0 outside).
-// `x` points at the group's first channel of one sample.
-void im2col(const ConvGeometry& g, const float* x, float* col) {
+// col[(c * kh + ki) * kw + kj, oh * OW + ow] = x[c, oh*sh - ph + ki*dh, ow*sw - pw + kj*dw] (0 outside),
+// rows `ld` floats apart (one sample's block of the chunk's column matrix). `x` points at the
+// group's first channel of one sample.
+void im2col(const ConvGeometry& g, const float* x, float* col, std::int64_t ld) {
   const std::int64_t oh_count = g.out_height, ow_count = g.out_width;
   for (std::int64_t c = 0; c < g.group_channels(); ++c) {
     const float* plane = x + c * g.plane();
@@ -51,7 +44,7 @@ void im2col(const ConvGeometry& g, const float* x, float* col) {
         const std::int64_t w_offset = kj * g.dilation_w - g.pad_w;
         std::int64_t ow_lo, ow_hi;
         valid_range(w_offset, g.stride_w, g.width, ow_count, ow_lo, ow_hi);
-        float* row = col + ((c * g.kernel_h + ki) * g.kernel_w + kj) * g.col_cols();
+        float* row = col + ((c * g.kernel_h + ki) * g.kernel_w + kj) * ld;
         std::fill(row, row + oh_lo * ow_count, 0.f);
         for (std::int64_t oh = oh_lo; oh < oh_hi; ++oh) {
           float* out = row + oh * ow_count;
@@ -69,9 +62,9 @@ void im2col(const ConvGeometry& g, const float* x, float* col) {
   }
 }
 
-// The adjoint of im2col: x[c, ih, iw] += col[...] for every column entry that reads it. `x` must be
-// zeroed by the caller.
-void col2im(const ConvGeometry& g, const float* col, float* x) {
+// The adjoint of im2col (same `ld`): x[c, ih, iw] += col[...] for every column entry that reads it.
+// `x` must be zeroed by the caller.
+void col2im(const ConvGeometry& g, const float* col, std::int64_t ld, float* x) {
   const std::int64_t oh_count = g.out_height, ow_count = g.out_width;
   for (std::int64_t c = 0; c < g.group_channels(); ++c) {
     float* plane = x + c * g.plane();
@@ -83,7 +76,7 @@ void col2im(const ConvGeometry& g, const float* col, float* x) {
         const std::int64_t w_offset = kj * g.dilation_w - g.pad_w;
         std::int64_t ow_lo, ow_hi;
         valid_range(w_offset, g.stride_w, g.width, ow_count, ow_lo, ow_hi);
-        const float* row = col + ((c * g.kernel_h + ki) * g.kernel_w + kj) * g.col_cols();
+        const float* row = col + ((c * g.kernel_h + ki) * g.kernel_w + kj) * ld;
         for (std::int64_t oh = oh_lo; oh < oh_hi; ++oh) {
           const float* in = row + oh * ow_count;
           float* out = plane + (oh * g.stride_h + h_offset) * g.width + w_offset;
@@ -94,15 +87,39 @@ void col2im(const ConvGeometry& g, const float* col, float* x) {
   }
 }
 
-// Row-major C[m, n] = alpha * op(A) op(B) + beta * C.
+// Row-major C[m, n] = op(A) op(B) + beta * C; a call outside a parallel region uses every thread.
 void sgemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
            std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.f, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  cpu::sgemm_strided(transpose_a, transpose_b, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
 }
 
-// y[n, g] [O/groups, OH*OW] = weight[g] [O/groups, K] * columns(x[n, g]) [K, OH*OW] (+ bias).
+// The column matrix of a chunk of samples holds at most this many floats (at least one sample):
+// small feature maps (late ResNet stages) put many samples into one GEMM, whose weight matrix is
+// then read once per chunk rather than once per sample; large ones stay within a bounded workspace.
+constexpr std::int64_t kChunkFloats = std::int64_t{1} << 23;
+
+std::int64_t chunk_samples(const ConvGeometry& g) {
+  const std::int64_t per_sample = std::max<std::int64_t>(1, g.col_rows() * g.col_cols());
+  return std::clamp<std::int64_t>(kChunkFloats / per_sample, 1, std::max<std::int64_t>(1, g.batch));
+}
+
+// Copies `rows` blocks of `width` floats for each of `count` samples between a per-sample layout
+// (sample s, row r at per_sample + (s * sample_stride + r) * width) and a chunk layout (row r,
+// sample s at chunk + r * count * width + s * width), in the direction `to_chunk` says.
+void regroup(const float* source, float* target, std::int64_t count, std::int64_t rows, std::int64_t width,
+             std::int64_t sample_stride, bool to_chunk) {
+#pragma omp parallel for collapse(2) schedule(static) if (count * rows * width > kParallelThreshold)
+  for (std::int64_t s = 0; s < count; ++s)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t per_sample = (s * sample_stride + r) * width, chunk = r * count * width + s * width;
+      if (to_chunk) std::memcpy(target + chunk, source + per_sample, static_cast<std::size_t>(width) * sizeof(float));
+      else std::memcpy(target + per_sample, source + chunk, static_cast<std::size_t>(width) * sizeof(float));
+    }
+}
+
+// Per chunk of samples and group: columns [K, count * OH*OW] (im2col of each sample, in parallel);
+// one GEMM y_chunk [O/groups, count * OH*OW] = weight[g] [O/groups, K] * columns over every thread;
+// scattered to y[n, g] (+ bias).
 void conv2d_forward(const KernelContext& context, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
   const Tensor& x = inputs[0];
   const Tensor& weight = inputs[1];
@@ -114,29 +131,27 @@ void conv2d_forward(const KernelContext& context, std::span<const Tensor> inputs
   float* py = y.data<float>();
   const std::int64_t rows = g.col_rows(), cols = g.col_cols();
   const std::int64_t group_out = g.group_out_channels();
-  const bool direct = g.direct_columns();
-  const int threads = loop_threads(g.batch, g.batch * g.out_channels * cols * rows);
-  Tensor workspace;  // one column matrix per thread, from the caching allocator (counts in peak memory)
-  if (!direct) workspace = Tensor::empty({threads, rows * cols});
-  float* columns_base = direct ? nullptr : workspace.data<float>();
-#pragma omp parallel num_threads(threads)
-  {
-    float* columns = direct ? nullptr : columns_base + static_cast<std::int64_t>(omp_get_thread_num()) * rows * cols;
-#pragma omp for schedule(static)
-    for (std::int64_t n = 0; n < g.batch; ++n) {
-      for (std::int64_t group = 0; group < g.groups; ++group) {
-        const float* xg = px + (n * g.channels + group * g.group_channels()) * g.plane();
-        const float* b = xg;
-        if (!direct) {
-          im2col(g, xg, columns);
-          b = columns;
-        }
-        float* yg = py + (n * g.out_channels + group * group_out) * cols;
-        sgemm(false, false, group_out, cols, rows, pw + group * group_out * rows, rows, b, cols, 0.f, yg, cols);
-        if (pb)
+  const std::int64_t chunk = chunk_samples(g);
+  // The chunk's columns and its GEMM output, from the caching allocator (counted in peak memory).
+  Tensor workspace = Tensor::empty({chunk * cols * (rows + group_out)});
+  float* columns = workspace.data<float>();
+  float* product = columns + rows * chunk * cols;
+  for (std::int64_t first = 0; first < g.batch; first += chunk) {
+    const std::int64_t count = std::min(chunk, g.batch - first);
+    const std::int64_t ld = count * cols;
+    for (std::int64_t group = 0; group < g.groups; ++group) {
+      const float* xg = px + (first * g.channels + group * g.group_channels()) * g.plane();
+#pragma omp parallel for schedule(static) if (count > 1 && count * rows * cols > kParallelThreshold)
+      for (std::int64_t s = 0; s < count; ++s) im2col(g, xg + s * g.channels * g.plane(), columns + s * cols, ld);
+      sgemm(false, false, group_out, ld, rows, pw + group * group_out * rows, rows, columns, ld, 0.f, product, ld);
+      float* yg = py + (first * g.out_channels + group * group_out) * cols;
+      regroup(product, yg, count, group_out, cols, g.out_channels, false);
+      if (pb) {
+#pragma omp parallel for collapse(2) schedule(static) if (count * group_out * cols > kParallelThreshold)
+        for (std::int64_t s = 0; s < count; ++s)
           for (std::int64_t o = 0; o < group_out; ++o) {
             const float bias = pb[group * group_out + o];
-            float* out = yg + o * cols;
+            float* out = yg + (s * g.out_channels + o) * cols;
             for (std::int64_t p = 0; p < cols; ++p) out[p] += bias;
           }
       }
@@ -144,8 +159,9 @@ void conv2d_forward(const KernelContext& context, std::span<const Tensor> inputs
   }
 }
 
-// dx[n, g] = col2im(weight[g]^T dy[n, g]); dweight[g] = sum_n dy[n, g] columns(x[n, g])^T;
-// dbias[o] = sum over n, oh, ow of dy[n, o].
+// Per chunk and group, with dy_chunk [O/groups, count * OH*OW] gathered from dy:
+// dweight[g] += dy_chunk columns^T (one GEMM over every thread); column_grads = weight[g]^T dy_chunk,
+// then col2im per sample (in parallel) into dx. dbias[o] = sum over n, oh, ow of dy[n, o].
 void conv2d_backward(const KernelContext& context, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                      std::span<const Tensor> output_grads, std::span<const Tensor> input_grads) {
   const Tensor& x = inputs[0];
@@ -175,79 +191,43 @@ void conv2d_backward(const KernelContext& context, std::span<const Tensor> input
   }
   if (!dx.defined() && !dweight.defined()) return;
 
-  const bool direct = g.direct_columns();
-  const int threads = loop_threads(g.batch, g.batch * sample_out * rows);
-  const std::int64_t weight_size = g.out_channels * rows;
-  // Per thread: the column matrix (for dweight) and its gradient (for dx), unless direct; and a
-  // partial dweight when several threads share the batch (summed after the loop: race-free).
-  const std::int64_t column_floats =
-      direct ? 0 : (dweight.defined() ? rows * cols : 0) + (dx.defined() ? rows * cols : 0);
-  const std::int64_t partial_floats = dweight.defined() && threads > 1 ? weight_size : 0;
-  Tensor workspace;
-  float* workspace_base = nullptr;
-  if (column_floats + partial_floats > 0) {
-    workspace = Tensor::zeros({threads, column_floats + partial_floats});
-    workspace_base = workspace.data<float>();
-  }
+  const std::int64_t chunk = chunk_samples(g);
+  // Workspace: dy_chunk, and the chunk's columns (for dweight) and column gradients (for dx).
+  const std::int64_t column_floats = rows * chunk * cols;
+  Tensor workspace = Tensor::empty(
+      {group_out * chunk * cols + (dweight.defined() ? column_floats : 0) + (dx.defined() ? column_floats : 0)});
+  float* dy_chunk = workspace.data<float>();
+  float* columns = dy_chunk + group_out * chunk * cols;
+  float* column_grads = columns + (dweight.defined() ? column_floats : 0);
   float* dw = dweight.defined() ? dweight.data<float>() : nullptr;
-  if (dw && threads == 1) std::fill(dw, dw + weight_size, 0.f);
   float* pdx = dx.defined() ? dx.data<float>() : nullptr;
-
-#pragma omp parallel num_threads(threads)
-  {
-    float* mine = workspace_base ? workspace_base + static_cast<std::int64_t>(omp_get_thread_num()) *
-                                                        (column_floats + partial_floats)
-                                 : nullptr;
-    float* columns = nullptr;
-    float* column_grads = nullptr;
-    if (!direct) {
+  for (std::int64_t first = 0; first < g.batch; first += chunk) {
+    const std::int64_t count = std::min(chunk, g.batch - first);
+    const std::int64_t ld = count * cols;
+    for (std::int64_t group = 0; group < g.groups; ++group) {
+      regroup(dy + (first * g.out_channels + group * group_out) * cols, dy_chunk, count, group_out, cols,
+              g.out_channels, true);
+      const std::int64_t input_offset = (first * g.channels + group * g.group_channels()) * g.plane();
+      const std::int64_t sample_in = g.channels * g.plane();
       if (dw) {
-        columns = mine;
-        mine += rows * cols;
+#pragma omp parallel for schedule(static) if (count > 1 && count * rows * cols > kParallelThreshold)
+        for (std::int64_t s = 0; s < count; ++s) im2col(g, px + input_offset + s * sample_in, columns + s * cols, ld);
+        sgemm(false, true, group_out, rows, ld, dy_chunk, ld, columns, ld, first == 0 ? 0.f : 1.f,
+              dw + group * group_out * rows, rows);
       }
       if (pdx) {
-        column_grads = mine;
-        mine += rows * cols;
-      }
-    }
-    float* dw_mine = partial_floats > 0 ? mine : dw;
-#pragma omp for schedule(static)
-    for (std::int64_t n = 0; n < g.batch; ++n) {
-      for (std::int64_t group = 0; group < g.groups; ++group) {
-        const float* dyg = dy + n * sample_out + group * group_out * cols;
-        const std::int64_t input_offset = (n * g.channels + group * g.group_channels()) * g.plane();
-        if (dw) {
-          const float* b = px + input_offset;
-          if (!direct) {
-            im2col(g, b, columns);
-            b = columns;
-          }
-          sgemm(false, true, group_out, rows, cols, dyg, cols, b, cols, 1.f, dw_mine + group * group_out * rows, rows);
-        }
-        if (pdx) {
-          float* dxg = pdx + input_offset;
-          const float* wg = pw + group * group_out * rows;
-          if (direct) {
-            sgemm(true, false, rows, cols, group_out, wg, rows, dyg, cols, 0.f, dxg, cols);
-          } else {
-            sgemm(true, false, rows, cols, group_out, wg, rows, dyg, cols, 0.f, column_grads, cols);
-            std::fill(dxg, dxg + g.group_channels() * g.plane(), 0.f);
-            col2im(g, column_grads, dxg);
-          }
+        sgemm(true, false, rows, ld, group_out, pw + group * group_out * rows, rows, dy_chunk, ld, 0.f, column_grads,
+              ld);
+#pragma omp parallel for schedule(static) if (count > 1 && count * rows * cols > kParallelThreshold)
+        for (std::int64_t s = 0; s < count; ++s) {
+          float* dxg = pdx + input_offset + s * sample_in;
+          std::fill(dxg, dxg + g.group_channels() * g.plane(), 0.f);
+          col2im(g, column_grads + s * cols, ld, dxg);
         }
       }
     }
   }
-  if (partial_floats > 0) {
-    const std::int64_t stride = column_floats + partial_floats;
-    const float* partials = workspace_base + column_floats;
-#pragma omp parallel for schedule(static) if (weight_size > kParallelThreshold)
-    for (std::int64_t i = 0; i < weight_size; ++i) {
-      float sum = 0;
-      for (int t = 0; t < threads; ++t) sum += partials[t * stride + i];
-      dw[i] = sum;
-    }
-  }
+  if (dw && g.batch == 0) std::fill(dw, dw + g.out_channels * rows, 0.f);
 }
 
 // ---------------- MaxPool2d ----------------

@@ -86,10 +86,19 @@ double CpuBackend::sum_of_squares(std::span<const Tensor> tensors, std::span<con
     check_host_float(tensor, "sum_of_squares");
     const std::int64_t n = tensor.numel();
     double sum = 0;
+    if (tensor.dtype() == DType::F32) {  // the pointer hoisted: Tensor::data per element was most of the time
+      const float* values = tensor.data<float>();
 #pragma omp parallel for reduction(+ : sum) schedule(static) if (n >= 32768)
-    for (std::int64_t k = 0; k < n; ++k) {
-      const double x = load(tensor, k);
-      sum += x * x;
+      for (std::int64_t k = 0; k < n; ++k) {
+        const double x = values[k];
+        sum += x * x;
+      }
+    } else {
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (n >= 32768)
+      for (std::int64_t k = 0; k < n; ++k) {
+        const double x = load(tensor, k);
+        sum += x * x;
+      }
     }
     total += weights[i] * sum;
   }
@@ -100,6 +109,12 @@ void CpuBackend::scale(const Tensor& tensor, double factor) {
   check_host_float(tensor, "scale");
   const float f = static_cast<float>(factor);
   const std::int64_t n = tensor.numel();
+  if (tensor.dtype() == DType::F32) {
+    float* values = tensor.data<float>();
+#pragma omp parallel for schedule(static) if (n >= 32768)
+    for (std::int64_t k = 0; k < n; ++k) values[k] *= f;
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n >= 32768)
   for (std::int64_t k = 0; k < n; ++k) store(tensor, k, load(tensor, k) * f);
 }

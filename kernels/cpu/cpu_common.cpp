@@ -1,10 +1,12 @@
 #include "kernels/cpu/cpu_common.h"
 
-#include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -25,12 +27,20 @@ void reduce_to_broadcast_input(const Tensor& gradient, const Tensor& output_grad
   // Per-thread partial sums (in double) avoid races on the reduced elements.
   const int threads = n > kParallelThreshold ? omp_get_max_threads() : 1;
   std::vector<double> partial(static_cast<std::size_t>(threads) * m, 0.0);
+  // Row by row of the last dimension: one offset computation per row, then step by 0 or the stride.
+  const std::int64_t last = output_shape.empty() ? 1 : output_shape.back();
+  const std::int64_t rows = last > 0 ? n / last : 0;
+  const std::int64_t step = output_shape.empty() ? 0 : strides.back();
 #pragma omp parallel num_threads(threads)
   {
     double* mine = partial.data() + static_cast<std::size_t>(omp_get_thread_num()) * m;
 #pragma omp for schedule(static)
-    for (std::int64_t i = 0; i < n; ++i)
-      mine[broadcast_offset(i, output_shape, strides)] += weight ? double(dy[i]) * weight[i] : dy[i];
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double* target = mine + broadcast_offset(r * last, output_shape, strides);
+      const float* grad = dy + r * last;
+      const float* w = weight ? weight + r * last : nullptr;
+      for (std::int64_t j = 0; j < last; ++j) target[j * step] += w ? double(grad[j]) * w[j] : grad[j];
+    }
   }
   for (std::int64_t j = 0; j < m; ++j) {
     double sum = 0;
@@ -44,16 +54,30 @@ int blas_int(std::int64_t value) {
   return static_cast<int>(value);
 }
 
-void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-           const float* b, float beta, float* c) {
+void sgemm_strided(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                   const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                   std::int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {  // empty sum: C = beta * C
-    for (std::int64_t i = 0; i < m * n; ++i) c[i] = beta == 0 ? 0.f : beta * c[i];
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.f : beta * c[i * ldc + j];
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blas_int(m),
-              blas_int(n), blas_int(k), alpha, a, blas_int(trans_a ? m : k), b, blas_int(trans_b ? k : n), beta, c,
-              blas_int(n));
+  const dnnl_status_t status =
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (status != dnnl_success) {  // invalid arguments only: a caller's bug, and no throwing in parallel loops
+    std::fprintf(stderr, "partrain: dnnl_sgemm(%c, %c, m %lld, n %lld, k %lld, lda %lld, ldb %lld, ldc %lld) failed: %d\n",
+                 trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', static_cast<long long>(m), static_cast<long long>(n),
+                 static_cast<long long>(k), static_cast<long long>(lda), static_cast<long long>(ldb),
+                 static_cast<long long>(ldc), static_cast<int>(status));
+    std::abort();
+  }
+}
+
+void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+           const float* b, float beta, float* c) {
+  sgemm_strided(trans_a, trans_b, blas_int(m), blas_int(n), blas_int(k), alpha, a, trans_a ? m : k, b,
+                trans_b ? k : n, beta, c, n);
 }
 
 }  // namespace partrain::cpu

@@ -1,6 +1,7 @@
 // CPU kernels of the gemm ops (schemas and semantics: src/graph/ops/gemm.cpp). All products are
-// OpenBLAS cblas_sgemm calls; batched MatMuls loop over batch entries, in an OpenMP parallel loop
-// when there are several and enough work (run with OPENBLAS_NUM_THREADS=1 to avoid nested threads).
+// cpu::sgemm (oneDNN) calls: one product uses every OpenMP thread; batched MatMuls loop over batch
+// entries in an OpenMP parallel loop when there are several and enough work, each entry's product
+// then running on its thread.
 #include <algorithm>
 #include <climits>
 #include <vector>

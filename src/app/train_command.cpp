@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "core/backend_registry.h"
 #include "core/collective_error.h"
 #include "core/error.h"
+#include "graph/op_profile.h"
 #include "graph/tensor_parallel.h"
 #include "io/batch_file.h"
 #include "io/batch_source.h"
@@ -200,6 +202,24 @@ std::vector<io::RunLock> lock_run_directories(const std::string& directory, cons
   return locks;
 }
 
+// [log] op_profile: rank 0 prints the profile of the first rank of each stage (pipeline copy 0,
+// replica 0, tensor rank 0); `step_seconds` is that rank's summed step time. Collective.
+void print_op_profiles(const OpProfile& profile, double step_seconds, const Plan& plan, comm::Communicator& world) {
+  const std::vector<std::string> parts =
+      world.gather_bytes(std::to_string(step_seconds) + "\n" + profile.serialise(), 0);
+  if (world.rank() != 0) return;
+  for (int rank = 0; rank < static_cast<int>(parts.size()); ++rank) {
+    const Placement placement = plan.placement_of(rank);
+    if (placement.copy != 0 || placement.replica != 0 || placement.tensor_rank != 0) continue;
+    const std::string& part = parts[static_cast<std::size_t>(rank)];
+    const std::size_t end_of_line = part.find('\n');
+    const double seconds = std::stod(part.substr(0, end_of_line));
+    std::printf("op profile, stage %d (rank %d), summed over the run:\n%s", placement.stage, rank,
+                OpProfile::deserialise(part.substr(end_of_line + 1)).format(seconds).c_str());
+  }
+  std::fflush(stdout);
+}
+
 int train(const TrainArguments& arguments, comm::Communicator& world, bool& training_started) {
   const bool leader = world.rank() == 0;
   const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
@@ -271,6 +291,10 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   std::vector<double> step_seconds, measured_peak_bytes(static_cast<std::size_t>(world.size()), 0.0);
   std::int64_t checkpointed_step = first_step;  // the step of the newest checkpoint on disk
   int stop_signal = 0;
+  OpProfile op_profile;  // [log] op_profile: this rank's kernel times over the training steps
+  double op_profiled_seconds = 0.0;
+  std::optional<ScopedOpProfile> op_profile_scope;
+  if (config.log.op_profile) op_profile_scope.emplace(&op_profile);
   for (std::int64_t step = first_step; step < config.train.steps; ++step) {
     // SIGUSR1/SIGTERM on any rank: every rank stops at the same step boundary (one all-reduce).
     if (step > first_step) {
@@ -288,6 +312,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
       }
     }
     const runtime::StepResult result = executor.train_step(step);
+    op_profiled_seconds += result.seconds;
     // Every rank's own peak (collective), for the row and the end-of-run prediction check.
     const std::vector<std::string> rank_peaks = world.gather_bytes(std::to_string(result.rank_peak_memory_bytes), 0);
     std::vector<double> rank_peak_bytes;
@@ -338,6 +363,8 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     }
   }
 
+  op_profile_scope.reset();
+  if (config.log.op_profile) print_op_profiles(op_profile, op_profiled_seconds, plan, world);
   if (!config.log.trace.empty()) {
     const std::vector<std::string> parts = world.gather_bytes(io::trace_events_to_json(executor.trace()).dump(), 0);
     if (leader) {

@@ -1,8 +1,11 @@
 #include "graph/interpreter.h"
 
 #include <array>
+#include <chrono>
 #include <functional>
 #include <unordered_set>
+
+#include "graph/op_profile.h"
 
 namespace partrain {
 
@@ -13,6 +16,22 @@ Tensor lookup(const Graph& graph, const TensorMap& values, int id, const Task& t
   // Constants (position ids) live on the host in the graph; small, so copied per use on a GPU.
   if (graph.value(id).kind == ValueKind::Const) return to_backend(graph.constant_data(id), backend);
   PARTRAIN_FAIL("task '" << task.name << "': input '" << graph.value(id).name << "' has no tensor");
+}
+
+// Runs `call` (one kernel dispatch); with an active op profile, times it between two backend
+// synchronisations so that asynchronous (GPU) kernels are counted in full.
+template <typename Call>
+void dispatch(OpType op, OpProfile::Direction direction, Backend& backend, Call call) {
+  OpProfile* profile = active_op_profile();
+  if (profile == nullptr) {
+    call();
+    return;
+  }
+  backend.synchronise();
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  backend.synchronise();
+  profile->record(op, direction, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 KernelContext context_for(const Task& task, Backend& backend, const ExecutionOptions& options) {
@@ -35,7 +54,8 @@ void forward_task(const Graph& graph, const Task& task, TensorMap& values, Backe
   try {
     for (const TensorType& type : infer_output_types(task.op, task.attributes, input_types))
       outputs.push_back(backend.empty(type.shape, type.dtype));
-    backend.forward(task.op, context_for(task, backend, options), inputs, outputs);
+    dispatch(task.op, OpProfile::Direction::Forward, backend,
+             [&] { backend.forward(task.op, context_for(task, backend, options), inputs, outputs); });
   } catch (const Error& error) {
     PARTRAIN_FAIL("task '" << task.name << "' (" << op_name(task.op) << ") forward: " << error.message());
   }
@@ -71,7 +91,9 @@ class BackwardPass {
     for (std::size_t i = 0; i < task.inputs.size(); ++i)
       input_grads_.push_back(step.input_grad_needed[i] ? backend_.empty(inputs[i].shape(), inputs[i].dtype()) : Tensor());
     try {
-      backend_.backward(task.op, context_for(task, backend_, options_), inputs, outputs, output_grads, input_grads_);
+      dispatch(task.op, OpProfile::Direction::Backward, backend_, [&] {
+        backend_.backward(task.op, context_for(task, backend_, options_), inputs, outputs, output_grads, input_grads_);
+      });
     } catch (const Error& error) {
       PARTRAIN_FAIL("task '" << task.name << "' (" << op_name(task.op) << ") backward: " << error.message());
     }

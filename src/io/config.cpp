@@ -494,6 +494,7 @@ LogConfig read_log_config(const ConfigDocument& document) {
   reader.read("save_parameters", config.save_parameters);
   reader.read("save_initial", config.save_initial);
   reader.read("save_gradients", config.save_gradients);
+  reader.read("op_profile", config.op_profile);
   reader.finish();
   if (config.every <= 0) reader.fail("every", "must be positive");
   if (config.trace.find('/') != std::string::npos) reader.fail("trace", "must be a file name inside [log] dir");

@@ -196,6 +196,8 @@ struct LogConfig {
                                          // batch to dir/initial_parameters.h5 (golden files, validation/golden)
   bool save_gradients = false;           // write the first step's gradients (reduced, before clipping)
                                          // to dir/gradients.h5
+  bool op_profile = false;               // time every kernel call; the run summary lists seconds per op
+                                         // type, forward and backward apart, for each stage
 };
 
 /// The [profile] section: measuring stage costs on the real devices before planning.

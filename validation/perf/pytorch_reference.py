@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Plain-PyTorch peer of partrain's training step, for validation/perf/gpu_training_benchmark.sh.
+"""Plain-PyTorch peer of partrain's training step, for validation/perf/gpu_training_benchmark.sh and
+cpu_training_benchmark.sh.
 
 The models copy what src/models/{bert,gpt,layers}.cpp build, so that both sides do the same work:
 
@@ -15,6 +16,11 @@ The models copy what src/models/{bert,gpt,layers}.cpp build, so that both sides 
   split, explicit causal attention, attention dropout, c_proj, dropout, residual; ln_2, c_fc,
   tanh-GELU, c_proj, dropout, residual); ln_f; LM head = x @ wte^T (tied, no bias); LayerNorm eps 1e-5.
   The loss is the cross-entropy of every position against the next token.
+* resnet (configs/resnet18.toml with the Fashion-MNIST shape of resnet-tiny.toml): torchvision's own
+  resnet18 / resnet34 (--depth) with conv1 taking --channels inputs (7x7, stride 2, padding 3, no bias,
+  as partrain's) and --classes outputs; 1 x 28 x 28, 10 classes: 11,175,370 parameters for depth 18,
+  as partrain's graph. BatchNorm in training mode; loss = cross-entropy. Optimizer SGD by default
+  (partrain's resnet configs): momentum 0.9, L2 weight decay on parameters of rank > 1.
 
 Optimizer as partrain's [train] defaults: AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01
 on parameters of rank > 1 only), global gradient-norm clipping at 1.0, cosine learning-rate decay to
@@ -55,8 +61,15 @@ def log(message):
 
 def parse_arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=["bert", "gpt2"], required=True)
-    parser.add_argument("--seq", type=int, required=True, help="tokens per sample")
+    parser.add_argument("--model", choices=["bert", "gpt2", "resnet"], required=True)
+    parser.add_argument("--seq", type=int, default=0, help="tokens per sample (bert, gpt2: required)")
+    # ResNet shape (the Fashion-MNIST shape of configs/resnet-tiny.toml).
+    parser.add_argument("--depth", type=int, choices=[18, 34], default=18, help="resnet: torchvision resnet18 or resnet34")
+    parser.add_argument("--image-size", type=int, default=28, help="resnet: image height and width")
+    parser.add_argument("--channels", type=int, default=1, help="resnet: input channels")
+    parser.add_argument("--classes", type=int, default=10, help="resnet: output classes")
+    parser.add_argument("--optimizer", choices=["adamw", "sgd"], help="default: sgd for resnet, adamw otherwise")
+    parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     parser.add_argument("--batch", type=int, default=8, help="samples per step (one microbatch)")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--mode", choices=["eager", "compile"], default="eager")
@@ -94,6 +107,16 @@ def parse_arguments(argv=None):
                         help="print the parameter counts and FLOPs per token and exit (no torch needed)")
     args = parser.parse_args(argv)
 
+    if args.optimizer is None:
+        args.optimizer = "sgd" if args.model == "resnet" else "adamw"
+    if args.model == "resnet":
+        if args.precision != "fp32" or args.mode != "eager":
+            parser.error("--model resnet runs fp32 eager only")
+        if args.steps < 1 or args.warmup < 0 or args.batch < 1:
+            parser.error("--steps and --batch must be positive, --warmup non-negative")
+        return args
+    if args.seq < 1:
+        parser.error(f"--seq is required for --model {args.model}")
     defaults = DEFAULTS[args.model]
     for key in ("hidden", "layers", "heads", "intermediate", "vocab", "max_position"):
         if getattr(args, key) is None:
@@ -142,7 +165,28 @@ def analytic_counts(args):
     return dict(parameters=total, flop_parameters=flop_parameters, flops_per_token=flops_per_token)
 
 
+def build_resnet(args, torch):
+    """torchvision's resnet18/34 with conv1 for --channels inputs and --classes outputs."""
+    import torchvision
+
+    constructor = torchvision.models.resnet18 if args.depth == 18 else torchvision.models.resnet34
+    model = constructor(weights=None, num_classes=args.classes)
+    model.conv1 = torch.nn.Conv2d(args.channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, images, labels):
+            return torch.nn.functional.cross_entropy(self.model(images), labels)
+
+    return WithLoss()
+
+
 def build_model(args, torch):
+    if args.model == "resnet":
+        return build_resnet(args, torch)
     nn = torch.nn
     F = torch.nn.functional
     head_size = args.hidden // args.heads
@@ -277,6 +321,11 @@ def make_batches(args, torch, device, count):
     generator.manual_seed(args.seed)
     batches = []
     for _ in range(count):
+        if args.model == "resnet":
+            images = torch.randn(args.batch, args.channels, args.image_size, args.image_size, generator=generator)
+            labels = torch.randint(0, args.classes, (args.batch,), generator=generator)
+            batches.append((images.to(device), labels.to(device)))
+            continue
         shape = (args.batch, args.seq)
         ids = torch.randint(0, args.vocab, shape, generator=generator)
         if args.model == "bert":
@@ -322,19 +371,23 @@ def run(args):
     model = build_model(args, torch).to(device)
     model.train()
     parameters = sum(p.numel() for p in model.parameters())  # tied weights counted once
-    counts = analytic_counts(args)
+    counts = analytic_counts(args) if args.model != "resnet" else dict(parameters=parameters, flop_parameters=None,
+                                                                          flops_per_token=None)
     if parameters != counts["parameters"]:
         log(f"WARNING: the model has {parameters} parameters, the analytic count says {counts['parameters']}")
 
     decay = [p for p in model.parameters() if p.dim() > 1]
     no_decay = [p for p in model.parameters() if p.dim() <= 1]
-    options = dict(lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
-    if args.adamw_impl == "foreach":
-        options["foreach"] = True
-    elif args.adamw_impl == "fused":
-        options["fused"] = True
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], **options)
+    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if args.optimizer == "sgd":
+        optimizer = torch.optim.SGD(groups, lr=args.lr, momentum=args.momentum)
+    else:
+        options = dict(lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+        if args.adamw_impl == "foreach":
+            options["foreach"] = True
+        elif args.adamw_impl == "fused":
+            options["fused"] = True
+        optimizer = torch.optim.AdamW(groups, **options)
     total_steps = args.warmup + args.steps
 
     def lr_at(step):  # partrain's cosine schedule without warm-up: lr -> min_lr over the run
@@ -392,6 +445,8 @@ def run(args):
         intermediate=args.intermediate, vocab=args.vocab, steps=args.steps, warmup=args.warmup,
         step_seconds=step_seconds, step_seconds_min=min(timed), step_seconds_max=max(timed),
         first_step_seconds=seconds[0], tokens_per_second=args.batch * args.seq / step_seconds,
+        samples_per_second=args.batch / step_seconds, optimizer=args.optimizer,
+        threads=torch.get_num_threads(),
         first_loss=loss_values[0], last_loss=loss_values[-1],
         peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
     )
@@ -401,6 +456,8 @@ def run(args):
 def main():
     args = parse_arguments()
     if args.count_only:
+        if args.model == "resnet":
+            raise SystemExit("pytorch_reference: --count-only has no analytic count for resnet")
         result = dict(model=args.model, seq=args.seq, **analytic_counts(args))
     else:
         result = run(args)
