@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "core/allocator.h"
@@ -157,6 +158,17 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     for (OptimizerParameter& parameter : tied_parameters) parameters.push_back(std::move(parameter));
   }
   optimizer_ = make_optimizer(plan.optimizer, options.optimizer, std::move(parameters), backend_);
+
+  // DDP's overlapped all-reduce. ZeRO-1 keeps one reduce-scatter after the backward: its partition
+  // is one flat layout of all the stage's gradients in parameter order (zero_partition.h), which
+  // buckets in completion order would cut into ranges of unequal size per rank.
+  const bool all_reduce = std::any_of(actions_.begin(), actions_.end(),
+                                      [](const Action& action) { return action.kind == ActionKind::AllReduce; });
+  for (std::size_t i = 0; i < actions_.size(); ++i)
+    if (actions_[i].kind == ActionKind::Backward) last_backward_ = i;
+  if (!zero_ && all_reduce && !untied_.empty())
+    buckets_ = std::make_unique<BucketedAllReduce>(gradient_completion_order(graph, program_.backward, untied_),
+                                                   gradients_, options.bucket_bytes, *stage_group_, backend_);
 }
 
 DType PipelineExecutor::compute_dtype(DType dtype) const {
@@ -346,15 +358,21 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
           }
         }
       }
+      // In the step's last backward each completed gradient may start its bucket's all-reduce.
+      std::function<void(int)> on_gradient;
+      if (buckets_ && in_last_backward_) on_gradient = [this](int parameter) { buckets_->gradient_ready(parameter); };
       if (sub_pipelined_) {
         const std::array<ExecutionOptions, 2> options = half_options(action.microbatch);
         std::array<ExecutionOptions, 2> backward_options = options;
-        for (ExecutionOptions& option : backward_options) option.training = true;
+        for (ExecutionOptions& option : backward_options) {
+          option.training = true;
+          option.on_parameter_gradient = on_gradient;
+        }
         run_backward_overlapped(graph_, program_.backward, {&state.halves[0], &state.halves[1]}, {&grads[0], &grads[1]},
                                 backend_, backward_options);
       } else {
         run_backward(graph_, program_.backward, state.values, grads[0], backend_,
-                     {true, random_context(action.microbatch), tensor_parallel_.get()});
+                     {true, random_context(action.microbatch), tensor_parallel_.get(), on_gradient});
       }
       for (int value : program_.gradients_sent) {
         Tensor gradient;
@@ -379,6 +397,10 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       return;
     }
     case ActionKind::AllReduce: {  // the stage's gradient reduction: an all-reduce, or ZeRO-1's reduce-scatter
+      if (buckets_) {  // started during the last backward: wait for the rest
+        buckets_->finish(step, clock_origin_, trace_);
+        return;
+      }
       std::vector<Tensor> tensors;
       for (int value : untied_) tensors.push_back(gradients_.at(value));
       if (zero_) {
@@ -451,9 +473,13 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   std::vector<MicrobatchState> microbatches(plan_.microbatches);
   std::vector<comm::Request> pending;
   double loss_sum = 0;
-  for (const Action& action : actions_) {
+  if (buckets_) buckets_->begin(sub_pipelined_ ? 2 : 1);
+  for (std::size_t index = 0; index < actions_.size(); ++index) {
+    const Action& action = actions_[index];
     const double action_start = now_us();
+    in_last_backward_ = index == last_backward_;
     run_action(action, step, microbatches, pending, loss_sum);
+    in_last_backward_ = false;
     const char* category = action.is_compute() ? "compute"
                            : action.kind == ActionKind::Step ? "optimizer" : "communication";
     std::string name = action_kind_name(action.kind);
