@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/bucketed_all_reduce.h"
+#include "runtime/zero_partition.h"
 #include "support/mpi_test_main.h"
 
 namespace partrain::runtime {
@@ -40,7 +41,6 @@ TEST(BucketedAllReduce, BucketsStartDuringTheHandOversAndSumOverTheRanks) {
   EXPECT_EQ(buckets.bucket(1), (std::vector<int>{10, 15}));
   EXPECT_EQ(buckets.bucket(2), (std::vector<int>{11}));
   EXPECT_EQ(buckets.bucket(3), (std::vector<int>{14}));
-  EXPECT_EQ(buckets.bucket_bytes(3), 120);
   for (const auto& [parameter, shape] : shapes) EXPECT_EQ(gradients.at(parameter).shape(), shape);
 
   for (int step = 0; step < 2; ++step) {
@@ -90,6 +90,72 @@ TEST(BucketedAllReduce, MissingHandOversStillReduceInFinishAndExtraOnesAreErrors
   buckets.finish(0, 0.0, trace);  // bucket 1 never handed over: started here
   EXPECT_EQ(trace.size(), 2u);
   EXPECT_EQ(gradients.at(2).to_float_vector(), std::vector<float>(3, 2.0f * world.size()));
+}
+
+// ZeRO-1 with segments: each bucket is reduce-scattered on its own; rank r owns the r-th part of
+// every segment, so after the buckets every piece holds the sum of its elements, and all_gather puts
+// every rank's updated elements back in place.
+TEST(BucketedAllReduce, ZeroSegmentsAreReduceScatteredBucketByBucket) {
+  comm::Communicator& world = testing::mpi_world();
+  const int ranks = world.size();
+  const std::vector<Shape> shapes = {{3, 2}, {5}, {1}, {7}, {2, 2}};  // parameter i: value id 20 + i
+  std::vector<Tensor> parameters;
+  std::unordered_map<int, Tensor> gradients;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    parameters.push_back(Tensor::zeros(shapes[i]));
+    gradients[20 + static_cast<int>(i)] = Tensor::full(shapes[i], 100.0, DType::F32);  // replaced below
+  }
+  // Completion order 23, 21, 24, 20, 22 in buckets {23}, {21, 24}, {20, 22}.
+  const std::vector<GradientCompletion> order = {{23, 0}, {21, 1}, {24, 2}, {20, 3}, {22, 3}};
+  ZeroPartition zero(parameters, world, cpu_backend(), {{3}, {1, 4}, {0, 2}});
+  BucketedAllReduce buckets(zero, {20, 21, 22, 23, 24}, order, gradients, cpu_backend());
+  ASSERT_EQ(buckets.size(), 3u);
+  EXPECT_EQ(buckets.bucket(1), (std::vector<int>{21, 24}));
+  EXPECT_EQ(gradients.at(24).to_float_vector(), std::vector<float>(4, 100.0f)) << "values kept in the views";
+  for (auto& [parameter, gradient] : gradients) gradient.zero();
+  buckets.begin(1);
+  for (const GradientCompletion& completion : order) {
+    const Tensor& gradient = gradients.at(completion.parameter);
+    for (std::int64_t i = 0; i < gradient.numel(); ++i)
+      gradient.data<float>()[i] = element(world.rank(), completion.parameter - 20, i, 0);
+    buckets.gradient_ready(completion.parameter);
+  }
+  std::vector<io::TraceEvent> trace;
+  buckets.finish(0, 0.0, trace);
+  ASSERT_EQ(trace.size(), 3u);
+  EXPECT_EQ(trace[2].name, "ReduceScatter bucket 2");
+  const std::vector<Tensor> parts = zero.reduced_parts();
+  ASSERT_EQ(parts.size(), zero.pieces().size());
+  std::int64_t owned = 0;
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    const ZeroPartition::Piece& piece = zero.pieces()[k];
+    ASSERT_EQ(parts[k].numel(), piece.end - piece.begin);
+    owned += piece.end - piece.begin;
+    for (std::int64_t i = piece.begin; i < piece.end; ++i) {
+      float expected = 0;
+      for (int r = 0; r < ranks; ++r) expected += element(r, static_cast<int>(piece.parameter), i, 0);
+      EXPECT_EQ(parts[k].data<float>()[i - piece.begin], expected) << "parameter " << piece.parameter << " element " << i;
+    }
+  }
+  // Every element is owned by exactly one rank.
+  const double total = world.all_reduce_scalar(static_cast<double>(owned));
+  EXPECT_EQ(total, 6 + 5 + 1 + 7 + 4);
+  // Each rank writes its rank + 1 into its elements; all_gather gives every rank the owners' values.
+  for (const ZeroPartition::Piece& piece : zero.pieces()) {
+    const Tensor view = ZeroPartition::view(parameters[piece.parameter], piece);
+    for (std::int64_t i = 0; i < view.numel(); ++i) view.data<float>()[i] = static_cast<float>(world.rank() + 1);
+  }
+  zero.all_gather(parameters);
+  std::vector<double> sums(parameters.size());
+  for (std::size_t p = 0; p < parameters.size(); ++p) {
+    for (float value : parameters[p].to_float_vector()) {
+      EXPECT_GE(value, 1.0f);
+      EXPECT_LE(value, static_cast<float>(ranks));
+      sums[p] += value;
+    }
+    // The same values on every rank.
+    EXPECT_EQ(world.all_reduce_scalar(sums[p], comm::ReduceOp::Max), world.all_reduce_scalar(sums[p], comm::ReduceOp::Min));
+  }
 }
 
 }  // namespace

@@ -250,7 +250,7 @@ std::vector<TrainingCase> manual_cases(bool core) {
 // Tensor parallelism (Megatron-LM) and ZeRO-1 on 4 ranks, issue 13's cases: (a) t = 2 x 2 stages,
 // (b) t = 4 (BERT-tiny with 4 heads, so that t divides them), (c) t = 2 x 2 replicas with ZeRO-1,
 // (d) t = 2 x 2 stages, gpipe, recomputation and Merak's sub-pipelined TMP, (e) t = 2 x 2 replicas,
-// sub-pipelined, with 1 KiB gradient buckets; `core` picks those, the
+// sub-pipelined, with 1 KiB gradient buckets, (f) (c) with 1 KiB buckets; `core` picks those, the
 // others (slow) vary one setting each: gpipe + recomputation without sub-pipelining, 2 replicas
 // without ZeRO, ZeRO-1 alone under 2 stages x 2 replicas.
 std::vector<TrainingCase> tensor_parallel_cases(bool core) {
@@ -283,6 +283,11 @@ std::vector<TrainingCase> tensor_parallel_cases(bool core) {
     // buckets: the replicated LayerNorm and bias gradients keep their semantics.
     c = make("tp2_2replicas_subpipelined_small_buckets", 2, {2}, false);
     c.sub_pipelined_tmp = true;
+    c.planner_settings = {"parallel.bucket_mb=0.001"};
+    core_cases.push_back(c);
+    // (f) (c) with 1 KiB buckets: ZeRO-1's reduce-scatter bucket by bucket during the backward.
+    c = make("tp2_2replicas_zero1_small_buckets", 2, {2}, false);
+    c.zero = 1;
     c.planner_settings = {"parallel.bucket_mb=0.001"};
     core_cases.push_back(c);
     c = make("tp2_2stages", 2, {1, 1}, true);

@@ -15,7 +15,7 @@ double now_us() {
 BucketedAllReduce::BucketedAllReduce(const std::vector<GradientCompletion>& order,
                                      std::unordered_map<int, Tensor>& gradients, double limit_bytes,
                                      comm::Communicator& group, Backend& backend)
-    : group_(group) {
+    : group_(&group) {
   std::vector<std::int64_t> bytes;
   for (const GradientCompletion& completion : order) {
     auto found = gradients.find(completion.parameter);
@@ -38,6 +38,29 @@ BucketedAllReduce::BucketedAllReduce(const std::vector<GradientCompletion>& orde
       backend.copy(view, gradient);
       gradient = view;  // the backward accumulates straight into the bucket
       offset += n;
+      bucket.parameters.push_back(parameter);
+      bucket_of_[parameter] = buckets_.size();
+    }
+    buckets_.push_back(std::move(bucket));
+  }
+}
+
+BucketedAllReduce::BucketedAllReduce(ZeroPartition& zero, const std::vector<int>& parameters,
+                                     const std::vector<GradientCompletion>& order,
+                                     std::unordered_map<int, Tensor>& gradients, Backend& backend)
+    : zero_(&zero) {
+  PARTRAIN_CHECK(order.size() == parameters.size(), "bucketed reduce-scatter: " << order.size() << " completions for "
+                                                                                << parameters.size() << " parameters");
+  for (const GradientCompletion& completion : order) produced_[completion.parameter] = completion.last_step >= 0 ? 1 : 0;
+  for (const std::vector<std::size_t>& segment : zero.segments()) {
+    Bucket bucket;
+    for (std::size_t i : segment) {
+      const int parameter = parameters.at(i);
+      PARTRAIN_CHECK(produced_.count(parameter), "bucketed reduce-scatter: parameter " << parameter << " has no completion");
+      Tensor& gradient = gradients.at(parameter);
+      const Tensor view = zero.gradient_view(i);
+      backend.copy(view, gradient);
+      gradient = view;
       bucket.parameters.push_back(parameter);
       bucket_of_[parameter] = buckets_.size();
     }
@@ -71,7 +94,7 @@ void BucketedAllReduce::start_ready() {
   while (next_ < buckets_.size() && buckets_[next_].hand_overs_left == 0) {
     Bucket& bucket = buckets_[next_++];
     bucket.start_us = now_us();
-    bucket.request = group_.all_reduce_async(bucket.flat);
+    bucket.request = zero_ ? zero_->start_reduce_scatter(next_ - 1) : group_->all_reduce_async(bucket.flat);
     bucket.started = true;
   }
 }
@@ -92,7 +115,7 @@ void BucketedAllReduce::finish(std::int64_t step, double clock_origin_us, std::v
     bucket.request.wait();
     if (bucket.end_us < 0) bucket.end_us = now_us();
     bucket.started = false;
-    trace.push_back({"AllReduce bucket " + std::to_string(b), "communication", bucket.start_us - clock_origin_us,
+    trace.push_back({(zero_ ? "ReduceScatter bucket " : "AllReduce bucket ") + std::to_string(b), "communication", bucket.start_us - clock_origin_us,
                      bucket.end_us - bucket.start_us, step, io::kGradientAllReduceTrack});
   }
 }

@@ -141,13 +141,34 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     OptimizerParameter parameter{graph.value(value).name, state_[value], state_[value].rank() > 1};
     (plan.zero == 1 && stages_of[value].size() > 1 ? tied_parameters : parameters).push_back(parameter);
   }
+  // DDP's overlapped reduction (when the schedule reduces over a data-parallel group): buckets of
+  // the untied gradients in the order the backward completes them, each reduced during the step's
+  // last backward as soon as it is complete — an all-reduce, or under ZeRO-1 a reduce-scatter of
+  // the partition's segment that is the bucket.
+  const bool data_parallel = std::any_of(actions_.begin(), actions_.end(),
+                                         [](const Action& action) { return action.kind == ActionKind::AllReduce; });
+  for (std::size_t i = 0; i < actions_.size(); ++i)
+    if (actions_[i].kind == ActionKind::Backward) last_backward_ = i;
+  const std::vector<GradientCompletion> completion = gradient_completion_order(graph, program_.backward, untied_);
   if (plan.zero == 1) {
     // ZeRO-1: the optimizer updates this rank's pieces of the untied parameters (tied ones, reduced
     // over stages, stay whole). Each piece's elements are held by this rank alone in the
     // data-parallel group, and by the t ranks of the tensor-parallel group when not split there.
     std::vector<Tensor> untied_values;
     for (int value : untied_) untied_values.push_back(state_[value]);
-    zero_ = std::make_unique<ZeroPartition>(std::move(untied_values), *stage_group_, backend_);
+    std::vector<std::vector<std::size_t>> segments;  // the buckets, as indices into untied_
+    if (data_parallel) {
+      std::map<int, std::size_t> index;
+      for (std::size_t i = 0; i < untied_.size(); ++i) index[untied_[i]] = i;
+      std::vector<std::int64_t> bytes;
+      for (const GradientCompletion& gradient : completion)
+        bytes.push_back(static_cast<std::int64_t>(gradients_.at(gradient.parameter).nbytes()));
+      for (const std::vector<std::size_t>& bucket : assign_buckets(bytes, options.bucket_bytes)) {
+        segments.emplace_back();
+        for (std::size_t i : bucket) segments.back().push_back(index.at(completion[i].parameter));
+      }
+    }
+    zero_ = std::make_unique<ZeroPartition>(std::move(untied_values), *stage_group_, backend_, std::move(segments));
     std::vector<OptimizerParameter> pieces;
     for (const ZeroPartition::Piece& piece : zero_->pieces()) {
       const int value = untied_[piece.parameter];
@@ -159,16 +180,10 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   }
   optimizer_ = make_optimizer(plan.optimizer, options.optimizer, std::move(parameters), backend_);
 
-  // DDP's overlapped all-reduce. ZeRO-1 keeps one reduce-scatter after the backward: its partition
-  // is one flat layout of all the stage's gradients in parameter order (zero_partition.h), which
-  // buckets in completion order would cut into ranges of unequal size per rank.
-  const bool all_reduce = std::any_of(actions_.begin(), actions_.end(),
-                                      [](const Action& action) { return action.kind == ActionKind::AllReduce; });
-  for (std::size_t i = 0; i < actions_.size(); ++i)
-    if (actions_[i].kind == ActionKind::Backward) last_backward_ = i;
-  if (!zero_ && all_reduce && !untied_.empty())
-    buckets_ = std::make_unique<BucketedAllReduce>(gradient_completion_order(graph, program_.backward, untied_),
-                                                   gradients_, options.bucket_bytes, *stage_group_, backend_);
+  if (data_parallel && !untied_.empty())
+    buckets_ = zero_ ? std::make_unique<BucketedAllReduce>(*zero_, untied_, completion, gradients_, backend_)
+                     : std::make_unique<BucketedAllReduce>(completion, gradients_, options.bucket_bytes, *stage_group_,
+                                                           backend_);
 }
 
 DType PipelineExecutor::compute_dtype(DType dtype) const {
@@ -399,6 +414,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
     case ActionKind::AllReduce: {  // the stage's gradient reduction: an all-reduce, or ZeRO-1's reduce-scatter
       if (buckets_) {  // started during the last backward: wait for the rest
         buckets_->finish(step, clock_origin_, trace_);
+        if (zero_) zero_gradients_ = zero_->reduced_parts();
         return;
       }
       std::vector<Tensor> tensors;

@@ -77,7 +77,7 @@ class PipelineExecutor {
   /// over the data-parallel and tied groups, before clipping (f32 on the backend's device). Under
   /// ZeRO-1 the untied ones are this rank's unreduced sums (the reduced ones exist only in parts).
   const std::unordered_map<int, Tensor>& gradients() const { return gradients_; }
-  /// The gradient buckets of the data-parallel all-reduce (nullptr under ZeRO-1 or without
+  /// The gradient buckets of the data-parallel all-reduce or ZeRO-1 reduce-scatter (nullptr without
   /// data-parallel replicas).
   const BucketedAllReduce* gradient_buckets() const { return buckets_.get(); }
   /// Call after writing into state() (checkpoint restore): re-derives the bf16 working copies of
@@ -148,8 +148,8 @@ class PipelineExecutor {
   std::unique_ptr<ZeroPartition> zero_;
   std::vector<Tensor> zero_gradients_;          // this step's reduce-scattered pieces
   std::vector<double> piece_weights_;           // per piece: 1 / ranks holding the same elements
-  // The overlapped, bucketed all-reduce of the untied gradients over the stage group (without
-  // ZeRO, when the schedule has an AllReduce); it runs during the step's last Backward action.
+  // The overlapped, bucketed all-reduce (ZeRO-1: reduce-scatter) of the untied gradients over the
+  // stage group, when the schedule has an AllReduce; it starts during the step's last Backward.
   std::unique_ptr<BucketedAllReduce> buckets_;
   std::size_t last_backward_ = 0;               // index in actions_ of the step's last Backward
   bool in_last_backward_ = false;               // train_step is running that action
