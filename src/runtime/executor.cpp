@@ -239,7 +239,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
   auto half_options = [&](int microbatch) {
     std::array<ExecutionOptions, 2> options;
     for (int h = 0; h < 2; ++h) {
-      options[h] = {training_, random_context(microbatch), tensor_parallel_.get()};
+      options[h] = {training_, random_context(microbatch), tensor_parallel_.get(), {}};
       options[h].random.first_sample += static_cast<std::uint32_t>(half_rows(h).first);
     }
     return options;
@@ -258,7 +258,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
     if (!sub_pipelined_) {
       for (const auto& [value, tensor] : working_) state.values[value] = tensor;
       for (const auto& [value, tensor] : constants_) state.values[value] = tensor;
-      run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch), tensor_parallel_.get()});
+      run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch), tensor_parallel_.get(), {}});
       return;
     }
     for (int h = 0; h < 2; ++h) {
