@@ -44,9 +44,12 @@ TEST(GradientBuckets, EveryBucketWithinTheLimitUnlessOneGradientAloneExceedsIt) 
         total += static_cast<double>(bytes[i]);
       }
       ASSERT_FALSE(buckets[b].empty());
-      if (buckets[b].size() > 1) EXPECT_LE(total, limit) << "bucket " << b;
-      if (b + 1 < buckets.size())  // greedy: the next gradient did not fit
+      if (buckets[b].size() > 1) {
+        EXPECT_LE(total, limit) << "bucket " << b;
+      }
+      if (b + 1 < buckets.size()) {  // greedy: the next gradient did not fit
         EXPECT_GT(total + static_cast<double>(bytes[buckets[b + 1].front()]), limit) << "bucket " << b;
+      }
     }
     EXPECT_EQ(next, bytes.size());
   }
@@ -111,12 +114,12 @@ TEST(GradientBuckets, CompletionOrderIsTheReverseOfTheForwardOrder) {
     return last;
   };
   // ln_f (used last in the forward pass) completes first, every h.1 gradient before every h.0 one,
-  // and the embeddings (used first; wte also by the tied LM head) last.
-  ASSERT_GE(first_index("ln_f"), 0);
-  EXPECT_LT(last_index("ln_f"), first_index("h.1."));
-  EXPECT_LT(last_index("h.1."), first_index("h.0."));
-  EXPECT_LT(last_index("h.0."), first_index("wpe"));
-  EXPECT_EQ(static_cast<std::size_t>(std::max(last_index("wte"), last_index("wpe"))), order.size() - 1);
+  // and the embeddings (used first; wte also by the tied LM head) last (Hugging Face names).
+  ASSERT_GE(first_index("transformer.ln_f"), 0);
+  EXPECT_LT(last_index("transformer.ln_f"), first_index("transformer.h.1."));
+  EXPECT_LT(last_index("transformer.h.1."), first_index("transformer.h.0."));
+  EXPECT_LT(last_index("transformer.h.0."), first_index("transformer.wpe"));
+  EXPECT_EQ(static_cast<std::size_t>(std::max(last_index("transformer.wte"), last_index("transformer.wpe"))), order.size() - 1);
 }
 
 }  // namespace

@@ -67,7 +67,9 @@ TEST(OverlappedAllReduce, BucketSpansStartDuringTheLastBackward) {
       int during_backward = 0;
       for (std::size_t b = 0; b < reduces.size(); ++b) {
         EXPECT_EQ(reduces[b].name, "AllReduce bucket " + std::to_string(b));
-        if (b > 0) EXPECT_GE(reduces[b].start, reduces[b - 1].start) << "buckets start in order";
+        if (b > 0) {
+          EXPECT_GE(reduces[b].start, reduces[b - 1].start) << "buckets start in order";
+        }
         EXPECT_GE(reduces[b].start, last_backward->start) << "bucket " << b << " starts in the last backward";
         EXPECT_LE(reduces[b].end, all_reduce->end + 1) << "bucket " << b << " is waited for before the step";
         if (reduces[b].start < last_backward->end) ++during_backward;
