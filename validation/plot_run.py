@@ -82,7 +82,8 @@ KIND_LEGEND = [("forward", "Forward"), ("backward", "Backward"), ("recompute", "
 def trace_events(trace):
     """The complete ("X") events of a Chrome trace (object or bare list form)."""
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    return [e for e in events if e.get("ph") == "X"]
+    # tid 0: the schedule's actions (the bucketed gradient all-reduces overlap them on tid 1)
+    return [e for e in events if e.get("ph") == "X" and e.get("tid", 0) == 0]
 
 
 def split_name(name):

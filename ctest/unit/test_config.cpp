@@ -115,6 +115,19 @@ TEST(Config, TensorParallelAndZeroMayBeLeftToThePlanner) {
   EXPECT_NE(error("device_efficiency = 1.5\n").find("key 'device_efficiency' must be in (0, 1]"), std::string::npos);
 }
 
+TEST(Config, GradientBucketSizeIsPositiveMebibytes) {
+  const auto parallel = [](const std::string& text) {
+    return read_parallel_config(ConfigDocument::parse("[parallel]\n" + text, "configs/x.toml"));
+  };
+  EXPECT_DOUBLE_EQ(parallel("").bucket_mb, 25.0);  // PyTorch DDP's default bucket_cap_mb
+  EXPECT_DOUBLE_EQ(parallel("bucket_mb = 0.5\n").bucket_mb, 0.5);
+  EXPECT_DOUBLE_EQ(parallel("bucket_mb = 100\n").bucket_mb, 100.0);
+  const auto error = [&](const std::string& text) { return error_message([&] { parallel(text); }); };
+  for (const std::string bad : {"bucket_mb = 0\n", "bucket_mb = -2\n"})
+    EXPECT_EQ(error(bad).find("configs/x.toml:2: [parallel] key 'bucket_mb' must be positive"), 0u) << error(bad);
+  EXPECT_NE(error("bucket_mb = \"big\"\n").find("key 'bucket_mb'"), std::string::npos);
+}
+
 TEST(Config, UnknownKeyNamesFileLineAndKey) {
   const std::string message = error_message([] { read("# comment\n[model]\ntype = \"bert\"\nhiden = 12\n"); });
   EXPECT_EQ(message, "configs/x.toml:4: [model] key 'hiden' is unknown");

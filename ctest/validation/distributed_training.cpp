@@ -233,12 +233,26 @@ std::vector<TrainingCase> manual_cases(bool core) {
       }
     }
   }
+  // Data parallelism alone with 1 KiB gradient buckets (DDP's overlapped all-reduce, issue 18): many
+  // buckets, most holding one gradient, each all-reduced while the backward pass goes on.
+  for (const std::string model : {"bert", "gpt", "resnet"}) {
+    if (!core) break;
+    TrainingCase c;
+    c.model = model;
+    c.plan = "4replicas_small_buckets";
+    c.replicas = {4};
+    c.schedule = "gpipe";
+    c.planner_settings = {"parallel.bucket_mb=0.001"};
+    if (model == "resnet") c.planner_settings.push_back("train.microbatches=1");  // BatchNorm over 4 samples
+    result.push_back(c);
+  }
   return result;
 }
 
 // Tensor parallelism (Megatron-LM) and ZeRO-1 on 4 ranks, issue 13's cases: (a) t = 2 x 2 stages,
 // (b) t = 4 (BERT-tiny with 4 heads, so that t divides them), (c) t = 2 x 2 replicas with ZeRO-1,
-// (d) t = 2 x 2 stages, gpipe, recomputation and Merak's sub-pipelined TMP; `core` picks those, the
+// (d) t = 2 x 2 stages, gpipe, recomputation and Merak's sub-pipelined TMP, (e) t = 2 x 2 replicas,
+// sub-pipelined, with 1 KiB gradient buckets, (f) (c) with 1 KiB buckets; `core` picks those, the
 // others (slow) vary one setting each: gpipe + recomputation without sub-pipelining, 2 replicas
 // without ZeRO, ZeRO-1 alone under 2 stages x 2 replicas.
 std::vector<TrainingCase> tensor_parallel_cases(bool core) {
@@ -266,6 +280,17 @@ std::vector<TrainingCase> tensor_parallel_cases(bool core) {
     c.schedule = "gpipe";
     c.recompute = true;
     c.sub_pipelined_tmp = true;
+    core_cases.push_back(c);
+    // (e) t = 2 x 2 replicas, sub-pipelined (two gradient hand-overs per parameter), 1 KiB gradient
+    // buckets: the replicated LayerNorm and bias gradients keep their semantics.
+    c = make("tp2_2replicas_subpipelined_small_buckets", 2, {2}, false);
+    c.sub_pipelined_tmp = true;
+    c.planner_settings = {"parallel.bucket_mb=0.001"};
+    core_cases.push_back(c);
+    // (f) (c) with 1 KiB buckets: ZeRO-1's reduce-scatter bucket by bucket during the backward.
+    c = make("tp2_2replicas_zero1_small_buckets", 2, {2}, false);
+    c.zero = 1;
+    c.planner_settings = {"parallel.bucket_mb=0.001"};
     core_cases.push_back(c);
     c = make("tp2_2stages", 2, {1, 1}, true);
     c.schedule = "gpipe";

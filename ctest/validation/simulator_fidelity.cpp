@@ -54,7 +54,7 @@ TEST_P(SimulatorFidelity, SimulatedStepMatchesTheMeasuredOne) {
   const nlohmann::json trace = nlohmann::json::parse(std::ifstream(directory + "/trace.json"));
   const nlohmann::json& events = trace.is_object() ? trace.at("traceEvents") : trace;
   for (const nlohmann::json& event : events) {
-    if (event.value("ph", "") != "X") continue;
+    if (event.value("ph", "") != "X" || event.value("tid", 0) != 0) continue;  // tid 0: the actions
     durations[{event.at("pid").get<int>(), event.at("args").at("step").get<std::int64_t>()}].push_back(
         event.at("dur").get<double>() * 1e-6);
   }

@@ -125,7 +125,7 @@ int evaluate(const EvalArguments& arguments, comm::Communicator& world, bool& di
   runtime::PipelineExecutor executor(
       graph, plan, run_world, backend, *data,
       initial_values(config, model, graph, plan.placement_of(world.rank()).tensor_rank),
-      runtime_options(config.train));
+      runtime_options(config.train, config.parallel));
   // Every rank reads the same file: an error there is every rank's (printed once).
   const std::int64_t step = resume_from(checkpoint, graph, executor, world, RestoreScope::Model);
   diverged = true;

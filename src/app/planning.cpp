@@ -162,7 +162,7 @@ std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, c
                       graph, tensor_rank);
 }
 
-runtime::RuntimeOptions runtime_options(const TrainConfig& train) {
+runtime::RuntimeOptions runtime_options(const TrainConfig& train, const ParallelConfig& parallel) {
   runtime::RuntimeOptions options;
   options.seed = static_cast<std::uint64_t>(train.seed);
   options.optimizer.beta1 = train.beta1;
@@ -172,6 +172,7 @@ runtime::RuntimeOptions runtime_options(const TrainConfig& train) {
   options.optimizer.momentum = train.momentum;
   options.lr_schedule = LearningRateSchedule(train);
   options.grad_clip = train.grad_clip;
+  options.bucket_bytes = parallel.bucket_mb * (1 << 20);
   return options;
 }
 

@@ -76,7 +76,8 @@ std::string format_device_throughput(const Plan& plan, const Graph& model, const
 std::string format_layout_candidates(const partition::ThreeDimensionalPlan& result);
 
 /// The executor's run settings from the [train] section (seed, optimizer hyper-parameters, learning
-/// rate schedule, clipping). Throws partrain::Error for a bad learning-rate schedule.
-runtime::RuntimeOptions runtime_options(const TrainConfig& train);
+/// rate schedule, clipping) and [parallel] bucket_mb (default: 25 MiB). Throws partrain::Error for a
+/// bad learning-rate schedule.
+runtime::RuntimeOptions runtime_options(const TrainConfig& train, const ParallelConfig& parallel = {});
 
 }  // namespace partrain::app

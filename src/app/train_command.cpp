@@ -268,7 +268,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   runtime::PipelineExecutor executor(
       graph, plan, run_world, backend, *data,
       initial_values(config, model, graph, plan.placement_of(world.rank()).tensor_rank),
-      runtime_options(config.train));
+      runtime_options(config.train, config.parallel));
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
 

@@ -131,6 +131,9 @@ class Communicator {
   /// elements) is summed element-wise over all ranks and rank r receives elements [r·n, (r+1)·n) in
   /// `output` (f32, n elements). Throws partrain::Error on another dtype or size.
   virtual void reduce_scatter(const Tensor& input, const Tensor& output) = 0;
+  /// Non-blocking reduce_scatter (a ZeRO gradient bucket): the same operands and checks; `output`
+  /// holds the result after wait(), and `input` must stay unchanged until then.
+  virtual Request reduce_scatter_async(const Tensor& input, const Tensor& output) = 0;
   /// All-gather: rank r's `input` (f32, n elements) lands at [r·n, (r+1)·n) of `output` (f32,
   /// size() × n elements) on every rank. Throws partrain::Error on another dtype or size.
   virtual void all_gather(const Tensor& input, const Tensor& output) = 0;

@@ -388,6 +388,18 @@ void MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) 
   PARTRAIN_MPI(MPI_Reduce_scatter_block(input.raw_data(), output.raw_data(), count, MPI_FLOAT, MPI_SUM, communicator_));
 }
 
+Request MpiCommunicator::reduce_scatter_async(const Tensor& input, const Tensor& output) {
+  check_scatter_gather(input, output, size(), "reduce_scatter_async");
+  const int count = checked_count(output, "reduce_scatter_async");
+  return start([&](MpiRequest& request) {
+    MPI_Request handle = MPI_REQUEST_NULL;
+    PARTRAIN_MPI(MPI_Ireduce_scatter_block(input.raw_data(), output.raw_data(), count, MPI_FLOAT, MPI_SUM,
+                                           communicator_, &handle));
+    request.add(handle, {MpiRequest::Kind::Collective, -1, -1, count, MPI_FLOAT, 0, "reduce_scatter_async"}, output);
+    request.keep_alive(input);
+  });
+}
+
 void MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   check_scatter_gather(output, input, size(), "all_gather");
   const int count = checked_count(input, "all_gather");

@@ -78,6 +78,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
   Request all_reduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
   void reduce_scatter(const Tensor& input, const Tensor& output) override;
+  Request reduce_scatter_async(const Tensor& input, const Tensor& output) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
   double all_reduce_scalar(double value, ReduceOp op = ReduceOp::Sum) override;
   void broadcast(const Tensor& tensor, int root) override;

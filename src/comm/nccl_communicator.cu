@@ -598,6 +598,21 @@ void NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& output)
                                                      state_->comm, backend_.stream()));
 }
 
+Request NcclCommunicator::reduce_scatter_async(const Tensor& input, const Tensor& output) {
+  check_scatter_gather(input, output, size(), "reduce_scatter_async");
+  if (place_of(input, "reduce_scatter_async") == Place::Host) return control_->reduce_scatter_async(input, output);
+  PARTRAIN_CHECK(place_of(output, "reduce_scatter_async") == Place::Device,
+                 "reduce_scatter_async: input on the GPU, output on the host");
+  DeviceGuard guard(state_->device);
+  state_->check_health("reduce_scatter_async");
+  if (output.numel() > 0)
+    PARTRAIN_NCCL_OPERATION(*state_, ncclReduceScatter(input.raw_data(), output.raw_data(),
+                                                       static_cast<std::size_t>(output.numel()), ncclFloat32, ncclSum,
+                                                       state_->comm, backend_.stream()));
+  return Request(std::make_unique<NcclRequest>(state_, backend_.stream(), "reduce_scatter_async of " + describe(output),
+                                               std::vector<Tensor>{input, output}));
+}
+
 void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   check_scatter_gather(output, input, size(), "all_gather");
   if (place_of(input, "all_gather") == Place::Host) {

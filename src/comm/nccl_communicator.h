@@ -92,6 +92,7 @@ class NcclCommunicator final : public Communicator {
   /// are reduced by the control communicator afterwards (every rank must pass the same placement).
   void all_reduce_coalesced(std::span<const Tensor> tensors, ReduceOp op = ReduceOp::Sum) override;
   void reduce_scatter(const Tensor& input, const Tensor& output) override;
+  Request reduce_scatter_async(const Tensor& input, const Tensor& output) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
   double all_reduce_scalar(double value, ReduceOp op = ReduceOp::Sum) override;
   /// Device tensors: ncclBroadcast in place, queued on the stream. Host tensors: control.

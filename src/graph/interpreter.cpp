@@ -74,6 +74,13 @@ class BackwardPass {
         kept_(program.input_grads.begin(), program.input_grads.end()) {
     for (int v : program.output_grads)
       PARTRAIN_CHECK(grads.count(v), "backward: no gradient given for output '" << graph.value(v).name << "'");
+    // The step after which each parameter's gradient of this pass is complete.
+    for (std::size_t i = 0; i < program.steps.size(); ++i) {
+      const BackwardStep& step = program.steps[i];
+      const Task& task = graph.task(step.task);
+      for (std::size_t k = 0; k < task.inputs.size(); ++k)
+        if (step.input_grad_needed[k] && parameters_.count(task.inputs[k])) last_step_[task.inputs[k]] = i;
+    }
   }
   std::size_t size() const { return program_.steps.size(); }
 
@@ -111,14 +118,19 @@ class BackwardPass {
       auto [it, inserted] = target.emplace(input, input_grads_[i]);
       if (!inserted) backend_.accumulate(it->second, input_grads_[i]);
     }
+    // Parameters whose last contribution this step was: hand their gradient over now.
+    for (std::size_t i = 0; i < task.inputs.size(); ++i) {
+      const int input = task.inputs[i];
+      auto last = last_step_.find(input);
+      if (last != last_step_.end() && last->second == index) hand_over(input);
+    }
   }
 
-  // Parameter gradients computed in this pass, added to what the caller had.
+  // Parameter gradients computed in this pass and not handed over yet, added to what the caller had.
   void done() {
-    for (auto& [id, gradient] : fresh_parameter_grads_) {
-      auto [it, inserted] = grads_.emplace(id, gradient);
-      if (!inserted) backend_.accumulate(it->second, gradient);
-    }
+    std::vector<int> remaining;
+    for (const auto& [id, gradient] : fresh_parameter_grads_) remaining.push_back(id);
+    for (int id : remaining) hand_over(id);
   }
 
  private:
@@ -130,7 +142,18 @@ class BackwardPass {
   const ExecutionOptions& options_;
   const std::unordered_set<int> parameters_, kept_;
   TensorMap fresh_parameter_grads_;
+  std::unordered_map<int, std::size_t> last_step_;  // parameter -> last step producing its gradient
   std::vector<Tensor> input_grads_;  // of the step run last
+
+  // Adds this pass's gradient of `parameter` to the caller's and reports it complete.
+  void hand_over(int parameter) {
+    auto fresh = fresh_parameter_grads_.find(parameter);
+    if (fresh == fresh_parameter_grads_.end()) return;  // already handed over
+    auto [it, inserted] = grads_.emplace(parameter, fresh->second);
+    if (!inserted) backend_.accumulate(it->second, fresh->second);
+    fresh_parameter_grads_.erase(fresh);
+    if (options_.on_parameter_gradient) options_.on_parameter_gradient(parameter);
+  }
 };
 
 // The group one sub-microbatch's tasks see under sub-pipelined TMP: the deferrable all-reduces

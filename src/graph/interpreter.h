@@ -2,6 +2,7 @@
 // Runs a subgraph's forward pass and its backward program on a backend, value by value. This is
 // the innermost layer of a stage's execution; schedules, communication and optimizers sit above it.
 #include <array>
+#include <functional>
 #include <unordered_map>
 
 #include "core/backend.h"
@@ -19,6 +20,10 @@ struct ExecutionOptions {
   /// The rank's tensor-parallel group, for the communication ops of a tensor-parallel graph
   /// (graph/tensor_parallel.h); nullptr when the graph has none.
   TensorParallelGroup* tensor_parallel = nullptr;
+  /// Backward only: called with a parameter's value id as soon as this pass's gradient of it is
+  /// complete and added into the caller's `grads` (after the last step that produces it), so that a
+  /// data-parallel all-reduce of it can start while the rest of the pass runs (PyTorch DDP's hook).
+  std::function<void(int parameter)> on_parameter_gradient;
 };
 
 /// Runs the subgraph's tasks in order. `values` must hold every subgraph input except Const values

@@ -10,7 +10,7 @@ namespace partrain::io {
 nlohmann::json trace_events_to_json(const std::vector<TraceEvent>& events) {
   nlohmann::json list = nlohmann::json::array();
   for (const TraceEvent& event : events)
-    list.push_back({event.name, event.category, event.start_us, event.duration_us, event.step});
+    list.push_back({event.name, event.category, event.start_us, event.duration_us, event.step, event.track});
   return list;
 }
 
@@ -18,7 +18,8 @@ std::vector<TraceEvent> trace_events_from_json(const nlohmann::json& document) {
   std::vector<TraceEvent> events;
   for (const nlohmann::json& entry : document)
     events.push_back({entry.at(0).get<std::string>(), entry.at(1).get<std::string>(), entry.at(2).get<double>(),
-                      entry.at(3).get<double>(), entry.at(4).get<std::int64_t>()});
+                      entry.at(3).get<double>(), entry.at(4).get<std::int64_t>(),
+                      entry.size() > 5 ? entry.at(5).get<int>() : 0});
   return events;
 }
 
@@ -27,9 +28,15 @@ void write_chrome_trace(const std::string& path, const std::vector<std::vector<T
   for (std::size_t rank = 0; rank < events_by_rank.size(); ++rank) {
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 0},
                       {"args", {{"name", "rank " + std::to_string(rank)}}}});
-    for (const TraceEvent& event : events_by_rank[rank])
+    bool all_reduce_track = false;
+    for (const TraceEvent& event : events_by_rank[rank]) {
       events.push_back({{"name", event.name}, {"cat", event.category}, {"ph", "X"}, {"ts", event.start_us},
-                        {"dur", event.duration_us}, {"pid", rank}, {"tid", 0}, {"args", {{"step", event.step}}}});
+                        {"dur", event.duration_us}, {"pid", rank}, {"tid", event.track}, {"args", {{"step", event.step}}}});
+      all_reduce_track = all_reduce_track || event.track == kGradientAllReduceTrack;
+    }
+    if (all_reduce_track)
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", kGradientAllReduceTrack},
+                        {"args", {{"name", "gradient all-reduce"}}}});
   }
   const std::string temporary = path + ".tmp";
   {

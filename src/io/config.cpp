@@ -431,6 +431,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read_integer_or_auto("tensor_parallel", config.tensor_parallel, 0);
   reader.read_integer_or_auto("zero", config.zero, -1);
   reader.read("sub_pipelined_tmp", config.sub_pipelined_tmp);
+  reader.read("bucket_mb", config.bucket_mb);
   reader.read("replicas", config.replicas);
   reader.read("boundaries", config.boundaries);
   reader.read("device_flops", config.device_flops);
@@ -448,6 +449,8 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   if (config.ip_time_limit <= 0) reader.fail("ip_time_limit", "must be positive (seconds)");
   if (config.ip_gap < 0) reader.fail("ip_gap", "must not be negative");
   if (config.stages < 0) reader.fail("stages", "must not be negative (0: the planner's choice)");
+  if (!(config.bucket_mb > 0))
+    reader.fail("bucket_mb", "must be positive (MiB of gradients per all-reduce bucket; e.g. 25 as PyTorch DDP)");
   if (config.zero < -1 || config.zero > 1)
     reader.fail("zero", "must be 0 or 1 (ZeRO stage 1: sharded optimizer state), or \"auto\" / -1 (the planner chooses)");
   if (config.tensor_parallel < 0 || config.tensor_parallel > config.devices_per_node)

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "core/allocator.h"
@@ -140,13 +141,34 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     OptimizerParameter parameter{graph.value(value).name, state_[value], state_[value].rank() > 1};
     (plan.zero == 1 && stages_of[value].size() > 1 ? tied_parameters : parameters).push_back(parameter);
   }
+  // DDP's overlapped reduction (when the schedule reduces over a data-parallel group): buckets of
+  // the untied gradients in the order the backward completes them, each reduced during the step's
+  // last backward as soon as it is complete — an all-reduce, or under ZeRO-1 a reduce-scatter of
+  // the partition's segment that is the bucket.
+  const bool data_parallel = std::any_of(actions_.begin(), actions_.end(),
+                                         [](const Action& action) { return action.kind == ActionKind::AllReduce; });
+  for (std::size_t i = 0; i < actions_.size(); ++i)
+    if (actions_[i].kind == ActionKind::Backward) last_backward_ = i;
+  const std::vector<GradientCompletion> completion = gradient_completion_order(graph, program_.backward, untied_);
   if (plan.zero == 1) {
     // ZeRO-1: the optimizer updates this rank's pieces of the untied parameters (tied ones, reduced
     // over stages, stay whole). Each piece's elements are held by this rank alone in the
     // data-parallel group, and by the t ranks of the tensor-parallel group when not split there.
     std::vector<Tensor> untied_values;
     for (int value : untied_) untied_values.push_back(state_[value]);
-    zero_ = std::make_unique<ZeroPartition>(std::move(untied_values), *stage_group_, backend_);
+    std::vector<std::vector<std::size_t>> segments;  // the buckets, as indices into untied_
+    if (data_parallel) {
+      std::map<int, std::size_t> index;
+      for (std::size_t i = 0; i < untied_.size(); ++i) index[untied_[i]] = i;
+      std::vector<std::int64_t> bytes;
+      for (const GradientCompletion& gradient : completion)
+        bytes.push_back(static_cast<std::int64_t>(gradients_.at(gradient.parameter).nbytes()));
+      for (const std::vector<std::size_t>& bucket : assign_buckets(bytes, options.bucket_bytes)) {
+        segments.emplace_back();
+        for (std::size_t i : bucket) segments.back().push_back(index.at(completion[i].parameter));
+      }
+    }
+    zero_ = std::make_unique<ZeroPartition>(std::move(untied_values), *stage_group_, backend_, std::move(segments));
     std::vector<OptimizerParameter> pieces;
     for (const ZeroPartition::Piece& piece : zero_->pieces()) {
       const int value = untied_[piece.parameter];
@@ -157,6 +179,11 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     for (OptimizerParameter& parameter : tied_parameters) parameters.push_back(std::move(parameter));
   }
   optimizer_ = make_optimizer(plan.optimizer, options.optimizer, std::move(parameters), backend_);
+
+  if (data_parallel && !untied_.empty())
+    buckets_ = zero_ ? std::make_unique<BucketedAllReduce>(*zero_, untied_, completion, gradients_, backend_)
+                     : std::make_unique<BucketedAllReduce>(completion, gradients_, options.bucket_bytes, *stage_group_,
+                                                           backend_);
 }
 
 DType PipelineExecutor::compute_dtype(DType dtype) const {
@@ -212,7 +239,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
   auto half_options = [&](int microbatch) {
     std::array<ExecutionOptions, 2> options;
     for (int h = 0; h < 2; ++h) {
-      options[h] = {training_, random_context(microbatch), tensor_parallel_.get()};
+      options[h] = {training_, random_context(microbatch), tensor_parallel_.get(), {}};
       options[h].random.first_sample += static_cast<std::uint32_t>(half_rows(h).first);
     }
     return options;
@@ -231,7 +258,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
     if (!sub_pipelined_) {
       for (const auto& [value, tensor] : working_) state.values[value] = tensor;
       for (const auto& [value, tensor] : constants_) state.values[value] = tensor;
-      run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch), tensor_parallel_.get()});
+      run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch), tensor_parallel_.get(), {}});
       return;
     }
     for (int h = 0; h < 2; ++h) {
@@ -346,15 +373,21 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
           }
         }
       }
+      // In the step's last backward each completed gradient may start its bucket's all-reduce.
+      std::function<void(int)> on_gradient;
+      if (buckets_ && in_last_backward_) on_gradient = [this](int parameter) { buckets_->gradient_ready(parameter); };
       if (sub_pipelined_) {
         const std::array<ExecutionOptions, 2> options = half_options(action.microbatch);
         std::array<ExecutionOptions, 2> backward_options = options;
-        for (ExecutionOptions& option : backward_options) option.training = true;
+        for (ExecutionOptions& option : backward_options) {
+          option.training = true;
+          option.on_parameter_gradient = on_gradient;
+        }
         run_backward_overlapped(graph_, program_.backward, {&state.halves[0], &state.halves[1]}, {&grads[0], &grads[1]},
                                 backend_, backward_options);
       } else {
         run_backward(graph_, program_.backward, state.values, grads[0], backend_,
-                     {true, random_context(action.microbatch), tensor_parallel_.get()});
+                     {true, random_context(action.microbatch), tensor_parallel_.get(), on_gradient});
       }
       for (int value : program_.gradients_sent) {
         Tensor gradient;
@@ -379,6 +412,11 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       return;
     }
     case ActionKind::AllReduce: {  // the stage's gradient reduction: an all-reduce, or ZeRO-1's reduce-scatter
+      if (buckets_) {  // started during the last backward: wait for the rest
+        buckets_->finish(step, clock_origin_, trace_);
+        if (zero_) zero_gradients_ = zero_->reduced_parts();
+        return;
+      }
       std::vector<Tensor> tensors;
       for (int value : untied_) tensors.push_back(gradients_.at(value));
       if (zero_) {
@@ -451,9 +489,13 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   std::vector<MicrobatchState> microbatches(plan_.microbatches);
   std::vector<comm::Request> pending;
   double loss_sum = 0;
-  for (const Action& action : actions_) {
+  if (buckets_) buckets_->begin(sub_pipelined_ ? 2 : 1);
+  for (std::size_t index = 0; index < actions_.size(); ++index) {
+    const Action& action = actions_[index];
     const double action_start = now_us();
+    in_last_backward_ = index == last_backward_;
     run_action(action, step, microbatches, pending, loss_sum);
+    in_last_backward_ = false;
     const char* category = action.is_compute() ? "compute"
                            : action.kind == ActionKind::Step ? "optimizer" : "communication";
     std::string name = action_kind_name(action.kind);

@@ -24,6 +24,7 @@
 #include "graph/interpreter.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"
+#include "runtime/bucketed_all_reduce.h"
 #include "runtime/evaluation.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/optimizer.h"
@@ -76,6 +77,9 @@ class PipelineExecutor {
   /// over the data-parallel and tied groups, before clipping (f32 on the backend's device). Under
   /// ZeRO-1 the untied ones are this rank's unreduced sums (the reduced ones exist only in parts).
   const std::unordered_map<int, Tensor>& gradients() const { return gradients_; }
+  /// The gradient buckets of the data-parallel all-reduce or ZeRO-1 reduce-scatter (nullptr without
+  /// data-parallel replicas).
+  const BucketedAllReduce* gradient_buckets() const { return buckets_.get(); }
   /// Call after writing into state() (checkpoint restore): re-derives the bf16 working copies of
   /// the parameters under mixed precision.
   void refresh_working_parameters();
@@ -144,6 +148,11 @@ class PipelineExecutor {
   std::unique_ptr<ZeroPartition> zero_;
   std::vector<Tensor> zero_gradients_;          // this step's reduce-scattered pieces
   std::vector<double> piece_weights_;           // per piece: 1 / ranks holding the same elements
+  // The overlapped, bucketed all-reduce (ZeRO-1: reduce-scatter) of the untied gradients over the
+  // stage group, when the schedule has an AllReduce; it starts during the step's last Backward.
+  std::unique_ptr<BucketedAllReduce> buckets_;
+  std::size_t last_backward_ = 0;               // index in actions_ of the step's last Backward
+  bool in_last_backward_ = false;               // train_step is running that action
   LearningRateSchedule lr_schedule_;
   std::vector<io::TraceEvent> trace_;
   double clock_origin_ = 0;

@@ -14,6 +14,9 @@ struct RuntimeOptions {
   OptimizerSettings optimizer;   // hyper-parameters of the plan's optimizer
   LearningRateSchedule lr_schedule{1e-3, 0.0, 0, 1, LearningRateSchedule::Decay::Constant};
   double grad_clip = 1.0;        // global-norm clipping threshold; 0: off
+  // Size limit of a gradient bucket of the data-parallel all-reduce ([parallel] bucket_mb, in MiB
+  // as PyTorch DDP's bucket_cap_mb): each bucket's all-reduce starts during the last backward.
+  double bucket_bytes = 25.0 * (1 << 20);
 };
 
 }  // namespace partrain::runtime

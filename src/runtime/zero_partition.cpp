@@ -6,39 +6,78 @@
 
 namespace partrain::runtime {
 
-ZeroPartition::ZeroPartition(std::vector<Tensor> parameters, comm::Communicator& group, Backend& backend)
-    : parameters_(std::move(parameters)), group_(group), backend_(backend) {
-  std::int64_t total = 0;
-  for (const Tensor& parameter : parameters_) {
+ZeroPartition::ZeroPartition(std::vector<Tensor> parameters, comm::Communicator& group, Backend& backend,
+                             std::vector<std::vector<std::size_t>> segments)
+    : parameters_(std::move(parameters)), group_(group), backend_(backend), segments_(std::move(segments)) {
+  for (const Tensor& parameter : parameters_)
     PARTRAIN_CHECK(parameter.defined() && parameter.dtype() == DType::F32, "ZeRO: parameters must be f32");
-    offsets_.push_back(total);
-    total += parameter.numel();
+  if (segments_.empty()) {
+    segments_.emplace_back();
+    for (std::size_t p = 0; p < parameters_.size(); ++p) segments_.back().push_back(p);
   }
-  const std::int64_t ranks = group_.size();
-  part_size_ = (total + ranks - 1) / ranks;  // the last part is padded
-  const std::int64_t first = part_size_ * group_.rank(), last = first + part_size_;
-  for (std::size_t p = 0; p < parameters_.size(); ++p) {
-    const std::int64_t begin = std::max(first, offsets_[p]), end = std::min(last, offsets_[p] + parameters_[p].numel());
-    if (begin < end) pieces_.push_back({p, begin - offsets_[p], end - offsets_[p], begin - first});
+  const std::int64_t ranks = group_.size(), rank = group_.rank();
+  segment_of_.assign(parameters_.size(), segments_.size());
+  offsets_.assign(parameters_.size(), 0);
+  std::int64_t flat = 0;
+  for (std::size_t k = 0; k < segments_.size(); ++k) {
+    std::int64_t total = 0;
+    for (std::size_t p : segments_[k]) {
+      PARTRAIN_CHECK(p < parameters_.size() && segment_of_[p] == segments_.size(),
+                     "ZeRO: segment " << k << " lists parameter " << p << " (of " << parameters_.size()
+                                      << ") that is out of range or already in a segment");
+      segment_of_[p] = k;
+      offsets_[p] = total;
+      total += parameters_[p].numel();
+    }
+    const std::int64_t part = (total + ranks - 1) / ranks;  // the last rank's run is padded
+    layout_.push_back({flat, part_size_, part});
+    const std::int64_t first = part * rank, last = first + part;
+    for (std::size_t p : segments_[k]) {
+      const std::int64_t begin = std::max(first, offsets_[p]), end = std::min(last, offsets_[p] + parameters_[p].numel());
+      if (begin < end) pieces_.push_back({p, begin - offsets_[p], end - offsets_[p], part_size_ + begin - first});
+    }
+    flat += part * ranks;
+    part_size_ += part;
   }
-  flat_ = backend_.zeros({part_size_ * ranks});
+  for (std::size_t p = 0; p < parameters_.size(); ++p)
+    PARTRAIN_CHECK(segment_of_[p] < segments_.size(), "ZeRO: parameter " << p << " is in no segment");
+  gradients_ = backend_.zeros({flat});
   part_ = backend_.zeros({part_size_});
+  gathered_ = backend_.zeros({part_size_ * ranks});
 }
 
 Tensor ZeroPartition::view(const Tensor& tensor, const Piece& piece) {
   return tensor.reshape({-1}).slice_rows(piece.begin, piece.end);
 }
 
+Tensor ZeroPartition::gradient_view(std::size_t parameter) const {
+  PARTRAIN_CHECK(parameter < parameters_.size(), "ZeRO: no parameter " << parameter);
+  const std::int64_t begin = layout_[segment_of_[parameter]].flat_offset + offsets_[parameter];
+  return gradients_.slice_rows(begin, begin + parameters_[parameter].numel()).reshape(parameters_[parameter].shape());
+}
+
+comm::Request ZeroPartition::start_reduce_scatter(std::size_t segment) {
+  PARTRAIN_CHECK(segment < layout_.size(), "ZeRO: no segment " << segment);
+  const Segment& s = layout_[segment];
+  return group_.reduce_scatter_async(gradients_.slice_rows(s.flat_offset, s.flat_offset + s.part * group_.size()),
+                                     part_.slice_rows(s.part_offset, s.part_offset + s.part));
+}
+
+std::vector<Tensor> ZeroPartition::reduced_parts() const {
+  std::vector<Tensor> result;
+  for (const Piece& piece : pieces_) result.push_back(part_.slice_rows(piece.offset, piece.offset + piece.end - piece.begin));
+  return result;
+}
+
 std::vector<Tensor> ZeroPartition::reduce_scatter(std::span<const Tensor> gradients) {
   PARTRAIN_CHECK(gradients.size() == parameters_.size(),
                  "ZeRO: " << gradients.size() << " gradients for " << parameters_.size() << " parameters");
-  for (std::size_t p = 0; p < gradients.size(); ++p)
-    backend_.copy(flat_.slice_rows(offsets_[p], offsets_[p] + gradients[p].numel()), gradients[p].reshape({-1}));
-  group_.reduce_scatter(flat_, part_);
-  std::vector<Tensor> result;
-  for (const Piece& piece : pieces_)
-    result.push_back(part_.slice_rows(piece.offset, piece.offset + piece.end - piece.begin));
-  return result;
+  for (std::size_t p = 0; p < gradients.size(); ++p) {
+    const Tensor target = gradient_view(p);
+    if (gradients[p].raw_data() != target.raw_data()) backend_.copy(target, gradients[p].reshape(target.shape()));
+  }
+  for (std::size_t k = 0; k < layout_.size(); ++k) start_reduce_scatter(k).wait();
+  return reduced_parts();
 }
 
 void ZeroPartition::all_gather(std::span<const Tensor> tensors) {
@@ -46,9 +85,20 @@ void ZeroPartition::all_gather(std::span<const Tensor> tensors) {
                  "ZeRO: " << tensors.size() << " tensors for " << parameters_.size() << " parameters");
   for (const Piece& piece : pieces_)
     backend_.copy(part_.slice_rows(piece.offset, piece.offset + piece.end - piece.begin), view(tensors[piece.parameter], piece));
-  group_.all_gather(part_, flat_);
-  for (std::size_t p = 0; p < tensors.size(); ++p)
-    backend_.copy(tensors[p].reshape({-1}), flat_.slice_rows(offsets_[p], offsets_[p] + tensors[p].numel()));
+  group_.all_gather(part_, gathered_);
+  // Rank r's part holds elements [r·p_k, (r+1)·p_k) of every segment k: copy each parameter's runs.
+  const std::int64_t ranks = group_.size();
+  for (std::size_t p = 0; p < tensors.size(); ++p) {
+    const Segment& s = layout_[segment_of_[p]];
+    const Tensor flat = tensors[p].reshape({-1});
+    const std::int64_t begin = offsets_[p], end = begin + parameters_[p].numel();
+    for (std::int64_t r = 0; r < ranks && s.part > 0; ++r) {
+      const std::int64_t first = std::max(begin, r * s.part), last = std::min(end, (r + 1) * s.part);
+      if (first >= last) continue;
+      const std::int64_t source = r * part_size_ + s.part_offset + (first - r * s.part);
+      backend_.copy(flat.slice_rows(first - begin, last - begin), gathered_.slice_rows(source, source + last - first));
+    }
+  }
 }
 
 }  // namespace partrain::runtime
