@@ -320,7 +320,7 @@ ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& co
         Plan plan = make_plan(planned, *cost, candidate_options);
         candidate.feasible = true;
         candidate.samples_per_second = plan.predicted_samples_per_second();
-        candidate.stages = static_cast<int>(plan.stages.size());
+        candidate.stages = plan.pipeline_stages();
         candidate.pipeline_copies = plan.pipeline_copies;
         best_objective = std::min(best_objective, stage_dp_objective(plan));
         if (!best || preferred(candidate, *best)) {
