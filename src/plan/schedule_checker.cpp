@@ -65,8 +65,8 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
                                                          << group.size() << " ranks from " << group.front());
       for (int mb = 0; mb < M * v; ++mb)
         PARTRAIN_CHECK(states[mb].backwards == 1, "schedule: " << at(plan, schedule, rank, index)
-                                                               << " comes before Backward(mb " << mb % M << ", chunk "
-                                                               << mb / M << ")");
+                                                               << " comes before Backward(mb " << mb % M
+                                                               << (v > 1 ? ", chunk " + std::to_string(mb / M) : "") << ")");
       ++all_reduces;
       continue;
     }
