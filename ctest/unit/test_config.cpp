@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,40 @@ TEST(Config, TrainAndParallelErrorsNameTheKey) {
   const std::string train_error = error_message(
       [] { read_train_config(ConfigDocument::parse("[train]\nglobal_batch = 4\nmicrobatches = 8\n", "configs/x.toml")); });
   EXPECT_EQ(train_error, "configs/x.toml:3: [train] key 'microbatches' exceeds global_batch 4");
+}
+
+TEST(Config, InterleavedScheduleKeys) {
+  auto parallel_error = [](const std::string& text) {
+    return error_message([&] { read_parallel_config(ConfigDocument::parse(text, "configs/x.toml")); });
+  };
+  const ParallelConfig parallel = read_parallel_config(ConfigDocument::parse(
+      "[parallel]\nschedule = \"interleaved\"\nvirtual_stages = 2\nstages = 2\n"
+      "boundaries = [\"h.0\", \"h.1\", \"ln_f\"]\n",
+      "configs/x.toml"));
+  EXPECT_EQ(parallel.schedule, "interleaved");
+  EXPECT_EQ(parallel.virtual_stages, 2);
+  EXPECT_EQ(parallel_error("[parallel]\nvirtual_stages = 2\n"),
+            "configs/x.toml:2: [parallel] key 'virtual_stages' = 2 needs schedule = \"interleaved\" (Megatron's "
+            "interleaved 1F1B), not \"1f1b\"");
+  EXPECT_EQ(parallel_error("[parallel]\nschedule = \"interleaved\"\nvirtual_stages = 0\n"),
+            "configs/x.toml:3: [parallel] key 'virtual_stages' must be at least 1 (model chunks per pipeline rank; 1: "
+            "plain 1f1b)");
+  EXPECT_EQ(parallel_error("[parallel]\nschedule = \"interleaved\"\nvirtual_stages = 2\nstages = 2\nboundaries = [\"h.1\"]\n"),
+            "configs/x.toml:5: [parallel] key 'boundaries' needs stages x virtual_stages - 1 = 3 entries (the first "
+            "layers of model chunks 2..S·v), not 1");
+  const std::string microbatches = error_message([] {
+    // The whole-file reader checks across sections.
+    const std::string path = std::filesystem::temp_directory_path() / "partrain-interleaved-config.toml";
+    {
+      std::ofstream out(path);
+      out << "[model]\ntype = \"gpt\"\n[train]\nmicrobatches = 3\n[parallel]\nschedule = \"interleaved\"\n"
+             "virtual_stages = 2\nstages = 2\n";
+    }
+    load_experiment(path, {});
+  });
+  EXPECT_NE(microbatches.find("[train] key 'microbatches' = 3 must be a multiple of [parallel] stages = 2"),
+            std::string::npos)
+      << microbatches;
 }
 
 TEST(Config, TensorParallelAndZeroMayBeLeftToThePlanner) {

@@ -273,6 +273,44 @@ TEST(Plan, JsonRoundTripThroughAFile) {
   EXPECT_NE(error_message([&] { loaded.validate(build_model(tiny_model_config("bert"))); }).find("another model"), std::string::npos);
 }
 
+TEST(Plan, InterleavedJsonRoundTripAndValidation) {
+  // gpt-tiny in 4 model chunks on 2 pipeline stages (v = 2): chunk c on stage c mod 2.
+  const Graph graph = build_model(tiny_model_config("gpt"));
+  const std::vector<LayerGroup> groups = layer_groups(graph);  // embeddings, h.0, h.1, ln_f, head, loss
+  ASSERT_EQ(groups.size(), 6u);
+  Plan plan;
+  plan.planner = "test";
+  plan.graph_hash = graph.hash();
+  plan.global_batch = 8;
+  plan.microbatches = 2;
+  plan.schedule = ScheduleKind::Interleaved;
+  plan.virtual_stages = 2;
+  const std::vector<std::pair<std::size_t, std::size_t>> chunks = {{0, 1}, {1, 2}, {2, 3}, {3, 6}};
+  for (const auto& [first, last] : chunks) {
+    PlanStage stage;
+    stage.tasks = join_groups(groups, first, last);
+    stage.replicas = 2;
+    plan.stages.push_back(stage);
+  }
+  plan.world_size = 4;
+  EXPECT_NO_THROW(plan.validate(graph));
+  const Plan loaded = Plan::from_json(plan.to_json(), "test");
+  EXPECT_EQ(loaded.virtual_stages, 2);
+  EXPECT_EQ(loaded.schedule, ScheduleKind::Interleaved);
+  EXPECT_EQ(loaded.to_json(), plan.to_json());
+  EXPECT_EQ(loaded.chunks_of_stage(0), (std::vector<int>{0, 2}));
+  Plan wrong = plan;
+  wrong.world_size = 8;  // 2 stages x 2 replicas, not 4 chunks x 2
+  EXPECT_NE(error_message([&] { wrong.validate(graph); }).find("world size 8 is not 1 pipeline copies x 4"),
+            std::string::npos);
+  wrong = plan;
+  wrong.stages[3].replicas = 1;
+  EXPECT_NE(error_message([&] { wrong.validate(graph); }).find("model chunk 3 has 1 replicas"), std::string::npos);
+  nlohmann::json old = plan.to_json();
+  old.erase("virtual_stages");  // plans made before interleaving: one chunk per stage, then inconsistent here
+  EXPECT_EQ(Plan::from_json(old, "test").virtual_stages, 1);
+}
+
 TEST(Plan, SummariesNameLayerRanges) {
   const Graph graph = build_model(tiny_model_config("bert"));
   const std::vector<LayerGroup> groups = layer_groups(graph);

@@ -686,6 +686,58 @@ TEST(Manual, ErrorsNameTheBoundary) {
   EXPECT_NE(error_message([&] { plan_manual(graph, *cost, options); }).find("[parallel] stages = 3"), std::string::npos);
 }
 
+// Megatron's interleaved schedule: the boundaries cut S·v model chunks, chunk c on stage c mod S.
+TEST(Manual, InterleavedChunksOnTwoStages) {
+  for (const std::string type : {"bert", "gpt"}) {
+    const Graph graph = build_model(tiny_config(type));
+    const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+    PlannerOptions options = planner_options(4);
+    options.schedule = ScheduleKind::Interleaved;
+    options.virtual_stages = 2;
+    options.microbatches = 2;
+    options.boundaries = type == "bert" ? std::vector<std::string>{"encoder.layer.0", "encoder.layer.1", "pooler"}
+                                        : std::vector<std::string>{"h.0", "h.1", "ln_f"};
+    options.replicas = {2, 2};
+    const Plan plan = plan_manual(graph, *cost, options);
+    ASSERT_EQ(plan.stages.size(), 4u) << type;
+    EXPECT_EQ(plan.virtual_stages, 2);
+    EXPECT_EQ(plan.pipeline_stages(), 2);
+    EXPECT_EQ(plan.world_size, 4);
+    EXPECT_EQ(plan.pipeline_copies, 1);
+    EXPECT_EQ(plan.stages[0].tasks, tasks_of_layers(graph, {"embeddings"}));
+    for (const PlanStage& stage : plan.stages) EXPECT_EQ(stage.replicas, 2);
+    EXPECT_GT(plan.predicted_step_seconds, 0);
+    // Errors name the key: boundaries for 3 chunks, microbatches not a multiple of S.
+    PlannerOptions odd = options;
+    odd.boundaries.pop_back();
+    EXPECT_NE(error_message([&] { plan_manual(graph, *cost, odd); }).find("stages x virtual_stages - 1 boundaries"),
+              std::string::npos);
+    odd = options;
+    odd.microbatches = 1;
+    EXPECT_NE(error_message([&] { plan_manual(graph, *cost, odd); }).find("[train] microbatches = 1 is not a multiple"),
+              std::string::npos);
+  }
+}
+
+TEST(Uniform, InterleavedChunksOfEqualLayers) {
+  // A 4-layer GPT on 2 devices with v = 2: 4 chunks of one layer, chunks 0, 2 on rank 0.
+  const Graph graph = build_model(tiny_config("gpt", 4));
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+  PlannerOptions options = planner_options(2);
+  options.schedule = ScheduleKind::Interleaved;
+  options.virtual_stages = 2;
+  const Plan plan = plan_uniform(graph, *cost, options);
+  ASSERT_EQ(plan.stages.size(), 4u);
+  EXPECT_EQ(plan.pipeline_stages(), 2);
+  EXPECT_EQ(plan.microbatches % 2, 0);
+  EXPECT_EQ(plan.stages[1].tasks, tasks_of_layers(graph, {"h.1"}));
+  EXPECT_EQ(plan.stages[2].tasks, tasks_of_layers(graph, {"h.2"}));
+  // rannc plans one chunk per stage: it refuses v > 1 with the reason.
+  options.planner = "rannc";
+  EXPECT_NE(error_message([&] { make_plan(graph, *cost, options); }).find("one model chunk per pipeline stage"),
+            std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------------
 // CAPSlog and Merak planners
 // ---------------------------------------------------------------------------------------------

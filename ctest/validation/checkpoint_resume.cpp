@@ -1,6 +1,7 @@
 // Checkpoints end to end (issue 6) with the real program: resume is bitwise (10 steps straight vs the
 // same run resumed from its step-5 checkpoint), a checkpoint resumes under another plan and world size
-// (4 ranks 2 stages x 2 replicas -> 3 ranks 3 stages -> 1 rank -> tensor parallel 2 x 2 stages, and
+// (4 ranks 2 stages x 2 replicas -> 3 ranks 3 stages -> 1 rank -> tensor parallel 2 x 2 stages ->
+// interleaved 2 x 2 with 2 model chunks per rank, an interleaved checkpoint -> 1 rank, and
 // a tensor-parallel checkpoint -> 1 rank) with the same losses (GPT's loss is a
 // mean over equal-length samples, so it does not depend on the plan), damaged files are detected and
 // `--resume latest` falls back to the newest valid one, and h5dump reads the files. Built into
@@ -33,6 +34,12 @@ testing::PartrainRun train(int ranks, const std::string& directory, const std::v
 std::vector<std::string> two_by_two() {
   return {"parallel.planner=manual", "parallel.stages=2", "parallel.replicas=[2,2]", "parallel.boundaries=[\"h.1\"]",
           "train.microbatches=2"};
+}
+
+// Megatron's interleaved schedule: 2 stages x 2 replicas, each rank holding v = 2 model chunks.
+std::vector<std::string> interleaved_two_by_two() {
+  return {"parallel.planner=manual", "parallel.stages=2", "parallel.replicas=[2,2]", "parallel.schedule=interleaved",
+          "parallel.virtual_stages=2", "parallel.boundaries=[\"h.0\",\"h.1\",\"ln_f\"]", "train.microbatches=2"};
 }
 
 // Tensor parallelism t = 2 inside each of 2 stages (4 ranks).
@@ -86,6 +93,7 @@ TEST(CheckpointResume, ReshardsToOtherPlansAndWorldSizes) {
                            "parallel.boundaries=[\"h.0\",\"h.1\"]", "train.microbatches=2"}},
       {"one-rank", 1, {"parallel.planner=dpl", "train.microbatches=1"}},
       {"tensor-parallel", 4, tensor_parallel_two_stages()},
+      {"interleaved", 4, interleaved_two_by_two()},
       {"zero1", 4, {"parallel.planner=manual", "parallel.stages=2", "parallel.replicas=[2,2]",
                     "parallel.boundaries=[\"h.1\"]", "parallel.zero=1", "train.microbatches=2"}},
   };
@@ -102,6 +110,32 @@ TEST(CheckpointResume, ReshardsToOtherPlansAndWorldSizes) {
     for (std::size_t i = 0; i < actual.size(); ++i)
       EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << target.name << " step " << 6 + i;
   }
+}
+
+// A run under the interleaved schedule (each rank writes the parameters of both its model chunks)
+// has the straight run's losses, and its step-5 checkpoint resumes on one rank with them too.
+TEST(CheckpointResume, InterleavedCheckpointsResumeOnOneRank) {
+  const std::vector<double> expected = testing::metric_values(straight_run(), "loss");
+  ASSERT_EQ(expected.size(), 10u);
+  const std::string interleaved = kRoot + "/interleaved";
+  const testing::PartrainRun run = train(4, interleaved, interleaved_two_by_two());
+  ASSERT_EQ(run.status, 0) << run.command << "\n" << run.log;
+  const std::vector<double> own = testing::metric_values(interleaved, "loss");
+  ASSERT_EQ(own.size(), 10u);
+  for (std::size_t i = 0; i < own.size(); ++i) EXPECT_NEAR(own[i], expected[i], 1e-5 * std::abs(expected[i])) << "step " << i + 1;
+  const std::string directory = kRoot + "/interleaved-one-rank";
+  const testing::PartrainRun resumed = testing::run_partrain(
+      1,
+      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + interleaved +
+          "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
+          " --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=dpl" +
+          " --set train.microbatches=1",
+      directory + ".log");
+  ASSERT_EQ(resumed.status, 0) << resumed.log;
+  const std::vector<double> actual = testing::metric_values(directory, "loss");
+  ASSERT_EQ(actual.size(), 5u);
+  for (std::size_t i = 0; i < actual.size(); ++i)
+    EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << "step " << 6 + i;
 }
 
 // Checkpoints written under tensor parallelism (each rank writes its part of every split parameter

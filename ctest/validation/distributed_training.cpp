@@ -37,6 +37,7 @@ struct TrainingCase {
   std::vector<std::string> boundaries; // manual: first layer of stages 2..S
   std::vector<int> replicas;           // manual: replicas per stage
   std::string schedule = "1f1b";
+  int virtual_stages = 1;              // interleaved: model chunks per pipeline rank (boundaries cut S·v chunks)
   bool recompute = false;
   int tensor_parallel = 1;             // [parallel] tensor_parallel
   int zero = 0;                        // [parallel] zero
@@ -181,6 +182,7 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
     settings.push_back("parallel.tensor_parallel=" + std::to_string(c.tensor_parallel));
     settings.push_back("parallel.zero=" + std::to_string(c.zero));
     settings.push_back(std::string("parallel.sub_pipelined_tmp=") + (c.sub_pipelined_tmp ? "true" : "false"));
+    settings.push_back("parallel.virtual_stages=" + std::to_string(c.virtual_stages));
   }
   settings.insert(settings.end(), c.planner_settings.begin(), c.planner_settings.end());
   const std::string distributed = root + "/" + case_name(c) + "-" + std::to_string(::getpid());
@@ -246,6 +248,31 @@ std::vector<TrainingCase> manual_cases(bool core) {
     if (model == "resnet") c.planner_settings.push_back("train.microbatches=1");  // BatchNorm over 4 samples
     result.push_back(c);
   }
+  return result;
+}
+
+// Megatron-LM's interleaved 1F1B (Narayanan et al. SC'21 §2.2): 2 pipeline stages x 2 replicas, each
+// rank holding v = 2 model chunks (4 chunks: chunk c on stage c mod 2, so activations go 0 -> 1 -> 0
+// -> 1 with the wrap from the last rank back to the first), with and without recomputation.
+std::vector<TrainingCase> interleaved_cases() {
+  std::vector<TrainingCase> result;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> models = {
+      {"bert", {"encoder.layer.0", "encoder.layer.1", "pooler"}},
+      {"gpt", {"h.0", "h.1", "ln_f"}},
+      {"resnet", {"layer2.0", "layer3.0", "layer4.0"}},
+  };
+  for (const auto& [model, boundaries] : models)
+    for (bool recompute : {false, true}) {
+      TrainingCase c;
+      c.model = model;
+      c.plan = "2x2_v2";
+      c.boundaries = boundaries;
+      c.replicas = {2, 2};
+      c.schedule = "interleaved";
+      c.virtual_stages = 2;
+      c.recompute = recompute;
+      result.push_back(c);
+    }
   return result;
 }
 
@@ -541,6 +568,8 @@ INSTANTIATE_TEST_SUITE_P(Precision, MixedPrecision, ::testing::Values("bert", "g
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Core, DistributedTraining, ::testing::ValuesIn(manual_cases(true)),
+                         [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Interleaved, DistributedTraining, ::testing::ValuesIn(interleaved_cases()),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Planners, DistributedTraining, ::testing::ValuesIn(planner_cases()),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });

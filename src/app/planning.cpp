@@ -31,6 +31,7 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.global_batch = config.train.global_batch;
   options.microbatches = static_cast<int>(config.train.microbatches);
   options.schedule = parse_schedule(parallel.schedule);
+  options.virtual_stages = static_cast<int>(parallel.virtual_stages);
   options.recompute = parallel.recompute;
   options.memory_margin = parallel.memory_margin;
   options.optimizer = config.train.optimizer;

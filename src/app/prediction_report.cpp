@@ -17,7 +17,7 @@ double typical_step_seconds(std::vector<double> step_seconds) {
 std::vector<double> stage_peak_bytes(const Plan& plan, const std::vector<double>& rank_peak_bytes) {
   PARTRAIN_CHECK(static_cast<int>(rank_peak_bytes.size()) == plan.world_size,
                  "stage_peak_bytes: " << rank_peak_bytes.size() << " ranks measured, the plan has " << plan.world_size);
-  std::vector<double> peaks(plan.stages.size(), 0.0);
+  std::vector<double> peaks(plan.pipeline_stages(), 0.0);
   for (int rank = 0; rank < plan.world_size; ++rank) {
     double& peak = peaks[plan.placement_of(rank).stage];
     peak = std::max(peak, rank_peak_bytes[rank]);
@@ -44,10 +44,12 @@ std::string prediction_error_line(const Plan& plan, const std::vector<double>& s
                 plan.predicted_step_seconds);
   line << "prediction error: step time " << relative_error(measured, plan.predicted_step_seconds) << text
        << "; peak memory per stage:";
-  for (std::size_t s = 0; s < plan.stages.size() && s < stage_peak_bytes.size(); ++s) {
+  for (std::size_t s = 0; s < static_cast<std::size_t>(plan.pipeline_stages()) && s < stage_peak_bytes.size(); ++s) {
+    double predicted = 0;  // a rank holds every model chunk of its stage (interleaved)
+    for (int chunk : plan.chunks_of_stage(static_cast<int>(s))) predicted += plan.stages[chunk].memory_bytes;
     std::snprintf(text, sizeof text, " (%.1f of %.1f MiB predicted)", stage_peak_bytes[s] / (1 << 20),
-                  plan.stages[s].memory_bytes / (1 << 20));
-    line << (s ? ", " : " ") << s << " " << relative_error(stage_peak_bytes[s], plan.stages[s].memory_bytes) << text;
+                  predicted / (1 << 20));
+    line << (s ? ", " : " ") << s << " " << relative_error(stage_peak_bytes[s], predicted) << text;
   }
   return line.str();
 }

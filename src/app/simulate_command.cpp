@@ -32,14 +32,16 @@ int run_simulate(const SimulateArguments& arguments) {
       // The executor's naming (runtime/executor.cpp): "Forward mb 3", "AllReduce", "Step".
       std::string name = action_kind_name(action.kind);
       if (action.microbatch >= 0) name += " mb " + std::to_string(action.microbatch);
+      if (plan.virtual_stages > 1 && action.microbatch >= 0) name += " chunk " + std::to_string(action.chunk);
       const char* category = action.is_compute() ? "compute"
                              : action.kind == ActionKind::Step ? "optimizer" : "communication";
       events[rank].push_back({name, category, timing.start * 1e6, (timing.end - timing.start) * 1e6, arguments.step});
       ++actions;
     }
   }
-  std::printf("plan: %s (%s, %d ranks, %zu stages, %d microbatches, schedule %s)\n", arguments.plan_file.c_str(),
-              plan.planner.c_str(), plan.world_size, plan.stages.size(), plan.microbatches, schedule_name(plan.schedule));
+  std::printf("plan: %s (%s, %d ranks, %d stages x %d model chunks, %d microbatches, schedule %s)\n",
+              arguments.plan_file.c_str(), plan.planner.c_str(), plan.world_size, plan.pipeline_stages(),
+              plan.virtual_stages, plan.microbatches, schedule_name(plan.schedule));
   std::printf("simulated: %.3f ms per step, bubble %.1f%%, %zu actions (plan.json predicted %.3f ms)\n",
               prediction.step_seconds * 1e3, 100.0 * prediction.bubble_fraction, actions,
               plan.predicted_step_seconds * 1e3);

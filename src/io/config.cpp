@@ -419,7 +419,8 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read_memory_size("device_memory", config.device_memory_bytes);
   reader.read("memory_margin", config.memory_margin);
   reader.read("devices_per_node", config.devices_per_node);
-  reader.read_choice("schedule", config.schedule, {"gpipe", "1f1b", "scp"});
+  reader.read_choice("schedule", config.schedule, {"gpipe", "1f1b", "scp", "interleaved"});
+  reader.read("virtual_stages", config.virtual_stages);
   reader.read_choice("recompute", config.recompute, {"auto", "none", "boundaries", "stage_aware"});
   reader.read("blocks", config.blocks);
   reader.read("max_microbatches", config.max_microbatches);
@@ -462,10 +463,23 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   if (!config.replicas.empty() && config.stages != 0 && static_cast<std::int64_t>(config.replicas.size()) != config.stages)
     reader.fail("replicas", "has " + std::to_string(config.replicas.size()) + " entries but stages = " +
                                 std::to_string(config.stages));
+  if (config.virtual_stages < 1)
+    reader.fail("virtual_stages", "must be at least 1 (model chunks per pipeline rank; 1: plain 1f1b)");
+  if (config.virtual_stages > 1 && config.schedule != "interleaved")
+    reader.fail("virtual_stages", "= " + std::to_string(config.virtual_stages) +
+                                      " needs schedule = \"interleaved\" (Megatron's interleaved 1F1B), not \"" +
+                                      config.schedule + "\"");
+  if (config.virtual_stages > 1 && config.stages == 1)
+    reader.fail("virtual_stages", "needs at least 2 pipeline stages (stages = 1: a rank would send to itself)");
   if (!config.boundaries.empty() && config.stages != 0 &&
-      static_cast<std::int64_t>(config.boundaries.size()) + 1 != config.stages)
-    reader.fail("boundaries", "needs stages - 1 = " + std::to_string(config.stages - 1) + " entries, not " +
-                                  std::to_string(config.boundaries.size()));
+      static_cast<std::int64_t>(config.boundaries.size()) + 1 != config.stages * config.virtual_stages)
+    reader.fail("boundaries", config.virtual_stages > 1
+                                  ? "needs stages x virtual_stages - 1 = " +
+                                        std::to_string(config.stages * config.virtual_stages - 1) +
+                                        " entries (the first layers of model chunks 2..S·v), not " +
+                                        std::to_string(config.boundaries.size())
+                                  : "needs stages - 1 = " + std::to_string(config.stages - 1) + " entries, not " +
+                                        std::to_string(config.boundaries.size()));
   if (config.device_flops <= 0) reader.fail("device_flops", "must be positive");
   if (config.device_efficiency <= 0 || config.device_efficiency > 1) reader.fail("device_efficiency", "must be in (0, 1]");
   if (config.link_latency < 0) reader.fail("link_latency", "must not be negative (seconds)");
@@ -546,6 +560,14 @@ ExperimentConfig load_experiment(const std::string& path, std::span<const std::s
   config.model = read_model_config(document);
   config.train = read_train_config(document);
   config.parallel = read_parallel_config(document);
+  // Megatron-LM's interleaved schedule runs the microbatches in groups of the pipeline depth.
+  if (config.parallel.virtual_stages > 1 && config.parallel.stages > 0 && config.train.microbatches > 0 &&
+      config.train.microbatches % config.parallel.stages != 0)
+    SectionReader(document, "train")
+        .fail("microbatches", "= " + std::to_string(config.train.microbatches) +
+                                  " must be a multiple of [parallel] stages = " + std::to_string(config.parallel.stages) +
+                                  " for the interleaved schedule (virtual_stages = " +
+                                  std::to_string(config.parallel.virtual_stages) + ")");
   config.data = read_data_config(document);
   config.log = read_log_config(document);
   config.profile = read_profile_config(document);

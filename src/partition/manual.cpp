@@ -45,10 +45,19 @@ std::vector<std::pair<std::size_t, std::size_t>> manual_stage_ranges(const std::
 Plan plan_manual(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const std::vector<LayerGroup> groups = layer_groups(graph);
   const std::vector<std::pair<std::size_t, std::size_t>> ranges = manual_stage_ranges(groups, options.boundaries);
-  const int stages = static_cast<int>(ranges.size());
+  // Interleaved: the boundaries cut S·v model chunks; chunk c runs on pipeline stage c mod S.
+  const int v = options.schedule == ScheduleKind::Interleaved ? std::max(1, options.virtual_stages) : 1;
+  const int chunks = static_cast<int>(ranges.size());
+  PARTRAIN_CHECK(chunks % v == 0 && (v == 1 || chunks / v >= 2),
+                 "[parallel] boundaries: " << options.boundaries.size() << " boundaries make " << chunks
+                                           << " model chunks, but virtual_stages = " << v
+                                           << " needs stages x " << v << " chunks on at least 2 stages, i.e. "
+                                           << "stages x virtual_stages - 1 boundaries");
+  const int stages = chunks / v;
   PARTRAIN_CHECK(options.stages <= 0 || options.stages == stages,
                  "[parallel] stages = " << options.stages << " but boundaries name " << options.boundaries.size()
-                                        << " boundaries, i.e. " << stages << " stages");
+                                        << " boundaries, i.e. " << stages << " stages"
+                                        << (v > 1 ? " of " + std::to_string(v) + " model chunks (virtual_stages)" : ""));
   std::vector<int> replicas(stages, 1);
   if (!options.replicas.empty()) {
     PARTRAIN_CHECK(static_cast<int>(options.replicas.size()) == stages,
@@ -69,9 +78,11 @@ Plan plan_manual(const Graph& graph, const CostModel& cost, const PlannerOptions
                    "[parallel] boundaries: " << stages << " stages of 1 replica do not divide the world size "
                                              << options.world_size << "; set replicas");
   }
+  std::vector<int> chunk_replicas;  // every chunk has its pipeline stage's replicas
+  for (int c = 0; c < chunks; ++c) chunk_replicas.push_back(replicas[c % stages]);
   std::vector<std::vector<int>> stage_tasks;
   for (const auto& [first, last] : ranges) stage_tasks.push_back(join_groups(groups, first, last));
-  return plan_from_stages(graph, std::move(stage_tasks), replicas, cost, options, "manual");
+  return plan_from_stages(graph, std::move(stage_tasks), chunk_replicas, cost, options, "manual");
 }
 
 }  // namespace partrain::partition

@@ -27,7 +27,9 @@ std::vector<std::pair<std::size_t, std::size_t>> manual_stage_ranges(const std::
 /// replicas. Microbatches, predictions and the memory check by plan_from_stages. Throws
 /// partrain::Error (messages start with "[parallel]") for bad boundaries, a replicas list whose
 /// length is not S or with a value < 1, Σ replicas not dividing the world size, a stage count
-/// mismatch, or a plan that does not fit the device memory.
+/// mismatch, or a plan that does not fit the device memory. Interleaved schedule with
+/// options.virtual_stages = v: the boundaries cut S·v model chunks (S·v − 1 boundaries), chunk c on
+/// pipeline stage c mod S, replicas per pipeline stage (S values).
 Plan plan_manual(const Graph& graph, const CostModel& cost, const PlannerOptions& options);
 
 }  // namespace partrain::partition

@@ -173,6 +173,14 @@ profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int sta
   policy.recompute = recompute_policy(options, stage_count) != RecomputePolicy::None;
   policy.microbatches_in_flight =
       microbatches_in_flight(options.schedule, stage, stage_count, microbatches, policy.recompute);
+  const int v = options.virtual_stages;
+  if (options.schedule == ScheduleKind::Interleaved && v > 1 && stage_count % v == 0) {
+    // `stage` is a model chunk on pipeline stage p of S: Megatron's interleaved order runs w warm-up
+    // forward steps over the rank's v chunks, so each chunk holds about (w + 1) / v microbatches.
+    const int S = stage_count / v, p = stage % S;
+    const int warmup = microbatches == S ? microbatches * v : std::min(microbatches * v, (S - p - 1) * 2 + (v - 1) * S);
+    policy.microbatches_in_flight = std::max(1, std::min(microbatches, (warmup + 1 + v - 1) / v));
+  }
   return policy;
 }
 
@@ -225,7 +233,12 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
 
 double memory_excess_bytes(const Plan& plan, const CostModel& cost, const PlannerOptions& options) {
   double largest = 0.0;
-  for (const PlanStage& stage : plan.stages) largest = std::max(largest, stage.memory_bytes);
+  // A rank holds every model chunk of its pipeline stage (one chunk per stage without interleaving).
+  for (int s = 0; s < plan.pipeline_stages(); ++s) {
+    double rank_bytes = 0.0;
+    for (int chunk : plan.chunks_of_stage(s)) rank_bytes += plan.stages[chunk].memory_bytes;
+    largest = std::max(largest, rank_bytes);
+  }
   return largest - options.usable_memory_bytes(cost.device());
 }
 
@@ -280,6 +293,15 @@ Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_ta
   base.graph_hash = graph.hash();
   base.global_batch = options.global_batch;
   base.schedule = options.schedule;
+  base.virtual_stages = options.schedule == ScheduleKind::Interleaved ? options.virtual_stages : 1;
+  const int depth = static_cast<int>(stage_tasks.size()) / base.virtual_stages;  // pipeline stages S
+  PARTRAIN_CHECK(static_cast<int>(stage_tasks.size()) % base.virtual_stages == 0 && (depth >= 2 || base.virtual_stages == 1),
+                 planner << ": " << stage_tasks.size() << " model chunks cannot run as [parallel] virtual_stages = "
+                         << base.virtual_stages << " chunks on each of at least 2 pipeline stages");
+  PARTRAIN_CHECK(base.virtual_stages == 1 || options.microbatches <= 0 || options.microbatches % depth == 0,
+                 planner << ": [train] microbatches = " << options.microbatches
+                         << " is not a multiple of the pipeline depth " << depth
+                         << ", which the interleaved schedule needs (as in Megatron-LM)");
   for (std::size_t s = 0; s < stage_tasks.size(); ++s) {
     PlanStage stage;
     stage.tasks = std::move(stage_tasks[s]);
@@ -321,6 +343,11 @@ Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_ta
       last_problem = "the global batch " + std::to_string(options.global_batch) + " does not split into " +
                      std::to_string(base.pipeline_copies) + " pipeline copies x " + std::to_string(microbatches) +
                      " microbatches of at least " + std::to_string(widest) + " samples";
+      continue;
+    }
+    if (base.virtual_stages > 1 && microbatches % depth != 0) {
+      last_problem = std::to_string(microbatches) + " microbatches are not a multiple of the pipeline depth " +
+                     std::to_string(depth) + " (interleaved schedule)";
       continue;
     }
     Plan candidate = base;

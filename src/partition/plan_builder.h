@@ -32,7 +32,9 @@ std::vector<std::vector<int>> attach_constant_tasks(const Graph& graph, std::vec
 std::vector<int> join_groups(const std::vector<LayerGroup>& groups, std::size_t first, std::size_t last);
 
 /// The memory policy of stage `stage` of `stage_count` under the options' schedule, recompute
-/// setting and microbatch count (1F1B keeps up to S − s microbatches in flight, GPipe all M). With
+/// setting and microbatch count (1F1B keeps up to S − s microbatches in flight, GPipe all M;
+/// interleaved with v chunks: `stage` is a model chunk of stage_count = S·v and holds about
+/// (warm-up forward steps + 1) / v microbatches). With
 /// options.zero = 1 the optimizer state is sharded over the stage's `data_parallel` ranks (its
 /// replicas × pipeline copies; ZeRO-1); the default 1 gives the unsharded upper bound.
 profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int stage, int stage_count, int microbatches,
@@ -48,14 +50,17 @@ RecomputePolicy recompute_policy(const PlannerOptions& options, int stage_count)
 /// those costs, using `cost`. Requires stages, replicas, copies, batch and microbatches set.
 void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options);
 
-/// The largest predicted stage memory minus the usable device memory (≤ 0 when the plan fits).
+/// The largest predicted memory of a rank (Σ over its model chunks under interleaving) minus the
+/// usable device memory (≤ 0 when the plan fits).
 double memory_excess_bytes(const Plan& plan, const CostModel& cost, const PlannerOptions& options);
 
 /// Builds a plan from given stages (task lists in pipeline order) and replicas per stage (one
 /// pipeline copy's devices; pipeline_copies = world_size / Σ replicas, must divide). When
 /// options.microbatches is 0, tries M = 1, 2, 4, … up to max_microbatches (and the per-copy batch)
 /// and keeps the fastest plan that fits memory. Validates the result. Throws partrain::Error when
-/// the plan cannot fit, naming the device memory it would need.
+/// the plan cannot fit, naming the device memory it would need. Interleaved schedule with
+/// options.virtual_stages = v: `stage_tasks` are the S·v model chunks and `replicas` one count per
+/// chunk (equal on the chunks of a pipeline stage); only M that are multiples of S are tried.
 Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_tasks, std::vector<int> replicas,
                       const CostModel& cost, const PlannerOptions& options, const std::string& planner);
 

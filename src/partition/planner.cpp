@@ -175,6 +175,14 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   PARTRAIN_CHECK(options.world_size % tensor_parallel == 0,
                  "tensor_parallel " << tensor_parallel << " does not divide the " << options.world_size << " devices");
   PARTRAIN_CHECK(options.zero == 0 || options.zero == 1, "planning needs zero 0 or 1, not " << options.zero);
+  PARTRAIN_CHECK(options.virtual_stages >= 1, "[parallel] virtual_stages must be at least 1, not " << options.virtual_stages);
+  PARTRAIN_CHECK(options.virtual_stages == 1 || options.schedule == ScheduleKind::Interleaved,
+                 "[parallel] virtual_stages = " << options.virtual_stages << " needs schedule = \"interleaved\", not \""
+                                                << schedule_name(options.schedule) << "\"");
+  PARTRAIN_CHECK(options.virtual_stages == 1 || name == "manual" || name == "uniform",
+                 "[parallel] virtual_stages = " << options.virtual_stages << ": the " << name
+                                                << " planner lays out one model chunk per pipeline stage; interleaved "
+                                                   "plans with several chunks per rank come from the manual and uniform planners");
   // Each tensor-parallel group of t ranks is one device of the stage-and-replica layout.
   PlannerOptions groups = options;
   groups.world_size = options.world_size / tensor_parallel;
@@ -312,7 +320,7 @@ ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& co
         Plan plan = make_plan(planned, *cost, candidate_options);
         candidate.feasible = true;
         candidate.samples_per_second = plan.predicted_samples_per_second();
-        candidate.stages = static_cast<int>(plan.stages.size());
+        candidate.stages = plan.pipeline_stages();
         candidate.pipeline_copies = plan.pipeline_copies;
         best_objective = std::min(best_objective, stage_dp_objective(plan));
         if (!best || preferred(candidate, *best)) {

@@ -29,6 +29,10 @@ struct PlannerOptions {
   std::int64_t global_batch = 8;         // samples per optimizer step
   int microbatches = 0;                  // per step and pipeline copy; 0: the planner chooses
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
+  /// Interleaved schedule: model chunks per pipeline rank v (Narayanan et al. SC'21 §2.2). The
+  /// manual and uniform planners lay out S·v chunks (`stages` and `replicas` count pipeline stages,
+  /// `boundaries` chunks); the other planners need 1.
+  int virtual_stages = 1;
   std::string recompute = "auto";        // auto (boundaries when S > 1), none, boundaries, stage_aware
   double memory_margin = 0.1;            // usable memory = device memory × (1 − margin)
   std::string optimizer = "adamw";       // recorded in the plan; its state copies count in memory

@@ -69,16 +69,22 @@ std::vector<std::pair<std::size_t, std::size_t>> uniform_stage_ranges(const std:
 Plan plan_uniform(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const std::vector<LayerGroup> groups = layer_groups(graph);
   PARTRAIN_CHECK(options.world_size >= 1, "uniform: world size " << options.world_size);
+  const int v = options.schedule == ScheduleKind::Interleaved ? std::max(1, options.virtual_stages) : 1;
   int stages = options.stages;
   if (stages <= 0) {
     int repeated = 0;
     for (const LayerGroup& group : groups) repeated += is_repeated_layer(group.name) ? 1 : 0;
     if (repeated == 0) repeated = static_cast<int>(groups.size());
-    stages = std::min(options.world_size, repeated);
+    stages = std::max(1, std::min(options.world_size, repeated / v));
     while (stages > 1 && options.world_size % stages != 0) --stages;
   }
-  const std::vector<std::pair<std::size_t, std::size_t>> ranges = uniform_stage_ranges(groups, stages);
-  const std::vector<int> replicas = equal_replicas(options.world_size, stages);
+  // Interleaved: S·v model chunks of near-equal layer counts, chunk c on pipeline stage c mod S.
+  PARTRAIN_CHECK(v == 1 || stages >= 2, "uniform: the interleaved schedule with virtual_stages = " << v
+                                                                                                   << " needs at least 2 pipeline stages, not " << stages);
+  const std::vector<std::pair<std::size_t, std::size_t>> ranges = uniform_stage_ranges(groups, stages * v);
+  const std::vector<int> stage_replicas = equal_replicas(options.world_size, stages);
+  std::vector<int> replicas;
+  for (int c = 0; c < stages * v; ++c) replicas.push_back(stage_replicas[c % stages]);
   std::vector<std::vector<int>> stage_tasks;
   for (const auto& [first, last] : ranges) stage_tasks.push_back(join_groups(groups, first, last));
   return plan_from_stages(graph, std::move(stage_tasks), replicas, cost, options, "uniform");

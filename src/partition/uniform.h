@@ -48,7 +48,9 @@ std::vector<std::pair<std::size_t, std::size_t>> uniform_stage_ranges(const std:
 /// 2-layer model on 4 devices gets 2 stages of 2 replicas. Replicas per stage equal_replicas;
 /// microbatches, predictions and the memory check by plan_from_stages. Throws partrain::Error for
 /// more stages than repeated layers, a stage count that does not divide the world size, or a plan
-/// that does not fit the device memory.
+/// that does not fit the device memory. Interleaved schedule with options.virtual_stages = v: S·v
+/// model chunks from uniform_stage_ranges (each needs a repeated layer; S auto ≤ layers / v), chunk
+/// c on pipeline stage c mod S.
 Plan plan_uniform(const Graph& graph, const CostModel& cost, const PlannerOptions& options);
 
 }  // namespace partrain::partition

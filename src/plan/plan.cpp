@@ -40,6 +40,7 @@ const char* schedule_name(ScheduleKind kind) {
     case ScheduleKind::GPipe: return "gpipe";
     case ScheduleKind::OneForwardOneBackward: return "1f1b";
     case ScheduleKind::ShiftedCriticalPath: return "scp";
+    case ScheduleKind::Interleaved: return "interleaved";
   }
   return "?";
 }
@@ -48,7 +49,8 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "gpipe") return ScheduleKind::GPipe;
   if (name == "1f1b") return ScheduleKind::OneForwardOneBackward;
   if (name == "scp") return ScheduleKind::ShiftedCriticalPath;
-  PARTRAIN_FAIL("unknown schedule '" << name << "' (expected gpipe, 1f1b or scp)");
+  if (name == "interleaved") return ScheduleKind::Interleaved;
+  PARTRAIN_FAIL("unknown schedule '" << name << "' (expected gpipe, 1f1b, scp or interleaved)");
 }
 
 const char* recompute_name(RecomputePolicy policy) {
@@ -71,8 +73,21 @@ RecomputePolicy parse_recompute(const std::string& name) {
 
 int Plan::devices_per_copy() const {
   int devices = 0;
-  for (const PlanStage& stage : stages) devices += stage.replicas;
+  const int depth = pipeline_stages();
+  for (int s = 0; s < depth; ++s) devices += stages[s].replicas;  // chunk s is pipeline stage s's first
   return devices * tensor_parallel;
+}
+
+int Plan::pipeline_stages() const {
+  const int chunks = static_cast<int>(stages.size());
+  return virtual_stages > 1 ? chunks / virtual_stages : chunks;
+}
+
+std::vector<int> Plan::chunks_of_stage(int stage) const {
+  std::vector<int> chunks;
+  const int depth = pipeline_stages();
+  for (int c = stage; depth > 0 && c < static_cast<int>(stages.size()); c += depth) chunks.push_back(c);
+  return chunks;
 }
 
 std::int64_t Plan::microbatch_size() const {
@@ -86,7 +101,7 @@ double Plan::predicted_samples_per_second() const {
 
 int Plan::rank_of(const Placement& placement) const {
   PARTRAIN_CHECK(placement.copy >= 0 && placement.copy < pipeline_copies && placement.stage >= 0 &&
-                     placement.stage < static_cast<int>(stages.size()) && placement.replica >= 0 &&
+                     placement.stage < pipeline_stages() && placement.replica >= 0 &&
                      placement.replica < stages[placement.stage].replicas,
                  "plan: no rank for copy " << placement.copy << ", stage " << placement.stage << ", replica "
                                            << placement.replica);
@@ -134,6 +149,30 @@ int Plan::bottleneck_stage() const {
 
 // ---------------- validation ----------------
 
+void Plan::validate_interleaving() const {
+  PARTRAIN_CHECK(virtual_stages >= 1, "plan (" << planner << "): virtual_stages must be at least 1, got " << virtual_stages);
+  PARTRAIN_CHECK(virtual_stages == 1 || schedule == ScheduleKind::Interleaved,
+                 "plan (" << planner << "): virtual_stages = " << virtual_stages
+                          << " needs the interleaved schedule, not " << schedule_name(schedule));
+  if (schedule != ScheduleKind::Interleaved) return;
+  const int chunks = static_cast<int>(stages.size());
+  PARTRAIN_CHECK(chunks % virtual_stages == 0,
+                 "plan (" << planner << "): " << chunks << " model chunks do not divide into " << virtual_stages
+                          << " virtual stages per pipeline rank");
+  const int depth = pipeline_stages();
+  PARTRAIN_CHECK(depth >= 2 || virtual_stages == 1,
+                 "plan (" << planner << "): the interleaved schedule with virtual_stages = " << virtual_stages
+                          << " needs at least 2 pipeline stages (a rank does not send to itself), got " << depth);
+  for (int c = depth; c < chunks; ++c)
+    PARTRAIN_CHECK(stages[c].replicas == stages[c % depth].replicas,
+                   "plan (" << planner << "): model chunk " << c << " has " << stages[c].replicas
+                            << " replicas but runs on pipeline stage " << c % depth << " with chunk " << c % depth
+                            << "'s " << stages[c % depth].replicas);
+  PARTRAIN_CHECK(microbatches % depth == 0,
+                 "plan (" << planner << "): the interleaved schedule needs the microbatches (" << microbatches
+                          << ") to be a multiple of the pipeline depth (" << depth << "), as in Megatron-LM");
+}
+
 std::vector<UnbatchedCrossing> unbatched_crossings(const Graph& graph, const std::vector<PlanStage>& stages) {
   std::vector<int> stage_of(graph.tasks().size(), -1);
   for (int s = 0; s < static_cast<int>(stages.size()); ++s)
@@ -154,6 +193,7 @@ std::vector<UnbatchedCrossing> unbatched_crossings(const Graph& graph, const std
 
 void Plan::validate(const Graph& graph) const {
   PARTRAIN_CHECK(!stages.empty(), "plan (" << planner << "): it has no stages");
+  validate_interleaving();
   PARTRAIN_CHECK(graph_hash == 0 || graph_hash == graph.hash(),
                  "plan (" << planner << "): it was made for another model (graph hash differs)");
   const int task_count = static_cast<int>(graph.tasks().size());
@@ -283,6 +323,7 @@ nlohmann::json Plan::to_json() const {
           {"global_batch", global_batch},
           {"microbatches", microbatches},
           {"schedule", schedule_name(schedule)},
+          {"virtual_stages", virtual_stages},
           {"precision", precision_name(precision)},
           {"optimizer", optimizer},
           {"optimizer_state_copies", optimizer_state_copies},
@@ -313,6 +354,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
     plan.global_batch = document.at("global_batch").get<std::int64_t>();
     plan.microbatches = document.at("microbatches").get<int>();
     plan.schedule = parse_schedule(document.at("schedule").get<std::string>());
+    plan.virtual_stages = document.value("virtual_stages", 1);  // plans made before interleaving: 1
     plan.precision = parse_precision(document.at("precision").get<std::string>());
     plan.optimizer = document.at("optimizer").get<std::string>();
     plan.optimizer_state_copies = document.at("optimizer_state_copies").get<int>();
@@ -397,8 +439,11 @@ std::string format_plan_table(const Plan& plan) {
   std::ostringstream out;
   const int bottleneck = plan.bottleneck_stage();
   char line[512];
-  out << "plan: " << plan.planner << ", " << plan.stages.size() << " stages x " << plan.pipeline_copies
+  out << "plan: " << plan.planner << ", " << plan.pipeline_stages() << " stages x " << plan.pipeline_copies
       << " pipeline copies";
+  if (plan.virtual_stages > 1)
+    out << " (interleaved: " << plan.virtual_stages << " model chunks per stage, rows are chunks on stage chunk mod "
+        << plan.pipeline_stages() << ")";
   if (plan.tensor_parallel > 1)
     out << " x tensor parallel " << plan.tensor_parallel << (plan.sub_pipelined_tmp ? " (sub-pipelined)" : "");
   if (plan.zero > 0) out << ", ZeRO-" << plan.zero;

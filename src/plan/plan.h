@@ -15,8 +15,9 @@
 
 namespace partrain {
 
-/// Pipeline schedules: GPipe (fill-drain), 1F1B (PipeDream-flush), Merak's shifted critical path.
-enum class ScheduleKind { GPipe, OneForwardOneBackward, ShiftedCriticalPath };
+/// Pipeline schedules: GPipe (fill-drain), 1F1B (PipeDream-flush), Merak's shifted critical path,
+/// Megatron's interleaved 1F1B (Narayanan et al. SC'21 §2.2: v model chunks per rank).
+enum class ScheduleKind { GPipe, OneForwardOneBackward, ShiftedCriticalPath, Interleaved };
 /// Activation recomputation of a stage: none, all stage boundaries (RaNNC's default when S > 1:
 /// only the stage's inputs are kept per microbatch), or Merak's stage-aware policy.
 enum class RecomputePolicy { None, StageBoundaries, StageAware };
@@ -30,11 +31,13 @@ Precision parse_precision(const std::string& name);      // throws partrain::Err
 /// fp32 state tensors per parameter `optimizer` keeps: "adamw" 2 (exp_avg, exp_avg_sq), "sgd" 1
 /// (momentum buffer). Throws partrain::Error for another name.
 int state_copies_of_optimizer(const std::string& optimizer);
-const char* schedule_name(ScheduleKind kind);            // "gpipe", "1f1b", "scp"
+const char* schedule_name(ScheduleKind kind);            // "gpipe", "1f1b", "scp", "interleaved"
 ScheduleKind parse_schedule(const std::string& name);    // throws partrain::Error on an unknown name
 const char* recompute_name(RecomputePolicy policy);      // "none", "boundaries", "stage_aware"
 RecomputePolicy parse_recompute(const std::string& name);
 
+/// One entry of Plan::stages: a pipeline stage, or under the interleaved schedule one model chunk
+/// (a "virtual stage").
 struct PlanStage {
   std::vector<int> tasks;       // forward task ids, ascending (a constant task may be cloned into
                                 // every stage that consumes it)
@@ -51,7 +54,7 @@ struct PlanStage {
 /// Where a rank sits in the plan.
 struct Placement {
   int copy = 0;     // pipeline copy (R copies run data parallel)
-  int stage = 0;
+  int stage = 0;    // pipeline stage (rank position in the pipeline), [0, Plan::pipeline_stages())
   int replica = 0;  // among the stage's replicas in this copy
   int tensor_rank = 0;  // position in the replica's tensor-parallel group, [0, tensor_parallel)
 };
@@ -75,6 +78,11 @@ struct Plan {
   std::int64_t global_batch = 1;       // samples per optimizer step
   int microbatches = 1;                // per step and pipeline copy
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
+  /// Model chunks per pipeline rank (Megatron's virtual pipeline size v; Narayanan et al. SC'21 §2.2).
+  /// With v > 1 (schedule interleaved) `stages` lists the S·v model chunks in model order and chunk c
+  /// runs on pipeline stage c mod S (S = pipeline_stages()): rank s holds chunks s, s + S, ..., the
+  /// chunks of one pipeline stage have equal replica counts.
+  int virtual_stages = 1;
   double device_memory_bytes = 0;      // memory per device it was planned for
   // What the plan's memory was predicted for; the executor runs exactly this.
   Precision precision = Precision::Fp32;
@@ -85,8 +93,14 @@ struct Plan {
   double predicted_bubble_fraction = 0;  // idle share of the pipeline phase in that simulation
   std::string cost_model;              // description of the cost model used
 
-  /// Σ replicas over the stages × tensor_parallel (devices of one pipeline copy).
+  /// Σ replicas over the pipeline stages × tensor_parallel (devices of one pipeline copy).
   int devices_per_copy() const;
+  /// Pipeline depth S: stages.size() / virtual_stages (the ranks of one pipeline copy's replica path).
+  int pipeline_stages() const;
+  /// The pipeline stage running model chunk (stages entry) `chunk`: chunk mod S.
+  int stage_of_chunk(int chunk) const { return chunk % pipeline_stages(); }
+  /// The model chunks pipeline stage `stage` holds, ascending: stage, stage + S, ... (v of them).
+  std::vector<int> chunks_of_stage(int stage) const;
   /// Samples of one microbatch of one pipeline copy: global_batch / (pipeline_copies · microbatches).
   std::int64_t microbatch_size() const;
   /// Samples per second predicted from predicted_step_seconds (0 when not predicted).
@@ -94,9 +108,11 @@ struct Plan {
   /// Rank map: copy-major, then stage, then replica, then tensor rank — a tensor-parallel group is t
   /// consecutive ranks (inside a node: Megatron's layout), the replicas of a stage follow each other.
   int rank_of(const Placement& placement) const;
+  /// (placement.stage is a pipeline stage, not a model chunk.)
   /// Inverse of rank_of; throws partrain::Error for a rank outside [0, world_size).
   Placement placement_of(int rank) const;
-  /// Samples [begin, end) of a microbatch that replica `replica` of `stage` handles: the microbatch
+  /// Samples [begin, end) of a microbatch that replica `replica` of `stage` (a stages entry: a pipeline
+  /// stage or a model chunk) handles: the microbatch
   /// is split into `replicas` near-equal consecutive ranges, the first (size % replicas) one larger.
   std::pair<std::int64_t, std::int64_t> replica_samples(int stage, int replica) const;
   /// Index of the stage with the largest predicted forward + backward time.
@@ -107,8 +123,14 @@ struct Plan {
   /// convex, stages out of pipeline order (an edge from a later stage to an earlier one), replica
   /// counts not positive, world_size ≠ copies × devices, a batch that does not divide into
   /// copies × microbatches, a microbatch smaller than a stage's replica count, a graph hash mismatch,
-  /// an unbatched activation (a loss piece) crossing between stages of different replica counts.
+  /// an unbatched activation (a loss piece) crossing between stages of different replica counts;
+  /// interleaved: virtual_stages < 1, v > 1 with another schedule, a stage count not a multiple of v,
+  /// fewer than 2 pipeline stages, chunks of one pipeline stage with different replica counts,
+  /// microbatches not a multiple of the pipeline depth (Megatron's requirement).
   void validate(const Graph& graph) const;
+  /// The interleaving part of validate() (no graph needed): virtual_stages against the schedule,
+  /// the stage count, pipeline depth, replica counts of co-located chunks and microbatches.
+  void validate_interleaving() const;
 
   nlohmann::json to_json() const;
   /// Parses to_json()'s form (format version 2); `source_name` names the file in errors. A version 1

@@ -9,7 +9,7 @@
 // Communication semantics the lists are written for: sends are non-blocking (buffered: posting one
 // never waits for the receiver), receives block until the matching send was posted, and AllReduce is
 // a collective that completes once every member of its group has reached it. Messages match by
-// (sender, receiver, kind, microbatch); the sample range must agree.
+// (sender, receiver, kind, microbatch, receiving model chunk); the sample range must agree.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -41,6 +41,9 @@ struct Action {
   ActionKind kind = ActionKind::Step;
   int microbatch = -1;           // -1 for AllReduce and Step
   int peer = -1;                 // the other rank of a send or receive; -1 otherwise
+  /// Interleaved schedule: which of the rank's model chunks (virtual stages) the action belongs to,
+  /// [0, Plan::virtual_stages); model chunk chunk · S + the rank's stage. 0 for the other schedules.
+  int chunk = 0;
   std::int64_t sample_begin = 0; // send/receive: the samples that move; compute: the rank's samples
   std::int64_t sample_end = 0;
   /// Forward only: true when the forward keeps just its boundary inputs (the stage's inputs) and a
@@ -65,6 +68,7 @@ struct Action {
   bool is_receive() const;  // ReceiveActivation or ReceiveGradient
 
   /// Readable form, e.g. "ReceiveActivation(mb 3, from 2, samples [0,4))", "Forward(mb 3, recomputed)",
+  /// "Forward(mb 3, chunk 1, samples [0,4))" (the chunk shown when not 0),
   /// "AllReduce(ranks 1,5)", "Step".
   std::string to_string() const;
   bool operator==(const Action& other) const = default;
@@ -86,6 +90,12 @@ using Schedule = std::vector<std::vector<Action>>;
 ///    before it too, so that its extra input is there), which moves the critical path to stage
 ///    S − 2: with uniform stages, forward T, recomputation T, backward 2T, a step takes
 ///    (4M + 3(S − 2))T instead of 1F1B's 4(M + S − 1)T.
+///  * interleaved (Megatron-LM's interleaved 1F1B, Narayanan et al. SC'21 §2.2): each rank runs v
+///    model chunks; the M·v (microbatch, chunk) forward steps go in groups of S microbatches through
+///    chunk 0, then chunk 1, ... (backwards through the chunks in reverse); stage s runs
+///    min((S-s-1)·2 + (v-1)·S, M·v) warm-up forward steps (all of them when M = S), then alternates
+///    one forward and one backward step, then the remaining backward steps. The last chunk of stage
+///    S-1 sends to the next chunk on stage 0. With v = 1 it is 1f1b. Needs M a multiple of S.
 /// Every stage whose policy is StageBoundaries or StageAware gets Recompute(mb) right before
 /// Backward(mb) (scp: before its gradient receives) and Forward(mb).recomputed set; which layers a
 /// StageAware stage really recomputes is the executor's business. Receives are placed right before

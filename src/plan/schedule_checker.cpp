@@ -19,9 +19,15 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
   const Placement place = plan.placement_of(rank);
   const int s = place.stage;
   const int M = plan.microbatches;
+  const int v = plan.schedule == ScheduleKind::Interleaved ? plan.virtual_stages : 1;
   const auto [begin, end] = plan.replica_samples(s, place.replica);
-  const std::vector<Link> previous = links_to(plan, place, s - 1, begin, end);
-  const std::vector<Link> next = links_to(plan, place, s + 1, begin, end);
+  // Per local model chunk k (model chunk k·S + s; the stage itself without interleaving).
+  std::vector<std::vector<Link>> previous_of(v), next_of(v);
+  for (int k = 0; k < v; ++k) {
+    const int chunk = global_chunk(plan, rank, k);
+    previous_of[k] = links_to(plan, place, chunk - 1, begin, end);
+    next_of[k] = links_to(plan, place, chunk + 1, begin, end);
+  }
   const std::vector<int> group = stage_group(plan, s, place.tensor_rank);
 
   struct State {
@@ -29,7 +35,7 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
     bool recomputed = false;
     std::vector<int> sent_activation, received_activation, sent_gradient, received_gradient;  // peers
   };
-  std::vector<State> states(M);
+  std::vector<State> states(static_cast<std::size_t>(M) * v);  // [chunk · M + microbatch]
   int steps = 0, all_reduces = 0;
 
   auto expect_link = [&](std::size_t index, const std::vector<Link>& links, std::vector<int>& seen) {
@@ -57,15 +63,20 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
       PARTRAIN_CHECK(action.group == group, "schedule: " << at(plan, schedule, rank, index)
                                                          << ": the stage's data-parallel group has "
                                                          << group.size() << " ranks from " << group.front());
-      for (int mb = 0; mb < M; ++mb)
+      for (int mb = 0; mb < M * v; ++mb)
         PARTRAIN_CHECK(states[mb].backwards == 1, "schedule: " << at(plan, schedule, rank, index)
-                                                               << " comes before Backward(mb " << mb << ")");
+                                                               << " comes before Backward(mb " << mb % M
+                                                               << (v > 1 ? ", chunk " + std::to_string(mb / M) : "") << ")");
       ++all_reduces;
       continue;
     }
     PARTRAIN_CHECK(action.microbatch >= 0 && action.microbatch < M,
                    "schedule: " << at(plan, schedule, rank, index) << ": microbatch outside [0, " << M << ")");
-    State& state = states[action.microbatch];
+    PARTRAIN_CHECK(action.chunk >= 0 && action.chunk < v,
+                   "schedule: " << at(plan, schedule, rank, index) << ": chunk outside [0, " << v << ")");
+    State& state = states[static_cast<std::size_t>(action.chunk) * M + action.microbatch];
+    const std::vector<Link>& previous = previous_of[action.chunk];
+    const std::vector<Link>& next = next_of[action.chunk];
     if (action.is_compute())
       PARTRAIN_CHECK(action.sample_begin == begin && action.sample_end == end,
                      "schedule: " << at(plan, schedule, rank, index) << ": the rank's samples are [" << begin << ","
@@ -121,8 +132,11 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
   PARTRAIN_CHECK(group.size() == 1 || all_reduces == 1,
                  "schedule: " << where(plan, rank) << " never all-reduces its gradients over its "
                               << group.size() << "-rank data-parallel group");
-  for (int mb = 0; mb < M; ++mb) {
-    const State& state = states[mb];
+  for (int index = 0; index < M * v; ++index) {
+    const int mb = index % M;
+    const State& state = states[index];
+    const std::vector<Link>& previous = previous_of[index / M];
+    const std::vector<Link>& next = next_of[index / M];
     PARTRAIN_CHECK(state.forwards == 1 && state.backwards == 1,
                    "schedule: " << where(plan, rank) << " runs microbatch " << mb << " forward " << state.forwards
                                 << " and backward " << state.backwards << " times (expected once each)");

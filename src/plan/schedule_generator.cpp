@@ -1,4 +1,5 @@
-// The schedule IR's actions and the generators of gpipe, 1f1b and scp action lists (plan/schedule.h).
+// The schedule IR's actions and the generators of gpipe, 1f1b, scp and interleaved action lists
+// (plan/schedule.h).
 #include <algorithm>
 #include <sstream>
 
@@ -84,6 +85,7 @@ std::string Action::to_string() const {
     return out.str();
   }
   out << "(mb " << microbatch;
+  if (chunk != 0) out << ", chunk " << chunk;
   if (is_send()) out << ", to " << peer;
   if (is_receive()) out << ", from " << peer;
   out << ", samples [" << sample_begin << "," << sample_end << ")";
@@ -148,12 +150,76 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
   return list;
 }
 
+// Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_interleaving, Narayanan et al.
+// SC'21 §2.2): step i of the M·v forward (or backward) steps runs microbatch
+// (i / (S·v))·S + i mod S on local chunk (i mod S·v) / S (backward: v-1 minus that), so S microbatches
+// pass through one chunk before the next chunk starts and the bubble shrinks by v.
+std::vector<Action> generate_interleaved_rank(const Plan& plan, int rank) {
+  const Placement place = plan.placement_of(rank);
+  const int S = plan.pipeline_stages(), v = plan.virtual_stages, M = plan.microbatches;
+  const int s = place.stage;
+  const std::pair<std::int64_t, std::int64_t> samples = plan.replica_samples(s, place.replica);
+  const std::int64_t begin = samples.first, end = samples.second;
+  std::vector<std::vector<Link>> previous(v), next(v);
+  std::vector<bool> recompute(v);
+  for (int k = 0; k < v; ++k) {
+    const int chunk = k * S + s;
+    previous[k] = links_to(plan, place, chunk - 1, begin, end);  // chunk k·S on stage 0 ← stage S-1's chunk
+    next[k] = links_to(plan, place, chunk + 1, begin, end);
+    recompute[k] = plan.stages[chunk].recompute != RecomputePolicy::None;
+  }
+
+  std::vector<Action> list;
+  auto push = [&](Action action, int k) {
+    action.chunk = k;
+    list.push_back(std::move(action));
+  };
+  auto emit_forward = [&](int k, int mb) {
+    for (const Link& link : previous[k])
+      push(Action::transfer(ActionKind::ReceiveActivation, mb, link.rank, link.begin, link.end), k);
+    push(Action::forward(mb, begin, end, recompute[k]), k);
+    for (const Link& link : next[k])
+      push(Action::transfer(ActionKind::SendActivation, mb, link.rank, link.begin, link.end), k);
+  };
+  auto emit_backward = [&](int k, int mb) {
+    for (const Link& link : next[k])
+      push(Action::transfer(ActionKind::ReceiveGradient, mb, link.rank, link.begin, link.end), k);
+    if (recompute[k]) push(Action::recompute(mb, begin, end), k);
+    push(Action::backward(mb, begin, end), k);
+    for (const Link& link : previous[k])
+      push(Action::transfer(ActionKind::SendGradient, mb, link.rank, link.begin, link.end), k);
+  };
+  auto chunk_of = [&](int i, bool forward) {
+    const int k = i % (S * v) / S;
+    return forward ? k : v - 1 - k;
+  };
+  auto microbatch_of = [&](int i) { return i / (S * v) * S + i % S; };
+
+  const int total = M * v;
+  const int warmup = M == S ? total : std::min(total, (S - s - 1) * 2 + (v - 1) * S);
+  for (int i = 0; i < warmup; ++i) emit_forward(chunk_of(i, true), microbatch_of(i));
+  for (int i = 0; i < total - warmup; ++i) {
+    emit_forward(chunk_of(warmup + i, true), microbatch_of(warmup + i));
+    emit_backward(chunk_of(i, false), microbatch_of(i));
+  }
+  for (int i = total - warmup; i < total; ++i) emit_backward(chunk_of(i, false), microbatch_of(i));
+
+  // One reduction of all the rank's chunks' gradients: every chunk of the stage has the same
+  // data-parallel group (equal replica counts).
+  std::vector<int> group = stage_group(plan, s, place.tensor_rank);
+  if (group.size() > 1) list.push_back(Action::all_reduce(std::move(group)));
+  list.push_back(Action::step());
+  return list;
+}
+
 }  // namespace
 
 Schedule generate_schedule(const Plan& plan) {
   check_plan_shape(plan);
   Schedule schedule(plan.world_size);
-  for (int rank = 0; rank < plan.world_size; ++rank) schedule[rank] = generate_rank(plan, rank);
+  const bool interleaved = plan.schedule == ScheduleKind::Interleaved && plan.virtual_stages > 1;
+  for (int rank = 0; rank < plan.world_size; ++rank)
+    schedule[rank] = interleaved ? generate_interleaved_rank(plan, rank) : generate_rank(plan, rank);
   return schedule;
 }
 

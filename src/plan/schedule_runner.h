@@ -13,6 +13,7 @@
 #include "plan/plan.h"
 #include "plan/schedule.h"
 #include "plan/schedule_simulator.h"
+#include "plan/schedule_topology.h"
 
 namespace partrain {
 
@@ -33,8 +34,8 @@ struct Runner {
     double arrival;
     std::size_t send_index;
   };
-  // (from, to, gradient?, microbatch) → FIFO of posted sends.
-  std::map<std::tuple<int, int, bool, int>, std::deque<Message>> mailbox;
+  // (from, to, gradient?, microbatch, receiving model chunk) → FIFO of posted sends.
+  std::map<std::tuple<int, int, bool, int, int>, std::deque<Message>> mailbox;
   std::vector<std::size_t> pc;
   std::vector<double> clock;
   std::vector<std::vector<ActionTiming>> timing;
@@ -52,12 +53,17 @@ struct Runner {
   double compute_cost(int rank, std::size_t index, const Action& action) const {
     if (!costs) return 0;
     if (costs->action_seconds) return costs->action_seconds(rank, index);
-    const int s = stage_of(rank);
+    const int s = global_chunk(plan, rank, action.chunk);  // the stage itself without interleaving
     switch (action.kind) {
       case ActionKind::Forward: return costs->forward_seconds[s];
       case ActionKind::Backward: return costs->backward_seconds[s];
       case ActionKind::Recompute: return costs->recompute_seconds[s];
-      case ActionKind::Step: return costs->stage_step_seconds.empty() ? costs->step_seconds : costs->stage_step_seconds.at(s);
+      case ActionKind::Step: {
+        if (costs->stage_step_seconds.empty()) return costs->step_seconds;
+        double seconds = 0;  // the optimizer steps every model chunk the rank holds
+        for (int chunk : plan.chunks_of_stage(stage_of(rank))) seconds += costs->stage_step_seconds.at(chunk);
+        return seconds;
+      }
       default: return 0;
     }
   }
@@ -73,7 +79,7 @@ struct Runner {
       if (action.kind == ActionKind::AllReduce) break;
       if (action.is_receive()) {
         const bool gradient = action.kind == ActionKind::ReceiveGradient;
-        auto it = mailbox.find({action.peer, rank, gradient, action.microbatch});
+        auto it = mailbox.find({action.peer, rank, gradient, action.microbatch, receiver_chunk(plan, rank, action)});
         if (it == mailbox.end() || it->second.empty()) break;
         const Message message = it->second.front();
         it->second.pop_front();
@@ -91,7 +97,7 @@ struct Runner {
         if (costs && costs->transfer_seconds)
           transfer = costs->transfer_seconds(action.kind, rank, action.peer, action.sample_end - action.sample_begin);
         PARTRAIN_CHECK(transfer >= 0, "simulate_schedule: negative transfer time for " << at(plan, schedule, rank, index));
-        mailbox[{rank, action.peer, gradient, action.microbatch}].push_back(
+        mailbox[{rank, action.peer, gradient, action.microbatch, receiver_chunk(plan, rank, action)}].push_back(
             {action.sample_begin, action.sample_end, now + transfer, index});
         timing[rank][index] = {now, now};
       } else {
@@ -129,7 +135,8 @@ struct Runner {
       double start = 0;
       for (int member : action.group) start = std::max(start, clock[member]);
       double cost = 0;
-      if (costs && costs->all_reduce_seconds) cost = costs->all_reduce_seconds(stage_of(rank));
+      if (costs && costs->all_reduce_seconds)  // one reduction of every model chunk the stage holds
+        for (int chunk : plan.chunks_of_stage(stage_of(rank))) cost += costs->all_reduce_seconds(chunk);
       PARTRAIN_CHECK(cost >= 0, "simulate_schedule: negative all-reduce time for stage " << stage_of(rank));
       const std::vector<int> group = action.group;  // `action` refers into the list; copy before moving on
       for (int member : group) {

@@ -12,16 +12,18 @@ namespace partrain {
 
 /// Costs the timeline simulator charges (seconds).
 struct TimelineCosts {
-  /// Per stage: one microbatch's forward / backward (without recomputation) / recomputation on one
-  /// replica.
+  /// Per Plan::stages entry (a stage, or a model chunk under the interleaved schedule): one
+  /// microbatch's forward / backward (without recomputation) / recomputation on one replica.
   std::vector<double> forward_seconds;
   std::vector<double> backward_seconds;
   std::vector<double> recompute_seconds;
   /// Seconds from posting a send of `samples` samples to its arrival at `to_rank`; empty: 0.
   std::function<double(ActionKind kind, int from_rank, int to_rank, std::int64_t samples)> transfer_seconds;
-  /// Seconds of a stage's gradient all-reduce once all members arrived; empty: 0.
+  /// Seconds of a stage's (Plan::stages entry's) gradient all-reduce once all members arrived; a rank
+  /// holding several model chunks is charged the sum over them; empty: 0.
   std::function<double(int stage)> all_reduce_seconds;
-  /// Seconds of the optimizer step; per stage when `stage_step_seconds` is not empty.
+  /// Seconds of the optimizer step; per Plan::stages entry when `stage_step_seconds` is not empty (a
+  /// rank's Step costs the sum over its model chunks).
   double step_seconds = 0;
   std::vector<double> stage_step_seconds;
   /// Optional: seconds of compute or Step action `index` of `rank`'s list, replacing the per-stage

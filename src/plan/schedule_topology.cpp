@@ -3,11 +3,13 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "plan/schedule.h"
 
 namespace partrain {
 
 void check_plan_shape(const Plan& plan) {
   PARTRAIN_CHECK(!plan.stages.empty(), "schedule: the plan has no stages");
+  plan.validate_interleaving();
   for (std::size_t s = 0; s < plan.stages.size(); ++s)
     PARTRAIN_CHECK(plan.stages[s].replicas > 0,
                    "schedule: stage " << s << " has " << plan.stages[s].replicas << " replicas");
@@ -29,7 +31,7 @@ std::vector<Link> links_to(const Plan& plan, const Placement& from, int other_st
   for (int q = 0; q < plan.stages[other_stage].replicas; ++q) {
     auto [b, e] = plan.replica_samples(other_stage, q);
     const std::int64_t lo = std::max(b, begin), hi = std::min(e, end);
-    if (lo < hi) links.push_back({plan.rank_of({from.copy, other_stage, q, from.tensor_rank}), lo, hi});
+    if (lo < hi) links.push_back({plan.rank_of({from.copy, plan.stage_of_chunk(other_stage), q, from.tensor_rank}), lo, hi});
   }
   return links;
 }
@@ -39,6 +41,16 @@ std::vector<int> stage_group(const Plan& plan, int stage, int tensor_rank) {
   for (int c = 0; c < plan.pipeline_copies; ++c)
     for (int r = 0; r < plan.stages[stage].replicas; ++r) group.push_back(plan.rank_of({c, stage, r, tensor_rank}));
   return group;
+}
+
+int global_chunk(const Plan& plan, int rank, int local_chunk) {
+  return local_chunk * plan.pipeline_stages() + plan.placement_of(rank).stage;
+}
+
+int receiver_chunk(const Plan& plan, int rank, const Action& action) {
+  const int own = global_chunk(plan, rank, action.chunk);
+  if (action.is_receive()) return own;
+  return action.kind == ActionKind::SendGradient ? own - 1 : own + 1;
 }
 
 std::vector<int> tensor_group(const Plan& plan, const Placement& placement) {

@@ -18,12 +18,23 @@ struct Link {
   std::int64_t begin, end;
 };
 
-/// The replicas of `other_stage` (in the copy of `from`, at its tensor rank: tensor rank r of one
+/// The replicas of `other_stage` (a stages entry: a pipeline stage, or a model chunk under the
+/// interleaved schedule; in the copy of `from`, at its tensor rank: tensor rank r of one
 /// stage talks to tensor rank r of the next) whose samples intersect [begin, end), with the
 /// intersections, in replica order (none when other_stage is outside the plan).
 std::vector<Link> links_to(const Plan& plan, const Placement& from, int other_stage, std::int64_t begin, std::int64_t end);
 
-/// The stage's data-parallel group of tensor rank `tensor_rank`: its replicas in every pipeline
+/// The model chunk (Plan::stages index) that local chunk `local_chunk` of `rank` is:
+/// local_chunk · S + the rank's pipeline stage (Megatron's model chunk id). 1F1B and the others: the stage.
+int global_chunk(const Plan& plan, int rank, int local_chunk);
+
+struct Action;
+/// The model chunk that receives the message of send or receive `action` of `rank`: the rank's own
+/// chunk for a receive, the next chunk for SendActivation, the previous one for SendGradient. Sends
+/// and receives match on it (with sender, receiver, direction and microbatch).
+int receiver_chunk(const Plan& plan, int rank, const Action& action);
+
+/// The pipeline stage's data-parallel group of tensor rank `tensor_rank`: its replicas in every pipeline
 /// copy, ascending.
 std::vector<int> stage_group(const Plan& plan, int stage, int tensor_rank = 0);
 

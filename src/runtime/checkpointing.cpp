@@ -13,8 +13,9 @@ namespace {
 std::map<int, int> writer_stages(const Graph& graph, const Plan& plan) {
   std::map<int, int> stage_of;
   for (const StageProgram& program : build_stage_programs(graph, plan)) {
-    for (int value : program.parameters) stage_of.try_emplace(value, program.stage);
-    for (int value : program.buffers) stage_of.try_emplace(value, program.stage);
+    // Pipeline stages, not model chunks: a rank holding several chunks (interleaved) writes them all.
+    for (int value : program.parameters) stage_of.try_emplace(value, plan.stage_of_chunk(program.stage));
+    for (int value : program.buffers) stage_of.try_emplace(value, plan.stage_of_chunk(program.stage));
   }
   return stage_of;
 }

@@ -19,11 +19,13 @@ double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Messages between two ranks match by order within a tag: one tag per (microbatch, direction).
-int message_tag(const comm::Communicator& world, int microbatch, bool gradient) {
+// Messages between two ranks match by order within a tag: one tag per (microbatch, receiving local
+// model chunk, direction); the chunk is 0 except under the interleaved schedule.
+int message_tag(const comm::Communicator& world, int microbatch, int chunk, int chunks, bool gradient) {
   // In 64 bits: Open MPI's largest tag is INT_MAX, and INT_MAX + 1 overflows an int (UBSan).
   const std::int64_t tags = static_cast<std::int64_t>(world.max_tag()) + 1;
-  return static_cast<int>((static_cast<std::int64_t>(microbatch) * 2 + (gradient ? 1 : 0)) % tags);
+  const std::int64_t slot = static_cast<std::int64_t>(microbatch) * chunks + chunk;
+  return static_cast<int>((slot * 2 + (gradient ? 1 : 0)) % tags);
 }
 
 // A copy of `tensor` on `backend`'s device (never the same storage).
@@ -55,7 +57,18 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
                  "the plan is for " << plan.world_size << " ranks, but " << world.size() << " are running");
   placement_ = plan.placement_of(world.rank());
   const std::vector<StageProgram> programs = build_stage_programs(graph, plan);
-  program_ = programs[placement_.stage];
+  // The rank's model chunks: its stage alone, or under the interleaved schedule chunks s, s + S, ...
+  // (Action::chunk indexes this list). Their parameters are disjoint but for ties between chunks.
+  for (int chunk : plan.chunks_of_stage(placement_.stage)) programs_.push_back(programs[chunk]);
+  std::vector<int> rank_parameters, rank_buffers;  // over the rank's chunks, each once
+  for (const StageProgram& program : programs_) {
+    for (int value : program.parameters)
+      if (std::find(rank_parameters.begin(), rank_parameters.end(), value) == rank_parameters.end())
+        rank_parameters.push_back(value);
+    for (int value : program.buffers)
+      if (std::find(rank_buffers.begin(), rank_buffers.end(), value) == rank_buffers.end()) rank_buffers.push_back(value);
+  }
+  rank_buffers_ = rank_buffers;
   actions_ = generate_schedule(plan)[world.rank()];
   for (Action action : actions_) {
     if (action.kind != ActionKind::Forward && action.kind != ActionKind::SendActivation &&
@@ -66,13 +79,13 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   }
   active_data_ = &data_;
 
-  for (int value : program_.parameters) {
+  for (int value : rank_parameters) {
     auto found = initial_values.find(value);
     PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for parameter " << graph.value(value).name);
     state_[value] = copy_to(found->second, backend_);
     gradients_[value] = backend_.zeros(found->second.shape());  // f32 master gradients
   }
-  for (int value : program_.buffers) {
+  for (int value : rank_buffers) {
     auto found = initial_values.find(value);
     PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for buffer " << graph.value(value).name);
     state_[value] = copy_to(found->second, backend_);
@@ -84,17 +97,23 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   {
     const std::pair<std::int64_t, std::int64_t> own = plan.replica_samples(placement_.stage, placement_.replica);
     sub_pipelined_ = plan.sub_pipelined_tmp && plan.tensor_parallel > 1 && own.second - own.first >= 2;
-    for (const std::vector<int>* values : {&program_.received, &program_.sent, &program_.data_inputs})
-      for (int value : *values) sub_pipelined_ = sub_pipelined_ && has_batch_dim(graph.value(value).type.shape);
+    for (const StageProgram& program : programs_)
+      for (const std::vector<int>* values : {&program.received, &program.sent, &program.data_inputs})
+        for (int value : *values) sub_pipelined_ = sub_pipelined_ && has_batch_dim(graph.value(value).type.shape);
   }
   // Constants (position ids) copied to the device once, not at every use.
   for (const Value& value : graph.values())
     if (value.kind == ValueKind::Const) constants_[value.id] = to_backend(graph.constant_data(value.id), backend_);
 
   // Parameters read by several stages (tied embeddings) are reduced over every rank of those stages.
-  std::map<int, std::vector<int>> stages_of;  // parameter -> stages reading it
+  std::map<int, std::vector<int>> stages_of;  // parameter -> pipeline stages reading it (ascending, each once)
   for (const StageProgram& program : programs)
-    for (int value : program.parameters) stages_of[value].push_back(program.stage);
+    for (int value : program.parameters) {
+      std::vector<int>& stages = stages_of[value];
+      const int stage = plan.stage_of_chunk(program.stage);  // chunks of one stage share the rank's tensor
+      if (std::find(stages.begin(), stages.end(), stage) == stages.end()) stages.push_back(stage);
+      std::sort(stages.begin(), stages.end());
+    }
   // Data-parallel and tied groups join the ranks holding the same part of a tensor-parallel stage.
   auto ranks_of_stages = [&](const std::vector<int>& stages) {
     std::vector<int> ranks;
@@ -127,7 +146,7 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
 
   std::vector<OptimizerParameter> parameters;
   std::vector<OptimizerParameter> tied_parameters;  // after the ZeRO pieces
-  for (int value : program_.parameters) {
+  for (int value : rank_parameters) {
     parameter_order_.push_back(value);
     // A replicated parameter of a tensor-parallel stage (LayerNorm, row-parallel bias) has the same
     // gradient on the t ranks of its group; a sharded one is a different part on each.
@@ -149,7 +168,12 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
                                          [](const Action& action) { return action.kind == ActionKind::AllReduce; });
   for (std::size_t i = 0; i < actions_.size(); ++i)
     if (actions_[i].kind == ActionKind::Backward) last_backward_ = i;
-  const std::vector<GradientCompletion> completion = gradient_completion_order(graph, program_.backward, untied_);
+  // An interleaved stage runs several model chunks, whose gradients complete in several backwards:
+  // the overlapped buckets follow one backward's completion order, so they are for one-chunk stages
+  // (an interleaved stage reduces all its gradients at its AllReduce action, as before).
+  const bool bucketed = data_parallel && programs_.size() == 1;
+  const std::vector<GradientCompletion> completion =
+      bucketed ? gradient_completion_order(graph, programs_.front().backward, untied_) : std::vector<GradientCompletion>{};
   if (plan.zero == 1) {
     // ZeRO-1: the optimizer updates this rank's pieces of the untied parameters (tied ones, reduced
     // over stages, stay whole). Each piece's elements are held by this rank alone in the
@@ -157,7 +181,7 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     std::vector<Tensor> untied_values;
     for (int value : untied_) untied_values.push_back(state_[value]);
     std::vector<std::vector<std::size_t>> segments;  // the buckets, as indices into untied_
-    if (data_parallel) {
+    if (bucketed) {
       std::map<int, std::size_t> index;
       for (std::size_t i = 0; i < untied_.size(); ++i) index[untied_[i]] = i;
       std::vector<std::int64_t> bytes;
@@ -180,7 +204,7 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   }
   optimizer_ = make_optimizer(plan.optimizer, options.optimizer, std::move(parameters), backend_);
 
-  if (data_parallel && !untied_.empty())
+  if (bucketed && !untied_.empty())
     buckets_ = zero_ ? std::make_unique<BucketedAllReduce>(*zero_, untied_, completion, gradients_, backend_)
                      : std::make_unique<BucketedAllReduce>(completion, gradients_, options.bucket_bytes, *stage_group_,
                                                            backend_);
@@ -206,6 +230,15 @@ Tensor PipelineExecutor::to_compute(const Tensor& host) const {
 
 PipelineExecutor::~PipelineExecutor() = default;
 
+std::size_t PipelineExecutor::state_index(const Action& action) const {
+  return static_cast<std::size_t>(action.chunk) * plan_.microbatches + action.microbatch;
+}
+
+int PipelineExecutor::peer_chunk(const Action& action) const {
+  // Sender and receiver agree on the receiving model chunk; tags use its index on its rank.
+  return receiver_chunk(plan_, world_.rank(), action) / plan_.pipeline_stages();
+}
+
 Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const Action& action) const {
   const auto [begin, end] = plan_.replica_samples(placement_.stage, placement_.replica);
   if (has_batch_dim(graph_.value(value).type.shape))
@@ -221,6 +254,8 @@ Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const
 
 void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::vector<MicrobatchState>& microbatches,
                                   std::vector<comm::Request>& pending, double& loss_sum) {
+  // The model chunk the action runs (the rank's only one except under the interleaved schedule).
+  const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
   // Plain variables, not a structured binding: lambdas below capture them (clang < 16 cannot).
   const std::pair<std::int64_t, std::int64_t> own = plan_.replica_samples(placement_.stage, placement_.replica);
   const std::int64_t own_begin = own.first, rows = own.second - own.first;
@@ -258,7 +293,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
     if (!sub_pipelined_) {
       for (const auto& [value, tensor] : working_) state.values[value] = tensor;
       for (const auto& [value, tensor] : constants_) state.values[value] = tensor;
-      run_forward(graph_, program_.subgraph, state.values, backend_, {training_, random_context(microbatch), tensor_parallel_.get(), {}});
+      run_forward(graph_, program.subgraph, state.values, backend_, {training_, random_context(microbatch), tensor_parallel_.get(), {}});
       return;
     }
     for (int h = 0; h < 2; ++h) {
@@ -267,15 +302,15 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       for (const auto& [value, tensor] : constants_) values[value] = tensor;
       for (int value : state.kept) values[value] = state.values.at(value).slice_rows(half_rows(h).first, half_rows(h).second);
     }
-    run_forward_overlapped(graph_, program_.subgraph, {&state.halves[0], &state.halves[1]}, backend_, half_options(microbatch));
+    run_forward_overlapped(graph_, program.subgraph, {&state.halves[0], &state.halves[1]}, backend_, half_options(microbatch));
   };
 
   switch (action.kind) {
     case ActionKind::ReceiveActivation:
     case ActionKind::ReceiveGradient: {
       const bool gradient = action.kind == ActionKind::ReceiveGradient;
-      MicrobatchState& state = microbatches[action.microbatch];
-      const std::vector<int>& values = gradient ? program_.gradients_received : program_.received;
+      MicrobatchState& state = microbatches[state_index(action)];
+      const std::vector<int>& values = gradient ? program.gradients_received : program.received;
       TensorMap& into = gradient ? state.received_gradients : state.received;
       std::vector<comm::Request> requests;
       for (int value : values) {
@@ -283,7 +318,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
         if (!tensor.defined())
           tensor = backend_.empty(with_batch(graph_.value(value).type.shape, rows), compute_dtype(graph_.value(value).type.dtype));
         requests.push_back(world_.receive(transferred_part(tensor, value, action), action.peer,
-                                          message_tag(world_, action.microbatch, gradient)));
+                                          message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
       }
       comm::wait_all(requests);
       return;
@@ -291,22 +326,22 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
     case ActionKind::SendActivation:
     case ActionKind::SendGradient: {
       const bool gradient = action.kind == ActionKind::SendGradient;
-      MicrobatchState& state = microbatches[action.microbatch];
-      const std::vector<int>& values = gradient ? program_.gradients_sent : program_.sent;
+      MicrobatchState& state = microbatches[state_index(action)];
+      const std::vector<int>& values = gradient ? program.gradients_sent : program.sent;
       const TensorMap& from = gradient ? state.outgoing_gradients : state.outputs;
       for (int value : values) {
         const Tensor& tensor = from.at(value);
         pending.push_back(world_.send(transferred_part(tensor, value, action), action.peer,
-                                      message_tag(world_, action.microbatch, gradient)));
+                                      message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
       }
       return;
     }
     case ActionKind::Forward: {
-      MicrobatchState& state = microbatches[action.microbatch];
+      MicrobatchState& state = microbatches[state_index(action)];
       const std::int64_t first = step * plan_.global_batch + placement_.copy * per_copy +
                                  action.microbatch * plan_.microbatch_size() + own_begin;
       const io::NamedTensors batch = active_data_->samples(first, rows);
-      for (int value : program_.data_inputs) {
+      for (int value : program.data_inputs) {
         auto found = batch.find(graph_.value(value).name);
         PARTRAIN_CHECK(found != batch.end(),
                        active_data_->path() << ": the data has no input '" << graph_.value(value).name << "'");
@@ -318,23 +353,24 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
         state.kept.push_back(value);
       }
       forward(state, action.microbatch);
-      for (int value : program_.sent) {  // relayed values came whole; the stage's own are in the halves
+      for (int value : program.sent) {  // relayed values came whole; the stage's own are in the halves
         auto whole = state.values.find(value);
         state.outputs[value] = whole != state.values.end() ? whole->second : concatenated(state.halves, value);
       }
-      if (program_.loss >= 0 && placement_.tensor_rank == 0) {  // the t ranks of a group share one loss
+      if (program.loss >= 0 && placement_.tensor_rank == 0) {  // the t ranks of a group share one loss
         for (int h = 0; h < (sub_pipelined_ ? 2 : 1); ++h) {  // each sub-microbatch is its own loss piece
           const std::int64_t piece = sub_pipelined_ ? half_rows(h).second - half_rows(h).first : rows;
           const TensorMap& values = sub_pipelined_ ? state.halves[h] : state.values;
           loss_sum += static_cast<double>(piece) / plan_.global_batch *
-                      to_host(values.at(program_.loss), backend_).to_float_vector().at(0);
+                      to_host(values.at(program.loss), backend_).to_float_vector().at(0);
         }
       }
       if (evaluation_ != nullptr)  // per loss piece: the rank's rows, or each sub-microbatch
         for (int h = 0; h < (sub_pipelined_ ? 2 : 1); ++h)
           for (const auto& [term, task] : evaluation_terms_)
-            accumulate_loss_term(graph_, task, sub_pipelined_ ? state.halves[h] : state.values, backend_, evaluation_top1_,
-                                 evaluation_->terms[term]);
+            if (std::find(program.subgraph.tasks.begin(), program.subgraph.tasks.end(), task) != program.subgraph.tasks.end())
+              accumulate_loss_term(graph_, task, sub_pipelined_ ? state.halves[h] : state.values, backend_,
+                                   evaluation_top1_, evaluation_->terms[term]);
       if (action.recomputed) {  // keep only what the recomputation starts from
         TensorMap kept;
         for (int value : state.kept) kept[value] = state.values.at(value);
@@ -344,26 +380,26 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       return;
     }
     case ActionKind::Recompute: {
-      MicrobatchState& state = microbatches[action.microbatch];
+      MicrobatchState& state = microbatches[state_index(action)];
       // BatchNorm updated its running statistics in the first forward: keep them from changing twice.
       std::vector<std::pair<Tensor, Tensor>> saved;
-      for (int value : program_.buffers) saved.emplace_back(state_.at(value), copy_to(state_.at(value), backend_));
+      for (int value : program.buffers) saved.emplace_back(state_.at(value), copy_to(state_.at(value), backend_));
       forward(state, action.microbatch);
       for (auto& [live, copy] : saved) backend_.copy(live, copy);
       return;
     }
     case ActionKind::Backward: {
-      MicrobatchState& state = microbatches[action.microbatch];
+      MicrobatchState& state = microbatches[state_index(action)];
       // One backward per loss piece: the rank's rows, or the two sub-microbatches of sub-pipelined TMP.
       const int pieces = sub_pipelined_ ? 2 : 1;
       std::array<TensorMap, 2> grads;
       for (int p = 0; p < pieces; ++p) {
         const TensorMap& values = sub_pipelined_ ? state.halves[p] : state.values;
         const std::pair<std::int64_t, std::int64_t> range = sub_pipelined_ ? half_rows(p) : std::pair<std::int64_t, std::int64_t>{0, rows};
-        for (int value : program_.backward.parameter_grads) grads[p][value] = gradients_.at(value);
-        for (int value : program_.backward.output_grads) {
+        for (int value : program.backward.parameter_grads) grads[p][value] = gradients_.at(value);
+        for (int value : program.backward.output_grads) {
           const Tensor& output = values.at(value);
-          if (value == program_.loss) {
+          if (value == program.loss) {
             const double weight = static_cast<double>(range.second - range.first) / plan_.global_batch;
             grads[p][value] = to_backend(Tensor::full(output.shape(), weight, output.dtype()), backend_);
           } else if (auto found = state.received_gradients.find(value); found != state.received_gradients.end()) {
@@ -383,13 +419,13 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
           option.training = true;
           option.on_parameter_gradient = on_gradient;
         }
-        run_backward_overlapped(graph_, program_.backward, {&state.halves[0], &state.halves[1]}, {&grads[0], &grads[1]},
+        run_backward_overlapped(graph_, program.backward, {&state.halves[0], &state.halves[1]}, {&grads[0], &grads[1]},
                                 backend_, backward_options);
       } else {
-        run_backward(graph_, program_.backward, state.values, grads[0], backend_,
+        run_backward(graph_, program.backward, state.values, grads[0], backend_,
                      {true, random_context(action.microbatch), tensor_parallel_.get(), on_gradient});
       }
-      for (int value : program_.gradients_sent) {
+      for (int value : program.gradients_sent) {
         Tensor gradient;
         if (auto own = grads[0].find(value); own != grads[0].end() && own->second.defined())
           gradient = sub_pipelined_ ? concatenated(grads, value) : own->second;
@@ -438,15 +474,17 @@ EvaluationResult PipelineExecutor::evaluate(const io::BatchSource& heldout, std:
   const std::vector<int> term_tasks = loss_term_tasks(graph_);
   for (std::size_t term = 0; term < term_tasks.size(); ++term) {
     result.terms.push_back({graph_.task(term_tasks[term]).name});
-    const std::vector<int>& tasks = program_.subgraph.tasks;  // the t ranks of a group share one loss
-    if (placement_.tensor_rank == 0 && std::find(tasks.begin(), tasks.end(), term_tasks[term]) != tasks.end())
-      evaluation_terms_.emplace_back(static_cast<int>(term), term_tasks[term]);
+    for (const StageProgram& program : programs_) {
+      const std::vector<int>& tasks = program.subgraph.tasks;  // the t ranks of a group share one loss
+      if (placement_.tensor_rank == 0 && std::find(tasks.begin(), tasks.end(), term_tasks[term]) != tasks.end())
+        evaluation_terms_.emplace_back(static_cast<int>(term), term_tasks[term]);
+    }
   }
   // Each replica updated its BatchNorm running statistics from its own samples (as DDP without
   // SyncBatchNorm): evaluate every replica with their mean, so all replicas normalise alike.
-  if (stage_group_->size() > 1 && !program_.buffers.empty()) {
+  if (stage_group_->size() > 1 && !rank_buffers_.empty()) {
     std::vector<Tensor> buffers;
-    for (int value : program_.buffers) buffers.push_back(state_.at(value));
+    for (int value : rank_buffers_) buffers.push_back(state_.at(value));
     stage_group_->all_reduce_coalesced(buffers);
     for (Tensor& buffer : buffers) backend_.scale(buffer, 1.0 / stage_group_->size());
   }
@@ -462,7 +500,7 @@ EvaluationResult PipelineExecutor::evaluate(const io::BatchSource& heldout, std:
   double loss_sum = 0;  // the training loss's per-piece weighting: not what evaluation reports
   try {
     for (std::int64_t batch = 0; batch < batches; ++batch) {
-      std::vector<MicrobatchState> microbatches(plan_.microbatches);
+      std::vector<MicrobatchState> microbatches(static_cast<std::size_t>(plan_.microbatches) * programs_.size());
       std::vector<comm::Request> pending;
       for (const Action& action : evaluation_actions_) run_action(action, batch, microbatches, pending, loss_sum);
       comm::wait_all(pending);
@@ -486,7 +524,7 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   CachingAllocator& allocator = backend_.allocator();
   allocator.reset_peak();
   for (auto& [value, gradient] : gradients_) backend_.fill_zero(gradient);
-  std::vector<MicrobatchState> microbatches(plan_.microbatches);
+  std::vector<MicrobatchState> microbatches(static_cast<std::size_t>(plan_.microbatches) * programs_.size());
   std::vector<comm::Request> pending;
   double loss_sum = 0;
   if (buckets_) buckets_->begin(sub_pipelined_ ? 2 : 1);
@@ -500,6 +538,7 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
                            : action.kind == ActionKind::Step ? "optimizer" : "communication";
     std::string name = action_kind_name(action.kind);
     if (action.microbatch >= 0) name += " mb " + std::to_string(action.microbatch);
+    if (plan_.virtual_stages > 1 && action.microbatch >= 0) name += " chunk " + std::to_string(action.chunk);
     if (action.kind != ActionKind::Step) trace_.push_back({name, category, action_start - clock_origin_, now_us() - action_start, step});
   }
   comm::wait_all(pending);
@@ -563,7 +602,7 @@ PipelineExecutor::OptimizerStateSnapshot PipelineExecutor::optimizer_state_snaps
       states.push_back(optimizer_->has_state(name) ? to_host(optimizer_->state(name, state), backend_).clone() : Tensor::zeros(shape));
     return states;
   };
-  for (int value : program_.parameters) {
+  for (int value : parameter_order_) {
     const std::string& name = graph_.value(value).name;
     const bool tied = std::find(tied_.begin(), tied_.end(), value) != tied_.end();
     if (zero_ && !tied) continue;

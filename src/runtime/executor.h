@@ -47,7 +47,7 @@ struct StepResult {
 
 class PipelineExecutor {
  public:
-  /// Sets up rank `world.rank()` of `plan`: its stage program, its share of `initial_values` (every
+  /// Sets up rank `world.rank()` of `plan`: its stage program (its model chunks' programs under the interleaved schedule), its share of `initial_values` (every
   /// Param and Buffer of the graph by value id — for a tensor-parallel plan `graph` is
   /// tensor_parallel_graph(model, t) and the values are this rank's parts; only this stage's are kept, copied), the optimizer
   /// and the communicators of its groups (collective over `world`: every rank constructs its
@@ -83,7 +83,9 @@ class PipelineExecutor {
   /// Call after writing into state() (checkpoint restore): re-derives the bf16 working copies of
   /// the parameters under mixed precision.
   void refresh_working_parameters();
-  const StageProgram& program() const { return program_; }
+  /// The programs of the rank's model chunks: its stage's alone, or under the interleaved schedule
+  /// model chunks s, s + S, ... of its pipeline stage s (Action::chunk indexes them).
+  const std::vector<StageProgram>& programs() const { return programs_; }
   /// The backend every tensor of this executor lives on.
   Backend& backend() const { return backend_; }
   Placement placement() const { return placement_; }
@@ -120,7 +122,8 @@ class PipelineExecutor {
   const io::BatchSource& data_;
   RuntimeOptions options_;
   Placement placement_;
-  StageProgram program_;
+  std::vector<StageProgram> programs_;          // the rank's model chunks (one without interleaving)
+  std::vector<int> rank_buffers_;               // Buffer values of all the rank's chunks
   std::vector<Action> actions_;
   std::vector<Action> evaluation_actions_;      // the forward part of actions_
   const io::BatchSource* active_data_ = nullptr;  // training or held-out data of the running pass
@@ -164,6 +167,10 @@ class PipelineExecutor {
   // The part of `tensor` (this replica's rows of `value`) that `action` sends or receives: its rows
   // [sample_begin, sample_end), or the whole tensor for a value without a batch dimension.
   Tensor transferred_part(const Tensor& tensor, int value, const Action& action) const;
+  // Index of the (chunk, microbatch) state of `action` in a step's MicrobatchState list.
+  std::size_t state_index(const Action& action) const;
+  // The receiving model chunk of a send or receive, as an index among its rank's chunks.
+  int peer_chunk(const Action& action) const;
   void run_action(const Action& action, std::int64_t step, std::vector<MicrobatchState>& microbatches,
                   std::vector<comm::Request>& pending, double& loss_sum);
 };
