@@ -38,22 +38,8 @@ job_id=${job_id%%;*}
 log=$work/slurm-$job_id.out
 echo "check_slurm_job: submitted job $job_id (log $log)"
 
-# Bounded wait: squeue lists the job until it ends; a job that can never run fails at once.
 started=$SECONDS
-deadline=$(( started + job_timeout ))
-while squeue -h -j "$job_id" 2>/dev/null | grep -q .; do
-  reason=$(squeue -h -j "$job_id" -o '%T %r' 2>/dev/null)
-  case "$reason" in
-    PENDING*PartitionConfig*|PENDING*ReqNodeNotAvail*|PENDING*PartitionNodeLimit*)
-      scontrol show job "$job_id"; fail "job $job_id can never run: $reason" ;;
-  esac
-  if [ $SECONDS -ge $deadline ]; then
-    scontrol show job "$job_id"
-    [ -f "$log" ] && tail -n 30 "$log"
-    fail "job $job_id still '$reason' after $job_timeout s: cancelled"
-  fi
-  sleep 1
-done
+wait_for_job "$job_id" "$log" "$job_timeout"
 elapsed=$(( SECONDS - started ))
 
 # accounting is off in the local cluster (no sacct): scontrol keeps finished jobs for MinJobAge

@@ -7,6 +7,25 @@
 skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
+# wait_for_job JOB_ID LOG TIMEOUT: a bounded wait while squeue lists the job (until it ends); a job
+# that can never run, or one still listed after TIMEOUT seconds, fails the test (its log's tail shown).
+wait_for_job() {
+  local job_id=$1 log=$2 timeout=$3 reason deadline=$(( SECONDS + $3 ))
+  while squeue -h -j "$job_id" 2>/dev/null | grep -q .; do
+    reason=$(squeue -h -j "$job_id" -o '%T %r' 2>/dev/null)
+    case "$reason" in
+      PENDING*PartitionConfig*|PENDING*ReqNodeNotAvail*|PENDING*PartitionNodeLimit*)
+        scontrol show job "$job_id"; fail "job $job_id can never run: $reason" ;;
+    esac
+    if [ $SECONDS -ge $deadline ]; then
+      scontrol show job "$job_id"
+      [ -f "$log" ] && tail -n 30 "$log"
+      fail "job $job_id still '$reason' after $timeout s: cancelled"
+    fi
+    sleep 1
+  done
+}
+
 for tool in sbatch squeue scontrol scancel sinfo slurmctld slurmd munged; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] ||
     skip "$tool is not installed (jobscripts/install-deps.sh installs slurmctld slurmd slurm-client munge)"

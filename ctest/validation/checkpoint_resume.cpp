@@ -57,6 +57,24 @@ std::string straight_run() {
   return directory;
 }
 
+// Resumes the step-5 checkpoint of the 4-rank run in `written` on 1 rank (into `directory`) and
+// expects steps 6-10 to have the straight run's losses (`expected`, 1e-5 relative).
+void expect_resumes_on_one_rank(const std::string& written, const std::string& directory,
+                                const std::vector<double>& expected, const std::string& name) {
+  const testing::PartrainRun resumed = testing::run_partrain(
+      1,
+      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + written +
+          "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
+          " --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=dpl" +
+          " --set train.microbatches=1",
+      directory + ".log");
+  ASSERT_EQ(resumed.status, 0) << resumed.log;
+  const std::vector<double> actual = testing::metric_values(directory, "loss");
+  ASSERT_EQ(actual.size(), 5u);
+  for (std::size_t i = 0; i < actual.size(); ++i)
+    EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << name << " step " << 6 + i;
+}
+
 TEST(CheckpointResume, ResumedRunContinuesBitwise) {
   const std::string straight = straight_run();
   const std::string checkpoint = straight + "/checkpoints/step_000005.h5";
@@ -123,19 +141,7 @@ TEST(CheckpointResume, InterleavedCheckpointsResumeOnOneRank) {
   const std::vector<double> own = testing::metric_values(interleaved, "loss");
   ASSERT_EQ(own.size(), 10u);
   for (std::size_t i = 0; i < own.size(); ++i) EXPECT_NEAR(own[i], expected[i], 1e-5 * std::abs(expected[i])) << "step " << i + 1;
-  const std::string directory = kRoot + "/interleaved-one-rank";
-  const testing::PartrainRun resumed = testing::run_partrain(
-      1,
-      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + interleaved +
-          "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
-          " --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=dpl" +
-          " --set train.microbatches=1",
-      directory + ".log");
-  ASSERT_EQ(resumed.status, 0) << resumed.log;
-  const std::vector<double> actual = testing::metric_values(directory, "loss");
-  ASSERT_EQ(actual.size(), 5u);
-  for (std::size_t i = 0; i < actual.size(); ++i)
-    EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << "step " << 6 + i;
+  expect_resumes_on_one_rank(interleaved, kRoot + "/interleaved-one-rank", expected, "interleaved");
 }
 
 // Checkpoints written under tensor parallelism (each rank writes its part of every split parameter
@@ -159,19 +165,7 @@ TEST(CheckpointResume, TensorParallelAndZeroCheckpointsResumeOnOneRank) {
     for (std::size_t i = 0; i < split.size(); ++i)
       EXPECT_NEAR(split[i], expected[i], 1e-5 * std::abs(expected[i])) << name << " step " << i + 1;
 
-    const std::string directory = written + "-to-one-rank";
-    const testing::PartrainRun resumed = testing::run_partrain(
-        1,
-        std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + written +
-            "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
-            " --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=dpl" +
-            " --set train.microbatches=1",
-        directory + ".log");
-    ASSERT_EQ(resumed.status, 0) << resumed.log;
-    const std::vector<double> actual = testing::metric_values(directory, "loss");
-    ASSERT_EQ(actual.size(), 5u);
-    for (std::size_t i = 0; i < actual.size(); ++i)
-      EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << name << " step " << 6 + i;
+    expect_resumes_on_one_rank(written, written + "-to-one-rank", expected, name);
   }
 }
 

@@ -1,6 +1,6 @@
 #include "kernels/cpu/cpu_common.h"
 
-#include <oneapi/dnnl/dnnl.h>
+#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -63,15 +63,12 @@ void sgemm_strided(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, s
       for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.f : beta * c[i * ldc + j];
     return;
   }
-  const dnnl_status_t status =
-      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  if (status != dnnl_success) {  // invalid arguments only: a caller's bug, and no throwing in parallel loops
-    std::fprintf(stderr, "partrain: dnnl_sgemm(%c, %c, m %lld, n %lld, k %lld, lda %lld, ldb %lld, ldc %lld) failed: %d\n",
-                 trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', static_cast<long long>(m), static_cast<long long>(n),
-                 static_cast<long long>(k), static_cast<long long>(lda), static_cast<long long>(ldb),
-                 static_cast<long long>(ldc), static_cast<int>(status));
-    std::abort();
-  }
+  // OpenBLAS (one thread per call; the callers' OpenMP loops own the threads). oneDNN's dnnl_sgemm,
+  // threaded per call, was faster but an intermittent heap corruption inside its scratch-buffer
+  // free (seen under srun, cause not isolated) put it off until it can be shown safe.
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
+              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
 void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,

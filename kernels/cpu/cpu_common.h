@@ -32,17 +32,15 @@ void reduce_to_broadcast_input(const Tensor& gradient, const Tensor& output_grad
 /// A GEMM dimension as a BLAS int; throws partrain::Error when it does not fit.
 int blas_int(std::int64_t value);
 
-/// Row-major C[m, n] = alpha * op(A) op(B) + beta * C through oneDNN's dnnl_sgemm, with op(A)
-/// [m, k] and op(B) [k, n]. A is stored densely as [m, k] (or [k, m] when trans_a), B as [k, n]
-/// (or [n, k] when trans_b). Called outside an OpenMP parallel region it uses every OpenMP thread;
-/// inside one (a loop over samples or heads) it runs on the calling thread. Zero-size dimensions
+/// Row-major C[m, n] = alpha * op(A) op(B) + beta * C through OpenBLAS's cblas_sgemm (one thread per
+/// call), with op(A) [m, k] and op(B) [k, n]. A is stored densely as [m, k] (or [k, m] when trans_a),
+/// B as [k, n] (or [n, k] when trans_b). Safe inside OpenMP loops over samples or heads. Zero-size dimensions
 /// are handled (k = 0: C = beta * C). Throws partrain::Error when a dimension does not fit a BLAS int.
 void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
            const float* b, float beta, float* c);
 
 /// sgemm with explicit leading dimensions (row strides, in elements) of A, B and C. Never throws,
-/// so it may run inside parallel loops: the caller checks the sizes; oneDNN rejecting the call (a
-/// bug) aborts the process with a message.
+/// so it may run inside parallel loops: the caller checks that the sizes fit a BLAS int.
 void sgemm_strided(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                    const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
                    std::int64_t ldc);
