@@ -125,6 +125,35 @@ TEST(CheckpointWriteFault, InjectedOnOneRankStopsEveryRankAndResumeWorks) {
   expect_resume_works(directory, "", testing::metric_values(directory, "loss"));
 }
 
+// An I/O error inside the collective write on one rank (the hook makes rank kVictim leave it):
+// the others wait inside HDF5 where no agreement reaches them; [checkpoint] write_timeout ends
+// every rank with a line naming the file, the .tmp file is removed, and resume works.
+TEST(CheckpointWriteFault, RankLeavingTheCollectiveWriteEndsTheJobAtTheTimeout) {
+  const std::string directory = kRoot + "/abandoned";
+  fs::remove_all(directory);
+  fs::create_directories(kRoot);
+  constexpr double kTimeout = 5;
+  const std::string timeout = " --set checkpoint.write_timeout=5";
+  const FailedRun run = run_until_it_ends(
+      testing::gpt_four_rank_arguments(directory, kSteps, kEvery) + timeout, directory, directory + ".log",
+      {std::string(io::kFaultInjectVariable) + "=checkpoint_write_abandon:" + std::to_string(kVictim) + ":" +
+       std::to_string(kFailingStep)});
+  std::printf("the job ended %.2f s after its last step\n", run.seconds_after_last_step);
+  const std::string checkpoints = directory + "/checkpoints";
+  const std::string failed = checkpoints + "/" + io::checkpoint_file_name(kFailingStep);
+  EXPECT_NE(exit_code(run.status), 0) << run.log;
+  EXPECT_LT(run.seconds_after_last_step, kStopBound + kTimeout) << run.log;
+  EXPECT_GE(count(run.log, "partrain: error: cannot write checkpoint " + failed +
+                               ": a collective step of the write did not end within 5 s on rank "),
+            1u)
+      << run.log;
+  EXPECT_EQ(run.log.find("HDF5-DIAG"), std::string::npos) << run.log;
+  EXPECT_TRUE(temporary_files(checkpoints).empty()) << temporary_files(checkpoints).front();
+  EXPECT_FALSE(fs::exists(failed));
+  EXPECT_EQ(io::latest_valid_checkpoint(checkpoints, nullptr), checkpoints + "/" + io::checkpoint_file_name(kEvery));
+  expect_resume_works(directory, timeout, testing::metric_values(directory, "loss"));
+}
+
 TEST(CheckpointWriteFault, OnErrorContinueWarnsAndFinishes) {
   const std::string directory = kRoot + "/continue";
   fs::remove_all(directory);

@@ -128,7 +128,7 @@ void save_checkpoint(const ExperimentConfig& config, const std::string& director
   info.plan_json = plan.to_json().dump();
   info.optimizer = config.train.optimizer;
   const std::string path = io::write_checkpoint(world, directory, info, runtime::checkpoint_tensors(graph, plan, executor),
-                                                static_cast<int>(config.checkpoint.keep));
+                                                static_cast<int>(config.checkpoint.keep), config.checkpoint.write_timeout);
   if (world.rank() == 0) {
     std::printf("checkpoint: %s\n", path.c_str());
     std::fflush(stdout);

@@ -128,13 +128,14 @@ std::string agree_on_error(comm::Communicator& world, const std::string& local_e
   return "an unknown rank failed";
 }
 
-/// The rank on which the test hook PARTRAIN_FAULT_INJECT=checkpoint_write:RANK[:STEP] fails the
-/// writing of checkpoint `step` (every step when STEP is left out); -1 when not set for it.
-int injected_fault_rank(std::int64_t step) {
+/// The rank on which the test hook PARTRAIN_FAULT_INJECT=<fault>:RANK[:STEP] injects `fault`
+/// (checkpoint_write, checkpoint_write_abandon) into the writing of checkpoint `step` (every step
+/// when STEP is left out); -1 when not set for it.
+int injected_fault_rank(const std::string& fault, std::int64_t step) {
   const char* value = std::getenv(kFaultInjectVariable);
   if (value == nullptr) return -1;
   const std::string text = value;
-  const std::string prefix = "checkpoint_write:";
+  const std::string prefix = fault + ":";
   if (text.rfind(prefix, 0) != 0) return -1;
   const std::string rest = text.substr(prefix.size());
   const std::size_t colon = rest.find(':');
@@ -143,7 +144,7 @@ int injected_fault_rank(std::int64_t step) {
     if (colon != std::string::npos && std::stoll(rest.substr(colon + 1)) != step) return -1;
     return rank;
   } catch (const std::exception&) {
-    PARTRAIN_FAIL(kFaultInjectVariable << "=" << text << ": expected checkpoint_write:RANK[:STEP]");
+    PARTRAIN_FAIL(kFaultInjectVariable << "=" << text << ": expected " << fault << ":RANK[:STEP]");
   }
 }
 
@@ -460,7 +461,8 @@ std::vector<Box> part_boxes(const Shape& shape, const CheckpointPart& part) {
 // ---------------------------------------------------------------- writing
 
 std::string write_checkpoint(comm::Communicator& world, const std::string& directory, const CheckpointInfo& info,
-                             const std::vector<CheckpointTensor>& tensors, int keep) {
+                             const std::vector<CheckpointTensor>& tensors, int keep, double write_timeout_seconds) {
+  PARTRAIN_CHECK(write_timeout_seconds > 0, "write_checkpoint: write timeout " << write_timeout_seconds << " s");
   silence_hdf5_errors();
   auto* mpi = dynamic_cast<comm::MpiCommunicator*>(&world);
   PARTRAIN_CHECK(mpi != nullptr, "write_checkpoint needs an MPI communicator (parallel HDF5), not '"
@@ -566,8 +568,20 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
   // rank's message and skip the remaining steps together, so no rank waits in a collective that
   // another has left. Then every rank closes the file in the same order.
   std::string error_text;  // agreed: identical on every rank
+  // An error inside a collective HDF5 or MPI-IO call on one rank leaves the others waiting in it,
+  // where no agreement can reach them: each step is bounded, and a step that does not end ends the
+  // process (first removing the half-written file, which every rank sees), so that mpiexec or srun ends the job.
+  const auto stalled_step = [&] {
+    return Watchdog(write_timeout_seconds,
+                    "cannot write checkpoint " + final_path + ": a collective step of the write did not end within " +
+                        std::to_string(static_cast<int>(write_timeout_seconds)) + " s on rank " +
+                        std::to_string(world.rank()) +
+                        " (an I/O error on some rank inside HDF5 or MPI-IO; [checkpoint] write_timeout)",
+                    1, [temporary_path] { ::unlink(temporary_path.c_str()); });
+  };
   auto step = [&](const std::function<void()>& body) {
     if (!error_text.empty()) return;
+    const Watchdog watchdog = stalled_step();
     std::string local;
     try {
       errno = 0;
@@ -577,7 +591,8 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
     }
     error_text = agree_on_error(world, local);
   };
-  const int injected_rank = injected_fault_rank(info.step);
+  const int injected_rank = injected_fault_rank("checkpoint_write", info.step);
+  const int abandoning_rank = injected_fault_rank("checkpoint_write_abandon", info.step);
   Hdf5Handle access, file, link_create, transfer;
   step([&] {
     access = Hdf5Handle(H5Pcreate(H5P_FILE_ACCESS));
@@ -657,6 +672,9 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
         H5Sselect_none(memory_space.get());
         H5Sselect_none(file_space.get());
       }
+      // The test hook: this rank leaves before the collective write (an error inside H5Dwrite).
+      PARTRAIN_CHECK(abandoning_rank != world.rank(),
+                     what << ": writing failed on this rank alone (fault injected by " << kFaultInjectVariable << ")");
       const herr_t status =
           H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), transfer.get(), buffer);
       PARTRAIN_CHECK(status >= 0, with_os_detail(what + ": writing failed"));
@@ -672,6 +690,7 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
   if (error_text.empty()) {
     // Everything is on disk: closing only rewrites the superblock, collectively on every rank.
     std::string local;
+    const Watchdog watchdog = stalled_step();
     if (H5Fclose(file.get()) < 0) local = with_os_detail(temporary_path + ": closing failed");
     (void)file.release();
     error_text = agree_on_error(world, local);

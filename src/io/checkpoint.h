@@ -79,6 +79,8 @@ struct CheckpointInfo {
 /// Test hook (documented in README "Faults"): PARTRAIN_FAULT_INJECT=checkpoint_write:RANK[:STEP]
 /// makes the collective write of the first dataset fail on RANK alone (of checkpoint STEP only,
 /// when given), as a disk error on that rank would; every rank then stops with the same error.
+/// checkpoint_write_abandon:RANK[:STEP] makes RANK fail before it enters that collective write
+/// (an error inside H5Dwrite on one rank): the others wait in it until the write timeout.
 inline constexpr const char* kFaultInjectVariable = "PARTRAIN_FAULT_INJECT";
 
 /// "step_000042.h5".
@@ -99,9 +101,14 @@ std::string checkpoint_file_name(std::int64_t step);
 /// earlier checkpoints are left as they were. Rank 0 allocates an upper bound of the file's size
 /// (posix_fallocate) before any data is written and trims it afterwards: a full disk must fail there,
 /// because parallel HDF5 hangs when a collective write fails on one rank. Nothing hangs: a close that HDF5 cannot finish after a
-/// failure ends the process after 30 s (mpiexec or srun then ends the job).
+/// failure ends the process after 30 s (mpiexec or srun then ends the job), and so does any
+/// collective step of the write (create, a dataset, flush, close) that has not ended after
+/// `write_timeout_seconds` on a rank: an I/O error inside HDF5 or MPI-IO that one rank meets while
+/// the others wait in the collective (PARTRAIN_FAULT_INJECT=checkpoint_write_abandon:RANK[:STEP]
+/// makes RANK leave the first dataset's collective write) then ends the job with one line per rank
+/// naming the file, the step and the rank, instead of hanging.
 std::string write_checkpoint(comm::Communicator& world, const std::string& directory, const CheckpointInfo& info,
-                             const std::vector<CheckpointTensor>& tensors, int keep);
+                             const std::vector<CheckpointTensor>& tensors, int keep, double write_timeout_seconds = 600);
 
 /// A checkpoint read back.
 struct Checkpoint {

@@ -543,9 +543,11 @@ CheckpointConfig read_checkpoint_config(const ConfigDocument& document) {
   reader.read("keep", config.keep);
   reader.read("resume", config.resume);
   reader.read_choice("on_error", config.on_error, {"stop", "continue"});
+  reader.read("write_timeout", config.write_timeout);
   reader.finish();
   if (config.every < 0) reader.fail("every", "must not be negative (0: never)");
   if (config.keep <= 0) reader.fail("keep", "must be positive");
+  if (!(config.write_timeout > 0)) reader.fail("write_timeout", "must be a positive number of seconds");
   return config;
 }
 

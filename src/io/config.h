@@ -217,6 +217,7 @@ struct CheckpointConfig {
   std::int64_t keep = 3;                 // newest checkpoints kept
   std::string resume;                    // "", "latest", "auto" or a path (--resume overrides)
   std::string on_error = "stop";         // a failed checkpoint write: "stop" (exit 1) or "continue" (warn)
+  double write_timeout = 600;            // seconds one collective step of a checkpoint write may take
 };
 
 /// Reads [train] and [parallel]; throws partrain::Error naming file, line and key on bad values.
