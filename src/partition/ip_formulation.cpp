@@ -248,6 +248,15 @@ bool dp_placement(const Workload& workload, const ClassGraph& graph, const Devic
   return true;
 }
 
+MipOptions solver_options(const IntegerProgramOptions& options) {
+  MipOptions mip_options;
+  mip_options.time_limit_seconds = options.time_limit_seconds;
+  mip_options.relative_gap = options.relative_gap;
+  mip_options.threads = options.threads;
+  mip_options.log = options.log;
+  return mip_options;
+}
+
 MipSolution solve_program(const MipModel& model, const MipOptions& mip_options, const IntegerProgramOptions& options,
                           IntegerProgramResult& result) {
   if (!options.write_lp.empty()) write_mip_lp(model, options.write_lp);

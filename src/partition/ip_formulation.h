@@ -93,6 +93,9 @@ std::vector<int> subgraphs_of(const ClassGraph& graph, const Assignment& assignm
 bool dp_placement(const Workload& workload, const ClassGraph& graph, const Devices& devices,
                   const IntegerProgramOptions& options, Placement& placement, std::vector<int>& order, std::string& source);
 
+/// The solver's time limit, relative gap, threads and log from the program's options (no start).
+MipOptions solver_options(const IntegerProgramOptions& options);
+
 /// Solves `model` with CBC (after writing it as LP to options.write_lp when set) and records the
 /// solver's status, wall and CPU seconds and branch-and-bound nodes in `result`. Returns the solution.
 MipSolution solve_program(const MipModel& model, const MipOptions& mip_options, const IntegerProgramOptions& options,

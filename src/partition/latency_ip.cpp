@@ -170,11 +170,7 @@ IntegerProgramResult solve_latency_ip(const Workload& workload, const IntegerPro
   result.integer_variables = model.integer_columns();
   result.constraints = model.rows();
 
-  MipOptions mip_options;
-  mip_options.time_limit_seconds = options.time_limit_seconds;
-  mip_options.relative_gap = options.relative_gap;
-  mip_options.threads = options.threads;
-  mip_options.log = options.log;
+  MipOptions mip_options = ip::solver_options(options);
   if (std::isfinite(best_latency)) {
     result.start_ms = best_latency;
     result.start_source = best_source;

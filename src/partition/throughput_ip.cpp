@@ -231,11 +231,7 @@ IntegerProgramResult solve_throughput_ip(const Workload& workload, const Integer
   result.integer_variables = model.integer_columns();
   result.constraints = model.rows();
 
-  MipOptions mip_options;
-  mip_options.time_limit_seconds = options.time_limit_seconds;
-  mip_options.relative_gap = options.relative_gap;
-  mip_options.threads = options.threads;
-  mip_options.log = options.log;
+  MipOptions mip_options = ip::solver_options(options);
   Placement start;
   std::vector<int> order;
   if (options.warm_start && ip::dp_placement(workload, graph, devices, options, start, order, result.start_source)) {
