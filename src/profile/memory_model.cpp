@@ -24,7 +24,8 @@ double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy) {
   const double transient = std::max(0.0, m.peak_bytes - m.activation_bytes);
   double stored;
   if (policy.recompute) {
-    stored = in_flight * m.boundary_input_bytes + m.activation_bytes;
+    const double kept = std::clamp(policy.kept_activation_bytes, 0.0, m.activation_bytes);
+    stored = in_flight * (m.boundary_input_bytes + kept) + (m.activation_bytes - kept);
   } else {
     stored = in_flight * m.activation_bytes;
   }

@@ -24,6 +24,11 @@ struct StageProgram {
   std::vector<int> gradients_received;  // values of `sent` whose gradient comes back from stage + 1
   std::vector<int> gradients_sent;      // values of `received` whose gradient goes to stage − 1
   int loss = -1;                     // the graph output (loss) when this is the stage computing it
+  /// Stage-aware recomputation (PlanStage::recompute_until_task; Merak §6.2): the recomputed prefix
+  /// of the stage's tasks, and the values the other tasks produce, which stay from the forward to
+  /// the backward. Both empty when the stage recomputes whole or not at all.
+  Subgraph recomputed;
+  std::vector<int> kept_values;      // ascending id
 };
 
 /// The programs of every stage of a plan, in stage order. Throws partrain::Error when a stage is not
