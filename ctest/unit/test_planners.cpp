@@ -738,6 +738,37 @@ TEST(Uniform, InterleavedChunksOfEqualLayers) {
             std::string::npos);
 }
 
+// virtual_stages = "auto": the uniform planner plans every v and keeps the one predicted fastest,
+// the same plan as asking for that v (v = 1: plain 1F1B).
+TEST(Uniform, ChoosesVirtualStagesByPredictedStepTime) {
+  const Graph graph = build_model(tiny_config("gpt", 8));
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+  PlannerOptions options = planner_options(4, 16);
+  options.schedule = ScheduleKind::Interleaved;
+  options.virtual_stages = 0;
+  const Plan chosen = plan_uniform(graph, *cost, options);
+  EXPECT_EQ(chosen.pipeline_stages(), 4);
+  double fastest = std::numeric_limits<double>::infinity();
+  int fastest_v = 0;
+  for (int v = 1; v <= 2; ++v) {  // 8 layers on 4 stages: at most 2 chunks of one layer per rank
+    PlannerOptions fixed = options;
+    fixed.virtual_stages = v;
+    fixed.schedule = v == 1 ? ScheduleKind::OneForwardOneBackward : ScheduleKind::Interleaved;
+    const Plan plan = plan_uniform(graph, *cost, fixed);
+    if (plan.predicted_step_seconds < fastest) {
+      fastest = plan.predicted_step_seconds;
+      fastest_v = v;
+    }
+  }
+  EXPECT_EQ(chosen.virtual_stages, fastest_v);
+  EXPECT_EQ(chosen.schedule, fastest_v == 1 ? ScheduleKind::OneForwardOneBackward : ScheduleKind::Interleaved);
+  EXPECT_DOUBLE_EQ(chosen.predicted_step_seconds, fastest);
+  // Only the uniform planner chooses v.
+  options.planner = "manual";
+  EXPECT_NE(error_message([&] { make_plan(graph, *cost, options); }).find("only the uniform planner chooses"),
+            std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------------
 // CAPSlog and Merak planners
 // ---------------------------------------------------------------------------------------------

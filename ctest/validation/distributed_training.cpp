@@ -532,11 +532,19 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
       PlanStage stage;
       stage.tasks = stages[s];
       stage.replicas = replicas[s];
-      stage.recompute = uniform(0, 1) ? RecomputePolicy::StageBoundaries : RecomputePolicy::None;
+      // None, whole, or (stage-aware) the tasks below a random one of the stage recomputed.
+      const int recompute = uniform(0, stage.tasks.size() > 1 ? 2 : 1);
+      stage.recompute = std::array{RecomputePolicy::None, RecomputePolicy::StageBoundaries, RecomputePolicy::StageAware}[recompute];
+      if (stage.recompute == RecomputePolicy::StageAware)
+        stage.recompute_until_task = stage.tasks[uniform(1, static_cast<int>(stage.tasks.size()) - 1)];
       stage.summary = summarize_tasks(graph, stage.tasks);
       description << (s ? "; " : "") << "tasks " << cuts[s] << "-" << cuts[s + 1] - 1 << " ("
                   << graph.task(ordered[cuts[s]]).name << " .. " << graph.task(ordered[cuts[s + 1] - 1]).name
-                  << ") x" << stage.replicas << (stage.recompute == RecomputePolicy::None ? "" : " recompute");
+                  << ") x" << stage.replicas
+                  << (stage.recompute == RecomputePolicy::None           ? ""
+                      : stage.recompute == RecomputePolicy::StageBoundaries ? " recompute"
+                                                                            : " recompute below task " +
+                                                                                  std::to_string(stage.recompute_until_task));
       plan.stages.push_back(std::move(stage));
     }
     description << "], " << plan.microbatches << " microbatches, " << schedule_name(plan.schedule);
