@@ -97,6 +97,20 @@ TEST_P(CapslogMemoryPrediction, MeasuredStagePeaksMatchThePrediction) {
   std::printf("  largest per-stage error %.2f%%; overall peak predicted %.3f MiB, measured %.3f MiB (%+.2f%%)\n",
               100 * largest_error, predicted_max / (1 << 20), measured_max / (1 << 20),
               100 * (predicted_max - measured_max) / measured_max);
+  // The peaks are cached with the layer profiles: a second run on the same cache measures nothing
+  // and plans the same stages from the cached measurements.
+  if (GetParam().model == "gpt" && GetParam().recompute == "auto") {
+    const std::string again = directory + "/again";
+    std::string second = arguments.str();
+    second.replace(second.find(" --set log.dir=" + directory), std::string(" --set log.dir=" + directory).size(),
+                   " --set log.dir=" + again);
+    const partrain::testing::PartrainRun rerun = partrain::testing::run_partrain(4, second, again + ".log");
+    ASSERT_EQ(rerun.status, 0) << rerun.command << "\n" << rerun.log;
+    EXPECT_EQ(rerun.log.find("trimmed profiling GPUs on 4 ranks"), std::string::npos) << rerun.log;
+    const nlohmann::json cached = nlohmann::json::parse(std::ifstream(again + "/plan.json"));
+    EXPECT_NE(cached.at("cost_model").get<std::string>().find("trimmed profiling runs' measured peaks"), std::string::npos);
+    for (int s = 0; s < 4; ++s) EXPECT_EQ(cached.at("stages")[s].at("tasks"), stages[s].at("tasks")) << "stage " << s;
+  }
   if (!HasFailure()) std::filesystem::remove_all(directory);
 }
 
