@@ -262,14 +262,14 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   }
 
   if (leader && config.log.save_initial) save_initial(directory + "/initial_parameters.h5", config, model, *data);
-  // The initial values are a temporary: the executor keeps its own stage's copy, so the whole model's
-  // host copy does not sit in the allocator (and in the measured peak) for the whole run. They are
-  // drawn for the whole model (the same numbers under any plan) and cut to this rank's tensor part.
   // What the process holds before the stage exists (graphs' constants, data, profiles): the
   // planners predict the stage's own memory, so the end-of-run check and the metrics' net peaks
   // (rank_peak_memory_bytes − rank_baseline_bytes) leave it out — as CAPSlog's trimmed runs do.
   backend.synchronise();
   const double baseline_bytes = static_cast<double>(backend.allocator().current_bytes());
+  // The initial values are a temporary: the executor keeps its own stage's copy, so the whole model's
+  // host copy does not sit in the allocator (and in the measured peak) for the whole run. They are
+  // drawn for the whole model (the same numbers under any plan) and cut to this rank's tensor part.
   runtime::PipelineExecutor executor(
       graph, plan, run_world, backend, *data,
       initial_values(config, model, graph, plan.placement_of(world.rank()).tensor_rank),

@@ -131,8 +131,12 @@ CapslogPartition capslog_recommend(const CapslogLayerMemory& memory, int devices
 /// profiling partitionings of capslog_profiling_runs are priced by capslog_profiling_peaks (measured
 /// by trimmed runs through options.capslog_measurements when set, else analytic), M_i / M_a solved,
 /// and capslog_recommend picks the stages under the usable device memory. The plan's per-stage
-/// memory_bytes are CAPSlog's M_p; times from `cost` (predict_plan). Throws partrain::Error when no
-/// stage count fits (naming the memory the best partitioning needs) or for more stages than layers.
+/// memory_bytes are CAPSlog's M_p; times from `cost` (predict_plan). Deviations (the paper is given G
+/// GPUs in one pipeline): the stage count is chosen as above, each stage gets equal data-parallel
+/// replicas (equal_replicas) whose all-reduce buckets the one-replica trimmed runs do not hold, and
+/// under ZeRO-1 the trimmed runs keep the whole optimizer state (M_p is then an upper bound).
+/// Throws partrain::Error when no stage count fits (naming the memory the best partitioning needs)
+/// or for more stages than layers.
 Plan plan_capslog(const Graph& graph, const CostModel& cost, const PlannerOptions& options);
 
 }  // namespace partrain::partition
