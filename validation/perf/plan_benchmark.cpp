@@ -78,6 +78,14 @@ std::string sig3(double value) {
   return buffer;
 }
 
+/// 2 decimals, as Table 1 prints max loads.
+std::string two_decimals(double value) {
+  if (!std::isfinite(value)) return "-";
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2f", value);
+  return buffer;
+}
+
 std::string ratio(double value, double peer) {
   if (!(peer > 0) || !std::isfinite(value)) return "-";
   return sig3(value / peer);
@@ -221,7 +229,7 @@ void benchmark_workloads(const fs::path& data_dir, const std::string& reference_
   std::printf("  %-44s %5s %2s %2s %7s %8s | %9s %10s | %9s %10s | %9s %9s\n", "file", "nodes", "k", "l", "classes",
               "ideals", "DP s", "DP ms", "DPL s", "DPL ms", "DPL/DP t", "DPL/DP ms");
   for (const fs::path& file : files) {
-    const std::string name = fs::relative(file, root).string();
+    const std::string name = file.lexically_relative(root).string();
     try {
       const part::Workload workload = part::read_workload(file.string());
       const part::PartitionOptions options;  // the file's own k, l and memory
@@ -261,7 +269,7 @@ void benchmark_workloads(const fs::path& data_dir, const std::string& reference_
   std::printf("  %-44s | %8s %10s %10s | %8s %10s %10s | %10s\n", "file", "ideals", "max ms", "ours s", "ideals",
               "max ms", "released s", "released/ours");
   for (const fs::path& file : files) {
-    const std::string name = fs::relative(file, root).string();
+    const std::string name = file.lexically_relative(root).string();
     part::PartitionResult dp;
     std::string dp_error;
     double our_seconds = NAN;
@@ -273,8 +281,8 @@ void benchmark_workloads(const fs::path& data_dir, const std::string& reference_
     const ReferenceRun reference = run_reference(reference_dp, file, reference_limit);
     std::printf("  %-44s | %8s %10s %10s | %8s %10s %10s | %10s\n", name.c_str(),
                 dp_error.empty() ? std::to_string(dp.ideal_count).c_str() : "-",
-                dp_error.empty() ? sig3(dp.max_load_ms).c_str() : "-", sig3(our_seconds).c_str(),
-                reference.ideals >= 0 ? std::to_string(reference.ideals).c_str() : "-", sig3(reference.max_load_ms).c_str(),
+                dp_error.empty() ? two_decimals(dp.max_load_ms).c_str() : "-", sig3(our_seconds).c_str(),
+                reference.ideals >= 0 ? std::to_string(reference.ideals).c_str() : "-", two_decimals(reference.max_load_ms).c_str(),
                 sig3(reference.seconds).c_str(), reference.error.empty() ? ratio(reference.seconds, our_seconds).c_str() : "-");
     if (!dp_error.empty()) std::printf("    ours: %s\n", dp_error.c_str());
     if (!reference.error.empty()) std::printf("    released: %s\n", reference.error.c_str());
