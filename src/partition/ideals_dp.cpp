@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <map>
 #include <string_view>
 #include <unordered_map>
 
