@@ -82,7 +82,7 @@ int run_workload_ip(const PlanArguments& arguments, const partition::Workload& w
                                                     ? "throughput, contiguous, pipeline-ordered devices (Tarnawski et al. §5.1.3)"
                                                     : "throughput, contiguous, constraints (16) per device (Tarnawski et al. §5.1.3)")
                                              : "throughput, non-contiguous (Tarnawski et al. §5.2)";
-  std::printf("workload: %s (%zu nodes, %zu colour classes)\n", workload.source.c_str(), workload.nodes.size(),
+  std::printf("workload: %s (%zu nodes, %zu classes)\n", workload.source.c_str(), workload.nodes.size(),
               result.class_count);
   std::printf("planner: ip, %s; solver %s\n", program, partition::mip_solver_version().c_str());
   std::printf("accelerators: %d, cpus: %d, accelerator memory: %.0f bytes", result.placement.accelerators,
@@ -148,7 +148,7 @@ int run_workload_plan(const PlanArguments& arguments) {
                                                                 : partition::partition_linearised(workload, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  std::printf("workload: %s (%zu nodes, %zu colour classes, %zu ideals searched)\n", workload.source.c_str(),
+  std::printf("workload: %s (%zu nodes, %zu classes, %zu ideals searched)\n", workload.source.c_str(),
               workload.nodes.size(), result.class_count, result.ideal_count);
   std::printf("planner: %s, accelerators: %d, cpus: %d, accelerator memory: %.0f bytes\n", planner.c_str(),
               options.accelerators >= 0 ? options.accelerators : workload.accelerators,

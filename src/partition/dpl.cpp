@@ -20,7 +20,7 @@ IdealFamily prefix_ideals(const ClassGraph& graph, const std::vector<std::size_t
 }
 
 PartitionResult partition_linearised(const Workload& workload, const PartitionOptions& options) {
-  const ClassGraph graph(workload);
+  const ClassGraph graph = dp_class_graph(workload, options);  // the DP's classes, as the released DPL
   return partition_over_ideals(workload, graph, prefix_ideals(graph, graph.topological_order), options);
 }
 

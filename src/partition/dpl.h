@@ -9,7 +9,8 @@ namespace partrain::partition {
 /// The prefixes of `order` (a topological order of the classes) as an ideal family (a chain).
 IdealFamily prefix_ideals(const ClassGraph& graph, const std::vector<std::size_t>& order);
 
-/// DPL split using the graph's Kahn topological order. Throws partrain::Error when infeasible.
+/// DPL split using the topological order of the DP's class graph (dp_class_graph). Throws
+/// partrain::Error when infeasible.
 PartitionResult partition_linearised(const Workload& workload, const PartitionOptions& options);
 
 }  // namespace partrain::partition

@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <map>
 #include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "partition/class_simplification.h"
 #include "partition/dpl.h"
 
 namespace partrain::partition {
@@ -30,20 +30,20 @@ struct Choice {
 
 }  // namespace
 
-ClassGraph::ClassGraph(const Workload& workload) {
+ClassGraph::ClassGraph(const Workload& workload, const ClassGraphOptions& options) {
   const std::size_t node_count = workload.nodes.size();
   PARTRAIN_CHECK(node_count > 0, workload.source << ": the workload has no nodes");
-  std::map<long, std::size_t> class_of_color;
-  class_of_node.resize(node_count);
-  for (std::size_t node = 0; node < node_count; ++node) {
-    const WorkloadNode& entry = workload.nodes[node];
-    if (entry.has_color_class) {
-      auto [position, inserted] = class_of_color.emplace(entry.color_class, class_count);
-      if (inserted) ++class_count;
-      class_of_node[node] = position->second;
-    } else {
-      class_of_node[node] = class_count++;
-    }
+  SimplifiedClasses simplified;
+  if (options.simplify) {
+    simplified = simplify_classes(workload, options.accelerator_memory_bytes, options.contract_trivial);
+    class_of_node = simplified.class_of_node;
+    class_count = simplified.class_count;
+    colour_class_count = simplified.colour_class_count;
+    fused_class_count = simplified.fused_classes;
+    contracted_class_count = simplified.contracted_classes;
+  } else {
+    class_of_node = colour_classes(workload, class_count);
+    colour_class_count = class_count;
   }
   words = (class_count + 63) / 64;
   members.assign(class_count, {});
@@ -95,22 +95,27 @@ ClassGraph::ClassGraph(const Workload& workload) {
     set_bit(&predecessor_bits[to * words], from);
     successors[from].push_back(to);
   };
-  // Forward edges between classes that hold forward nodes: the forward DAG of the paper.
-  for (const WorkloadEdge& edge : workload.edges)
-    if (!workload.nodes[edge.source].backward && !workload.nodes[edge.destination].backward)
-      add_arc(class_of_node[edge.source], class_of_node[edge.destination], false);
-  // A backward-only class gets a zero-cost forward node, placed by its edges: first the edges
-  // from forward nodes (as given), then the edges between backward nodes reversed (the backward
-  // pass runs against the forward order); an arc that would close a cycle is left out.
-  for (int pass = 0; pass < 2; ++pass)
-    for (const WorkloadEdge& edge : workload.edges) {
-      const std::size_t from = class_of_node[edge.source];
-      const std::size_t to = class_of_node[edge.destination];
-      if (has_forward[from] && has_forward[to]) continue;
-      const bool source_backward = workload.nodes[edge.source].backward;
-      if (pass == 0 && !source_backward) add_arc(from, to, true);
-      if (pass == 1 && source_backward) add_arc(to, from, true);
-    }
+  if (options.simplify) {
+    // The DP's form (class_simplification.h): arcs computed there, acyclic.
+    for (auto [from, to] : simplified.arcs) add_arc(from, to, false);
+  } else {
+    // Forward edges between classes that hold forward nodes: the forward DAG of the paper.
+    for (const WorkloadEdge& edge : workload.edges)
+      if (!workload.nodes[edge.source].backward && !workload.nodes[edge.destination].backward)
+        add_arc(class_of_node[edge.source], class_of_node[edge.destination], false);
+    // A backward-only class gets a zero-cost forward node, placed by its edges: first the edges
+    // from forward nodes (as given), then the edges between backward nodes reversed (the backward
+    // pass runs against the forward order); an arc that would close a cycle is left out.
+    for (int pass = 0; pass < 2; ++pass)
+      for (const WorkloadEdge& edge : workload.edges) {
+        const std::size_t from = class_of_node[edge.source];
+        const std::size_t to = class_of_node[edge.destination];
+        if (has_forward[from] && has_forward[to]) continue;
+        const bool source_backward = workload.nodes[edge.source].backward;
+        if (pass == 0 && !source_backward) add_arc(from, to, true);
+        if (pass == 1 && source_backward) add_arc(to, from, true);
+      }
+  }
   for (std::size_t node = 0; node < node_count; ++node) {
     std::vector<std::size_t>& heads = head_classes[node];
     if (heads.empty() || out_cost[node] <= 0.0) continue;
@@ -402,8 +407,17 @@ PartitionResult partition_over_ideals(const Workload& workload, const ClassGraph
   return result;
 }
 
+ClassGraph dp_class_graph(const Workload& workload, const PartitionOptions& options) {
+  // The classes as the paper counts its ideals (class_simplification.h); exact for this memory.
+  ClassGraphOptions graph_options;
+  graph_options.simplify = true;
+  graph_options.accelerator_memory_bytes =
+      options.accelerator_memory_bytes >= 0 ? options.accelerator_memory_bytes : workload.accelerator_memory_bytes;
+  return ClassGraph(workload, graph_options);
+}
+
 PartitionResult partition_ideals(const Workload& workload, const PartitionOptions& options) {
-  const ClassGraph graph(workload);
+  const ClassGraph graph = dp_class_graph(workload, options);
   const IdealFamily family = enumerate_ideals(graph, options.max_ideals, workload.source);
   double upper_bound = infinity;
   try {

@@ -14,16 +14,35 @@
 
 namespace partrain::partition {
 
+/// How ClassGraph forms its classes.
+struct ClassGraphOptions {
+  /// The ideal DP's classes, simplified as the paper counts its ideals (class_simplification.h:
+  /// backward-only classes mirror their backward edges, cycles of arcs are fused, trivial classes
+  /// join their only neighbour). Off: colour classes only, the units of the integer programs, where
+  /// fusing would restrict §5.2's non-contiguous splits.
+  bool simplify = false;
+  /// Memory of one accelerator (bytes), which decides whether a trivial class of non-zero size may
+  /// be contracted (only with simplify).
+  double accelerator_memory_bytes = std::numeric_limits<double>::infinity();
+  /// With simplify: also contract trivial classes (step 4; off only to check its exactness).
+  bool contract_trivial = true;
+};
+
 /// The workload after contracting colour classes: one class per colour (a backward node joins its
 /// forward twin's class; a node without a colour is its own class; a class holding only backward
 /// nodes acts as a zero-cost forward node). The forward DAG on classes has an arc c(u) -> c(v) for
-/// every edge u -> v between forward nodes. A backward-only class is placed by its own edges: arcs
-/// from edges leaving forward nodes as given, then edges between backward nodes reversed, each
-/// left out if it would close a cycle. Throws partrain::Error if the forward arcs have a cycle.
+/// every edge u -> v between forward nodes. Without options.simplify a backward-only class is
+/// placed by its own edges: arcs from edges leaving forward nodes as given, then edges between
+/// backward nodes reversed, each left out if it would close a cycle, and the constructor throws
+/// partrain::Error if the forward arcs have a cycle. With it, classes and arcs are those of
+/// simplify_classes (Tarnawski et al. §5.3 as their released DP counts ideals), always acyclic.
 struct ClassGraph {
-  explicit ClassGraph(const Workload& workload);
+  explicit ClassGraph(const Workload& workload, const ClassGraphOptions& options = {});
 
   std::size_t class_count = 0;
+  std::size_t colour_class_count = 0;                     // classes before simplification
+  std::size_t fused_class_count = 0;                      // removed by fusing cycles (simplify)
+  std::size_t contracted_class_count = 0;                 // removed as trivial (simplify)
   std::size_t words = 0;                                  // 64-bit words per class bitset
   std::vector<std::size_t> class_of_node;                 // node index -> class
   std::vector<std::vector<std::size_t>> members;          // class -> node indices
@@ -102,8 +121,14 @@ PartitionResult partition_over_ideals(const Workload& workload, const ClassGraph
                                       const PartitionOptions& options,
                                       double upper_bound_ms = std::numeric_limits<double>::infinity());
 
-/// Optimal contiguous split over all ideals (Tarnawski et al. §5.1.1, §5.3). Uses DPL's value as
-/// the pruning bound. Throws partrain::Error if there are too many ideals or no feasible split.
+/// The class graph the DPs run on: ClassGraphOptions::simplify with the accelerator memory of
+/// `options` (the workload's when negative). Throws partrain::Error on an empty workload.
+ClassGraph dp_class_graph(const Workload& workload, const PartitionOptions& options);
+
+/// Optimal contiguous split over all ideals (Tarnawski et al. §5.1.1, §5.3) of the simplified class
+/// graph (ClassGraphOptions::simplify, with the memory the split is for), whose ideal counts are
+/// those of the paper's Table 1. Uses DPL's value on the same graph as the pruning bound. Throws
+/// partrain::Error if there are too many ideals or no feasible split.
 PartitionResult partition_ideals(const Workload& workload, const PartitionOptions& options);
 
 }  // namespace partrain::partition

@@ -150,8 +150,15 @@ void canonical_labels(const ClassGraph& graph, Placement& placement) {
 
 IntegerProgramResult solve_throughput_ip(const Workload& workload, const IntegerProgramOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  const ClassGraph graph(workload);
   const Devices devices = ip::resolve_devices(workload, options);
+  // The contiguous programs run on the DP's classes (class_simplification.h: cycles of arcs fused and
+  // trivial classes contracted, both exact for contiguous splits), so that the pipeline program's
+  // space is exactly the DP's; §5.2's program on the colour classes, where fusing a cycle that runs
+  // through a backward-only class's mirrored arcs would forbid non-contiguous splits.
+  ClassGraphOptions graph_options;
+  graph_options.simplify = options.contiguous;
+  graph_options.accelerator_memory_bytes = devices.memory_bytes;
+  const ClassGraph graph(workload, graph_options);
   const bool pipeline = options.contiguous && options.contiguity == IpContiguity::pipeline;
   const bool reachability = options.contiguous && options.contiguity == IpContiguity::reachability;
 

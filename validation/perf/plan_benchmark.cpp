@@ -7,8 +7,13 @@
 //      (256 layers, hidden 2048) on 32 devices = 4 nodes × 8: every planner through make_plan, plus
 //      the steps of rannc (atomic components, task costs, blocks, stage DP) timed separately; the
 //      plans' shapes and predicted step times; ratios against rannc.
-// Usage: plan_benchmark [--data DIR] [--quick] [--limit SECONDS] [--skip PLANNER]...
+//      With --reference-dp BINARY (a binary built, outside the project, from throughput-dp/dp.cpp of
+//      msr-fiddle/dnn-partitioning, the authors' released DP): that binary's wall time on each file,
+//      its ideal count (its "N ideals" line) and its max load, against ours (file read + DP).
+// Usage: plan_benchmark [--data DIR] [--quick] [--workloads-only] [--limit SECONDS] [--skip PLANNER]...
+//                       [--reference-dp BINARY] [--reference-limit SECONDS]
 // Each model-graph measurement runs in a forked child so that one exceeding --limit can be stopped.
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -73,6 +78,14 @@ std::string sig3(double value) {
   return buffer;
 }
 
+/// 2 decimals, as Table 1 prints max loads.
+std::string two_decimals(double value) {
+  if (!std::isfinite(value)) return "-";
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2f", value);
+  return buffer;
+}
+
 std::string ratio(double value, double peer) {
   if (!(peer > 0) || !std::isfinite(value)) return "-";
   return sig3(value / peer);
@@ -99,7 +112,107 @@ double mean_seconds(Run&& run) {
   return total / runs;
 }
 
-void benchmark_workloads(const fs::path& data_dir) {
+/// One run of the released DP on a file: wall seconds (process start to exit), its ideal count and
+/// max load, or why it gave none.
+struct ReferenceRun {
+  double seconds = NAN;
+  long ideals = -1;
+  double max_load_ms = NAN;
+  std::string error;  // empty when it finished with a result
+};
+
+std::string read_text(const std::string& path) {
+  std::string text;
+  FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return text;
+  char buffer[65536];
+  std::size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
+  std::fclose(file);
+  return text;
+}
+
+/// Runs `binary` < input once (the released dp.cpp reads JSON on stdin, prints the split as JSON on
+/// stdout and "N ideals" on stderr), killed after `limit_seconds` (0: none).
+ReferenceRun run_reference_once(const std::string& binary, const fs::path& input, double limit_seconds) {
+  ReferenceRun run;
+  char out_name[] = "/tmp/plan_benchmark_outXXXXXX";
+  char err_name[] = "/tmp/plan_benchmark_errXXXXXX";
+  const int out_fd = mkstemp(out_name);
+  const int err_fd = mkstemp(err_name);
+  const int in_fd = open(input.c_str(), O_RDONLY);
+  if (out_fd < 0 || err_fd < 0 || in_fd < 0) {
+    run.error = std::string("cannot open files: ") + std::strerror(errno);
+  } else {
+    std::fflush(stdout);
+    const Clock::time_point start = Clock::now();
+    const pid_t child = fork();
+    if (child == 0) {
+      dup2(in_fd, 0);
+      dup2(out_fd, 1);
+      dup2(err_fd, 2);
+      execl(binary.c_str(), binary.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    int status = 0;
+    bool timed_out = false;
+    for (;;) {  // poll every 0.5 ms: the resolution of the short runs
+      const pid_t done = waitpid(child, &status, WNOHANG);
+      if (done == child || (done < 0 && errno != EINTR)) break;
+      if (limit_seconds > 0 && seconds_since(start) > limit_seconds) {
+        kill(child, SIGKILL);
+        waitpid(child, &status, 0);
+        timed_out = true;
+        break;
+      }
+      usleep(500);
+    }
+    run.seconds = seconds_since(start);
+    const std::string out = read_text(out_name), err = read_text(err_name);
+    std::istringstream lines(err);
+    for (std::string line; std::getline(lines, line);) {
+      const std::size_t at = line.find(" ideals");
+      if (at != std::string::npos && at > 0 && at + 7 == line.size() && line.find_first_not_of("0123456789") == at)
+        run.ideals = std::stol(line.substr(0, at));
+    }
+    if (timed_out) {
+      run.error = "stopped after " + sig3(run.seconds) + " s (--reference-limit)";
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      const std::size_t fail = out.find("FAIL: ");
+      run.error = fail != std::string::npos ? out.substr(fail, out.find('\n', fail) - fail)
+                                            : "exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else {
+      try {
+        run.max_load_ms = nlohmann::json::parse(out).at("maxLoad").get<double>();
+      } catch (const std::exception& error) {
+        run.error = std::string("no maxLoad in its output: ") + error.what();
+      }
+    }
+  }
+  for (int fd : {out_fd, err_fd, in_fd})
+    if (fd >= 0) close(fd);
+  unlink(out_name);
+  unlink(err_name);
+  return run;
+}
+
+/// Like mean_seconds: runs repeated while the total stays under 0.2 s (at most 50); the mean time.
+ReferenceRun run_reference(const std::string& binary, const fs::path& input, double limit_seconds) {
+  ReferenceRun first = run_reference_once(binary, input, limit_seconds);
+  if (!first.error.empty()) return first;
+  double total = first.seconds;
+  int runs = 1;
+  while (total < 0.2 && runs < 50) {
+    const ReferenceRun again = run_reference_once(binary, input, limit_seconds);
+    if (!again.error.empty()) return again;
+    total += again.seconds;
+    ++runs;
+  }
+  first.seconds = total / runs;
+  return first;
+}
+
+void benchmark_workloads(const fs::path& data_dir, const std::string& reference_dp, double reference_limit) {
   const fs::path root = data_dir / "dnn-partitioning" / "throughput-inputs";
   std::printf("== 1. dnn-partitioning workloads (%s)\n", root.string().c_str());
   std::vector<fs::path> files;
@@ -116,7 +229,7 @@ void benchmark_workloads(const fs::path& data_dir) {
   std::printf("  %-44s %5s %2s %2s %7s %8s | %9s %10s | %9s %10s | %9s %9s\n", "file", "nodes", "k", "l", "classes",
               "ideals", "DP s", "DP ms", "DPL s", "DPL ms", "DPL/DP t", "DPL/DP ms");
   for (const fs::path& file : files) {
-    const std::string name = fs::relative(file, root).string();
+    const std::string name = file.lexically_relative(root).string();
     try {
       const part::Workload workload = part::read_workload(file.string());
       const part::PartitionOptions options;  // the file's own k, l and memory
@@ -149,6 +262,33 @@ void benchmark_workloads(const fs::path& data_dir) {
   }
   std::printf("  (DP s includes the DPL run it uses as its pruning bound; times are means of repeated runs\n"
               "   when one run takes under 0.2 s)\n\n");
+  if (reference_dp.empty()) return;
+
+  // Against the released DP: both from the file to the optimum, on the same files, one after another.
+  std::printf("== 1b. released dp.cpp (%s) against ours, from the file to the split\n", reference_dp.c_str());
+  std::printf("  %-44s | %8s %10s %10s | %8s %10s %10s | %10s\n", "file", "ideals", "max ms", "ours s", "ideals",
+              "max ms", "released s", "released/ours");
+  for (const fs::path& file : files) {
+    const std::string name = file.lexically_relative(root).string();
+    part::PartitionResult dp;
+    std::string dp_error;
+    double our_seconds = NAN;
+    try {
+      our_seconds = mean_seconds([&] { dp = part::partition_ideals(part::read_workload(file.string()), {}); });
+    } catch (const Error& error) {
+      dp_error = error.message();
+    }
+    const ReferenceRun reference = run_reference(reference_dp, file, reference_limit);
+    std::printf("  %-44s | %8s %10s %10s | %8s %10s %10s | %10s\n", name.c_str(),
+                dp_error.empty() ? std::to_string(dp.ideal_count).c_str() : "-",
+                dp_error.empty() ? two_decimals(dp.max_load_ms).c_str() : "-", sig3(our_seconds).c_str(),
+                reference.ideals >= 0 ? std::to_string(reference.ideals).c_str() : "-", two_decimals(reference.max_load_ms).c_str(),
+                sig3(reference.seconds).c_str(), reference.error.empty() ? ratio(reference.seconds, our_seconds).c_str() : "-");
+    if (!dp_error.empty()) std::printf("    ours: %s\n", dp_error.c_str());
+    if (!reference.error.empty()) std::printf("    released: %s\n", reference.error.c_str());
+  }
+  std::printf("  (wall times; runs under 0.2 s repeated and averaged; the released binary's time includes its\n"
+              "   process start and JSON parsing, ours the file read)\n\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -408,21 +548,32 @@ void benchmark_model(const ModelCase& model_case, const std::set<std::string>& s
 
 void usage() {
   std::printf(
-      "usage: plan_benchmark [--data DIR] [--quick] [--limit SECONDS] [--skip PLANNER]...\n"
+      "usage: plan_benchmark [--data DIR] [--quick] [--workloads-only] [--limit SECONDS] [--skip PLANNER]...\n"
+      "                      [--reference-dp BINARY] [--reference-limit SECONDS]\n"
       "  --data DIR       test data (default %s); workloads under DIR/dnn-partitioning/throughput-inputs\n"
       "  --quick          skip the 256-layer enlarged BERT\n"
       "  --limit SECONDS  stop a model-graph measurement after this wall time (default 120; 0: none)\n"
-      "  --skip PLANNER   do not run this planner on the model graphs (repeatable)\n",
+      "  --skip PLANNER   do not run this planner on the model graphs (repeatable)\n"
+      "  --workloads-only only the dnn-partitioning workloads (section 1)\n"
+      "  --reference-dp BINARY    also run this binary, built from the released throughput-dp/dp.cpp of\n"
+      "                   msr-fiddle/dnn-partitioning, on every workload file and compare (section 1b)\n"
+      "  --reference-limit SECONDS  stop one run of it after this wall time (default 600; 0: none)\n",
       PARTRAIN_BENCHMARK_DATA);
 }
 
 }  // namespace
+
+/// Section 2: the model graphs (BERT-Large; the 256-layer enlarged BERT unless quick).
+void benchmark_models(const std::set<std::string>& skip, double limit_seconds, bool quick);
 
 int main(int argc, char** argv) {
   std::string data_dir = PARTRAIN_BENCHMARK_DATA;
   bool quick = false;
   double limit_seconds = 120;
   std::set<std::string> skip;
+  bool workloads_only = false;
+  std::string reference_dp;
+  double reference_limit = 600;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
     const bool has_value = i + 1 < argc;
@@ -435,6 +586,21 @@ int main(int argc, char** argv) {
         limit_seconds = std::stod(argv[++i]);
       } catch (const std::exception&) {
         std::fprintf(stderr, "plan_benchmark: --limit needs a number of seconds, not '%s'\n", argv[i]);
+        return 2;
+      }
+    } else if (argument == "--workloads-only") {
+      workloads_only = true;
+    } else if (argument == "--reference-dp" && has_value) {
+      reference_dp = argv[++i];
+      if (access(reference_dp.c_str(), X_OK) != 0) {
+        std::fprintf(stderr, "plan_benchmark: --reference-dp '%s' is not an executable file\n", reference_dp.c_str());
+        return 2;
+      }
+    } else if (argument == "--reference-limit" && has_value) {
+      try {
+        reference_limit = std::stod(argv[++i]);
+      } catch (const std::exception&) {
+        std::fprintf(stderr, "plan_benchmark: --reference-limit needs a number of seconds, not '%s'\n", argv[i]);
         return 2;
       }
     } else if (argument == "--skip" && has_value) {
@@ -452,8 +618,21 @@ int main(int argc, char** argv) {
   try {
     std::printf("plan_benchmark: seconds are wall time (3 significant digits); ratios are against the peer named\n"
                 "in the column header, measured in this run\n\n");
-    benchmark_workloads(data_dir);
+    benchmark_workloads(data_dir, reference_dp, reference_limit);
+    if (!workloads_only) benchmark_models(skip, limit_seconds, quick);
+  } catch (const std::exception& error) {
+    std::printf("plan_benchmark: unexpected failure: %s\n", error.what());
+    return 1;
+  }
+  if (unexpected_failure) {
+    std::printf("plan_benchmark: some measurements failed unexpectedly (see above)\n");
+    return 1;
+  }
+  return 0;
+}
 
+void benchmark_models(const std::set<std::string>& skip, double limit_seconds, bool quick) {
+  {
     ModelCase bert_large;
     bert_large.title = "BERT-Large (24 layers, hidden 1024, heads 16, seq 512) on 16 devices, analytic cost model";
     bert_large.model.type = "bert";
@@ -485,13 +664,5 @@ int main(int argc, char** argv) {
     } else {
       std::printf("== 2. RaNNC enlarged BERT (256 layers): skipped (--quick)\n\n");
     }
-  } catch (const std::exception& error) {
-    std::printf("plan_benchmark: unexpected failure: %s\n", error.what());
-    return 1;
   }
-  if (unexpected_failure) {
-    std::printf("plan_benchmark: some measurements failed unexpectedly (see above)\n");
-    return 1;
-  }
-  return 0;
 }
