@@ -14,6 +14,7 @@
 #include "graph/tensor_parallel.h"
 #include "models/model.h"
 #include "graph/interpreter.h"
+#include "graph/saved_tensors.h"
 
 namespace partrain::profile {
 
@@ -140,6 +141,7 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
 
   const Subgraph original = extract_subgraph(graph, tasks);
   Measurement m;
+  std::vector<std::string> sent_names;  // values read outside the set (a stage's outputs)
   // Figures of the original graph: parameters read, activations crossing the set's boundary.
   for (int p : original.parameters(graph)) m.parameter_bytes += static_cast<double>(graph.value(p).type.bytes(1));
   m.boundary_input_bytes = activation_bytes_of(graph, original.boundary_activations(graph), batch);
@@ -151,6 +153,7 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       if (std::any_of(consumers.begin(), consumers.end(), [&](int c) { return !members.count(c); })) sent.push_back(v);
     }
     m.boundary_output_bytes = activation_bytes_of(graph, sent, batch);
+    for (int v : sent) sent_names.push_back(graph.value(v).name);
   }
 
   CachingAllocator& allocator = backend.allocator();
@@ -166,6 +169,11 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
     const Graph trimmed = standalone_graph(graph, original);
     const Subgraph whole = whole_graph(trimmed);
     const BackwardProgram program = build_backward(trimmed, whole);
+    // What the executor keeps from the forward to the backward: the saved tensors, and the outputs
+    // to send (held until the microbatch's backward). The rest is freed as the executor frees it.
+    std::unordered_set<int> kept;
+    for (int v : saved_for_backward(trimmed, program)) kept.insert(v);
+    for (const std::string& name : sent_names) kept.insert(trimmed.value_id(name));
 
     TensorMap inputs;
     std::mt19937_64 generator(options.seed ^ 0x5DEECE66Dull);
@@ -205,6 +213,10 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       run_forward(trimmed, whole, values, backend, execution);
       backend.synchronise();
       const auto forward_end = Clock::now();
+      if (pass == 0)
+        for (int v : kept)
+          if (auto found = values.find(v); found != values.end()) produced += static_cast<double>(found->second.nbytes());
+      release_unsaved(trimmed, values, kept);
 
       TensorMap grads = accumulators;
       for (int v : program.output_grads) grads[v] = ones_like(values.at(v), backend);
@@ -218,10 +230,6 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       if (timed) {
         forward_samples.push_back(std::chrono::duration<double>(forward_end - forward_start).count());
         backward_samples.push_back(std::chrono::duration<double>(backward_end - backward_start).count());
-      }
-      if (pass == 0) {
-        for (int t : whole.tasks)
-          for (int output : trimmed.task(t).outputs) produced += static_cast<double>(values.at(output).nbytes());
       }
     }
     m.forward_seconds = median(forward_samples);

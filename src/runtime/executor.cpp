@@ -6,10 +6,12 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <unordered_set>
 
 #include "core/allocator.h"
 #include "comm/tensor_parallel_group.h"
 #include "core/error.h"
+#include "graph/saved_tensors.h"
 #include "plan/schedule_topology.h"
 
 namespace partrain::runtime {
@@ -47,6 +49,24 @@ struct PipelineExecutor::MicrobatchState {
   std::vector<int> kept;          // value ids kept for recomputation (data inputs and received)
   std::array<TensorMap, 2> halves;  // sub-pipelined TMP: each sub-microbatch's forward values
 };
+
+namespace {
+// After a training forward pass (or its recomputation): keep of the microbatch's values only the
+// saved tensors (StageProgram::saved) and the loss, so that the activations stored until the
+// backward are exactly what the backward reads (Korthikanti et al. 2022 §4); the others become
+// shape-only. A received activation the backward does not read is let go of as well; a stage
+// output stays in `outputs` until it has been sent (the executor drops it at the backward).
+void keep_saved_tensors(const Graph& graph, const StageProgram& program, TensorMap& values,
+                        std::array<TensorMap, 2>& halves, TensorMap* received) {
+  std::unordered_set<int> keep(program.saved.begin(), program.saved.end());
+  if (program.loss >= 0) keep.insert(program.loss);
+  release_unsaved(graph, values, keep);
+  for (TensorMap& half : halves) release_unsaved(graph, half, keep);
+  if (received != nullptr)
+    for (auto it = received->begin(); it != received->end();)
+      it = keep.count(it->first) ? std::next(it) : received->erase(it);
+}
+}  // namespace
 
 PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::Communicator& world, Backend& backend,
                                    const io::BatchSource& data, const std::unordered_map<int, Tensor>& initial_values,
@@ -376,6 +396,8 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
         for (int value : state.kept) kept[value] = state.values.at(value);
         state.values = std::move(kept);
         state.halves = {};
+      } else if (training_) {  // keep only what the backward reads
+        keep_saved_tensors(graph_, program, state.values, state.halves, &state.received);
       }
       return;
     }
@@ -386,6 +408,9 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       for (int value : program.buffers) saved.emplace_back(state_.at(value), copy_to(state_.at(value), backend_));
       forward(state, action.microbatch);
       for (auto& [live, copy] : saved) backend_.copy(live, copy);
+      // One microbatch's saved tensors until its backward; the inputs it started from are no longer
+      // needed unless the backward reads them.
+      keep_saved_tensors(graph_, program, state.values, state.halves, nullptr);
       return;
     }
     case ActionKind::Backward: {

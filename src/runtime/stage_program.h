@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "graph/autodiff.h"
+#include "graph/saved_tensors.h"
 #include "graph/subgraph.h"
 #include "plan/plan.h"
 
@@ -24,6 +25,9 @@ struct StageProgram {
   std::vector<int> gradients_received;  // values of `sent` whose gradient comes back from stage + 1
   std::vector<int> gradients_sent;      // values of `received` whose gradient goes to stage − 1
   int loss = -1;                     // the graph output (loss) when this is the stage computing it
+  /// The saved tensors (graph/saved_tensors.h): microbatch values whose data the backward reads,
+  /// ascending id. Everything else a forward pass computes is freed right after it.
+  std::vector<int> saved;
 };
 
 /// The programs of every stage of a plan, in stage order. Throws partrain::Error when a stage is not
