@@ -14,6 +14,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
 #include "partition/cost_model.h"
+#include "partition/planner.h"
 
 namespace partrain {
 namespace {
@@ -129,6 +130,62 @@ TEST(ActivationMemory, PublishedGpt3LayerFigure) {
   EXPECT_EQ(analytic_bytes_per_layer(c, true), 2048.0 * 12288 * 32 + 4.0 * 96 * 2048 * 2048);
 }
 
+// GPT-3 175B (configs/gpt3-175b.toml: 96 layers, h 12288, a 96, s 2048, vocabulary 51,200, bf16,
+// AdamW) on 64 devices, uniform planner, t = 1, no ZeRO: what `partrain plan configs/gpt3-175b.toml
+// --planner uniform --world-size 64 --set parallel.tensor_parallel=1 --set parallel.zero=0 --set
+// parallel.stages=64` prints. 96 layers on 64 stages: stages 0–31 hold 2 layers (stage 0 also the
+// embeddings), 32–63 one (63 also ln_f and the head). The planner picks 256 microbatches of 6
+// samples, 1F1B with recomputation at the stage boundaries (S > 1). The largest stage is stage 1
+// (h.2–3), derived by hand:
+//   model state: 2 layers × (12h² + 13h) parameters × 20 bytes (fp32 weights 4 + gradients 4 + Adam
+//     8, bf16 working copy 2 + bf16 gradients 2)                               = 72,483,962,880
+//   inputs kept for recomputation: 1F1B keeps S − 1 = 63 microbatches in flight on stage 1, each its
+//     received [6, 2048, 12288] bf16 input (2·s·b·h)                          = 19,025,362,944
+//   one microbatch's saved tensors while recomputing: 2 layers × (32sbh + 4as²b) (ours in bf16,
+//     the Korthikanti figure less the masks; the stage's input counts as the first LayerNorm's
+//     input, its output is saved by the next stage)                           = 28,991,029,248
+//   working memory: the largest single output, the [6, 96, 2048, 2048] bf16 attention scores
+//                                                                              =  4,831,838,208
+// Total 125,332,193,280 bytes = 116.72 GiB (the `needs at least` of the 80 GiB request is this / 0.9:
+// 129.69 GiB).
+TEST(ActivationMemory, Gpt3UniformSixtyFourStagesMatchesHandDerivation) {
+  ModelConfig config;
+  config.type = "gpt";
+  config.layers = 96;
+  config.hidden = 12288;
+  config.heads = 96;
+  config.vocab = 51200;
+  config.max_position = 2048;
+  config.seq_len = 2048;
+  config.dropout = 0.1;
+  const Graph graph = build_model(config);
+  partition::DeviceSpec device;
+  device.flops_per_second = 156e12;
+  device.memory_bytes = 1e15;  // room for any plan: the figure, not feasibility, is under test
+  const auto cost = partition::make_analytic_cost_model(graph, device, /*mixed_precision=*/true);
+  partition::PlannerOptions options;
+  options.planner = "uniform";
+  options.world_size = 64;
+  options.stages = 64;
+  options.global_batch = 1536;
+  options.mixed_precision = true;
+  options.max_microbatches = 256;
+  const Plan plan = partition::make_plan(graph, *cost, options);
+  ASSERT_EQ(plan.stages.size(), 64u);
+  ASSERT_EQ(plan.microbatches, 256);
+  ASSERT_EQ(plan.microbatch_size(), 6);
+
+  const double s = 2048, h = 12288, a = 96, b = 6;
+  const double model_state = 2 * (12 * h * h + 13 * h) * 20;
+  const double inputs_in_flight = 63 * (2 * s * b * h);
+  const double saved_one_microbatch = 2 * (32 * s * b * h + 4 * a * s * s * b);
+  const double largest_output = 2 * a * s * s * b;
+  const double expected = model_state + inputs_in_flight + saved_one_microbatch + largest_output;
+  EXPECT_EQ(expected, 125332193280.0);  // the sum in the comment above
+  EXPECT_NEAR(plan.stages[1].memory_bytes, expected, 1.0);
+  for (const PlanStage& stage : plan.stages) EXPECT_LE(stage.memory_bytes, plan.stages[1].memory_bytes + 1.0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The runtime frees what no backward reads: gradients stay bit-identical, and the kernels read
 // nothing they did not declare (a shape-only stand-in throws on data()).
@@ -162,7 +219,8 @@ void expect_same_gradients_after_release(const ModelConfig& config, std::int64_t
   ExecutionOptions options;
   options.training = true;
   options.random = RandomContext{1234, 3, 1, 0, 0};
-  TensorMap values = feeds_for(graph, batch);
+  const TensorMap feeds = feeds_for(graph, batch);
+  TensorMap values = feeds;
   run_forward(graph, all, values, cpu_backend(), options);
 
   const std::vector<int> saved = saved_for_backward(graph, program);
@@ -178,12 +236,27 @@ void expect_same_gradients_after_release(const ModelConfig& config, std::int64_t
   };
   const TensorMap reference = gradients(values);
   const TensorMap after_release = gradients(released);
+
+  // A forward that frees each value once its last reader has run (ExecutionOptions::keep) leaves
+  // exactly the saved tensors (and the loss) and gives the same gradients.
+  TensorMap freed_during = feeds;
+  const std::unordered_set<int> keep(saved.begin(), saved.end());
+  ExecutionOptions freeing = options;
+  freeing.keep = &keep;
+  run_forward(graph, all, freed_during, cpu_backend(), freeing);
+  for (const auto& [id, tensor] : freed_during)
+    if (is_microbatch_value(graph, id) && graph.value(id).kind == ValueKind::Activation)
+      EXPECT_EQ(tensor.defined(), keep.count(id) == 1) << config.type << ": " << graph.value(id).name;
+  const TensorMap after_freeing_during = gradients(freed_during);
+
   for (int p : program.parameter_grads) {
     const Tensor& x = reference.at(p);
-    const Tensor& y = after_release.at(p);
-    ASSERT_EQ(x.nbytes(), y.nbytes());
-    EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()), 0)
-        << config.type << ": gradient of " << graph.value(p).name << " differs after freeing unsaved values";
+    for (const TensorMap* other : {&after_release, &after_freeing_during}) {
+      const Tensor& y = other->at(p);
+      ASSERT_EQ(x.nbytes(), y.nbytes());
+      EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()), 0)
+          << config.type << ": gradient of " << graph.value(p).name << " differs after freeing unsaved values";
+    }
   }
 }
 

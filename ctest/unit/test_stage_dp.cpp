@@ -81,13 +81,13 @@ TEST(CostModel, AnalyticFiguresMatchHandComputed) {
   // Middle tasks {mm, relu} at batch 4: the constant Scale output enters from outside, both outputs
   // leave (mm's and relu's are read by add). Kept until the backward: the saved tensors — MatMul's
   // operands x (16 bytes a sample) and the Scale output (48 bytes, no batch dimension), Relu's input
-  // mm (12) — and the outputs sent, mm and relu (12 + 12), mm once.
+  // mm (12); relu's output is sent and not read by a backward.
   const std::vector<int> middle = {2, 1};
   const partrain::profile::Measurement m = model->measure(middle, 4);
   EXPECT_DOUBLE_EQ(m.forward_seconds, (24 + 3) * 4 / 1e3);
   EXPECT_DOUBLE_EQ(m.backward_seconds, 2 * (24 + 3) * 4 / 1e3);
   EXPECT_DOUBLE_EQ(m.parameter_bytes, 0);
-  EXPECT_DOUBLE_EQ(m.activation_bytes, (16 + 12 + 12) * 4 + 48);
+  EXPECT_DOUBLE_EQ(m.activation_bytes, (16 + 12) * 4 + 48);
   EXPECT_DOUBLE_EQ(m.boundary_input_bytes, 48);
   EXPECT_DOUBLE_EQ(m.boundary_output_bytes, 2 * 12 * 4);
   EXPECT_DOUBLE_EQ(m.peak_bytes, m.activation_bytes + 48);  // + the largest output: 12 · 4 bytes

@@ -204,7 +204,7 @@ class AnalyticCostModel final : public CostModel {
   struct Figures {
     double flops_per_sample = 0, flops_fixed = 0;
     double parameter_bytes = 0;
-    LinearBytes activation;  // kept from the forward to the backward (saved tensors + outputs sent)
+    LinearBytes activation;  // kept from the forward to the backward: the saved tensors
     LinearBytes input, output;
     double largest_output_per_sample = 0, largest_output_fixed = 0;
     LinearBytes forward_allreduce, backward_allreduce;  // tensor-parallel all-reduce bytes
@@ -271,12 +271,12 @@ class AnalyticCostModel final : public CostModel {
         if (std::any_of(value.consumers.begin(), value.consumers.end(), [&](int c) { return !member(c); })) {
           f.output.fixed += bytes_[output].fixed;
           f.output.per_sample += bytes_[output].per_sample;
-          if (!task.constant) keep_activation(output);  // held until the backward (executor)
         }
       }
     }
     // The saved tensors (graph/saved_tensors.h, Korthikanti et al. 2022 §4): what the backward
-    // reads is all the runtime keeps of a microbatch besides the outputs it sends.
+    // reads is all the runtime keeps of a microbatch until its backward (outputs it does not read
+    // go as soon as they have been sent).
     for (int value : saved_for_backward(graph_, sorted)) keep_activation(value);
     return f;
   }

@@ -106,9 +106,8 @@ class CostModel {
 /// The analytic model: forward seconds = Σ forward FLOPs · batch / flops_per_second, backward =
 /// 2 × forward (gradients of inputs and of weights); parameter bytes from the Params read;
 /// activation bytes = the bytes a stage keeps of a microbatch from its forward to its backward: the
-/// saved tensors (graph/saved_tensors.h: what the backward rules read, Korthikanti et al. 2022 §4)
-/// and the outputs read outside the set (held until sent), each value once; transfers at the
-/// link/network bandwidth.
+/// saved tensors (graph/saved_tensors.h: what the backward rules read, Korthikanti et al. 2022 §4),
+/// each value once, inputs the backward reads included; transfers at the link/network bandwidth.
 /// On a tensor-parallel graph (degree t = tensor_parallel_degree(graph) > 1) each pass also pays its
 /// tensor-parallel all-reduces (tensor_parallel_traffic, tensor_parallel_allreduce_seconds): they
 /// block the computation that follows them (Megatron-LM's f and g), so they add to the pass's time.

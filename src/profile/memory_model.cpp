@@ -24,11 +24,10 @@ double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy) {
   const double transient = std::max(0.0, m.peak_bytes - m.activation_bytes);
   double stored;
   if (policy.recompute) {
-    // Each microbatch in flight keeps what its recomputation starts from (the received inputs) and
-    // what it sent (the executor holds a stage's outputs until that microbatch's backward); one at a
-    // time holds its saved tensors again. A bound: the recomputed microbatch's boundary tensors are
-    // counted twice when its backward saves them.
-    stored = in_flight * (m.boundary_input_bytes + m.boundary_output_bytes) + m.activation_bytes;
+    // Each microbatch in flight keeps what its recomputation starts from (its received inputs); one
+    // at a time holds its saved tensors again. (A bound: the recomputed microbatch's input counts
+    // twice when its backward reads it, as a transformer layer's first LayerNorm does.)
+    stored = in_flight * m.boundary_input_bytes + m.activation_bytes;
   } else {
     stored = in_flight * m.activation_bytes;
   }

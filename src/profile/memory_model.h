@@ -20,9 +20,9 @@ struct MemoryPolicy {
 
 /// Peak bytes on one device for a stage with measurement `m` (at the per-replica microbatch size).
 /// m.activation_bytes is what one microbatch keeps from its forward to its backward (the saved
-/// tensors of graph/saved_tensors.h and the outputs it sends; Korthikanti et al. 2022 §4). Without
-/// recompute every in-flight microbatch keeps that; with recompute each in-flight microbatch keeps
-/// its boundary inputs and outputs, and one microbatch at a time holds its saved tensors again.
+/// tensors of graph/saved_tensors.h; Korthikanti et al. 2022 §4). Without recompute every in-flight
+/// microbatch keeps that; with recompute each in-flight microbatch keeps its boundary inputs, and
+/// one microbatch at a time holds its saved tensors again.
 double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy);
 
 /// Bytes of model state per (fp32) parameter byte: weights + gradients + optimizer state (+ bf16

@@ -141,7 +141,6 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
 
   const Subgraph original = extract_subgraph(graph, tasks);
   Measurement m;
-  std::vector<std::string> sent_names;  // values read outside the set (a stage's outputs)
   // Figures of the original graph: parameters read, activations crossing the set's boundary.
   for (int p : original.parameters(graph)) m.parameter_bytes += static_cast<double>(graph.value(p).type.bytes(1));
   m.boundary_input_bytes = activation_bytes_of(graph, original.boundary_activations(graph), batch);
@@ -153,7 +152,6 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       if (std::any_of(consumers.begin(), consumers.end(), [&](int c) { return !members.count(c); })) sent.push_back(v);
     }
     m.boundary_output_bytes = activation_bytes_of(graph, sent, batch);
-    for (int v : sent) sent_names.push_back(graph.value(v).name);
   }
 
   CachingAllocator& allocator = backend.allocator();
@@ -169,11 +167,10 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
     const Graph trimmed = standalone_graph(graph, original);
     const Subgraph whole = whole_graph(trimmed);
     const BackwardProgram program = build_backward(trimmed, whole);
-    // What the executor keeps from the forward to the backward: the saved tensors, and the outputs
-    // to send (held until the microbatch's backward). The rest is freed as the executor frees it.
+    // What the executor keeps from the forward to the backward: the saved tensors (outputs it does
+    // not read go once sent). The rest is freed right after the forward, as the executor does.
     std::unordered_set<int> kept;
     for (int v : saved_for_backward(trimmed, program)) kept.insert(v);
-    for (const std::string& name : sent_names) kept.insert(trimmed.value_id(name));
 
     TensorMap inputs;
     std::mt19937_64 generator(options.seed ^ 0x5DEECE66Dull);
@@ -210,7 +207,9 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       allocator.reset_peak();
       TensorMap values = inputs;
       const auto forward_start = Clock::now();
-      run_forward(trimmed, whole, values, backend, execution);
+      ExecutionOptions forward_options = execution;
+      forward_options.keep = &kept;  // free what no backward reads as soon as the forward is done with it
+      run_forward(trimmed, whole, values, backend, forward_options);
       backend.synchronise();
       const auto forward_end = Clock::now();
       if (pass == 0)
