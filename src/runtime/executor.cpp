@@ -51,11 +51,6 @@ struct PipelineExecutor::MicrobatchState {
 };
 
 namespace {
-// After a training forward pass (or its recomputation): keep of the microbatch's values only the
-// saved tensors (StageProgram::saved) and the loss, so that the activations stored until the
-// backward are exactly what the backward reads (Korthikanti et al. 2022 §4); the others become
-// shape-only. A received activation the backward does not read is let go of as well; a stage
-// output stays in `outputs` until it has been sent (the executor drops it at the backward).
 // What a training forward of the stage must not free while it runs (ExecutionOptions::keep): the
 // saved tensors, the outputs to send, the loss and, when the forward will be recomputed, the inputs
 // the recomputation starts from.
@@ -67,6 +62,11 @@ std::unordered_set<int> forward_keep(const StageProgram& program, const std::vec
   return keep;
 }
 
+// After a training forward pass (or its recomputation): keep of the microbatch's values only the
+// saved tensors (StageProgram::saved) and the loss, so that the activations stored until the
+// backward are exactly what the backward reads (Korthikanti et al. 2022 §4); the others become
+// shape-only. A received activation the backward does not read is let go of as well; a stage
+// output stays in `outputs` until its sends have completed (release_sent_outputs).
 void keep_saved_tensors(const Graph& graph, const StageProgram& program, TensorMap& values,
                         std::array<TensorMap, 2>& halves, TensorMap* received) {
   std::unordered_set<int> keep(program.saved.begin(), program.saved.end());
