@@ -105,9 +105,15 @@ TEST(Config, InterleavedScheduleKeys) {
   EXPECT_EQ(parallel_error("[parallel]\nvirtual_stages = 2\n"),
             "configs/x.toml:2: [parallel] key 'virtual_stages' = 2 needs schedule = \"interleaved\" (Megatron's "
             "interleaved 1F1B), not \"1f1b\"");
-  EXPECT_EQ(parallel_error("[parallel]\nschedule = \"interleaved\"\nvirtual_stages = 0\n"),
+  EXPECT_EQ(parallel_error("[parallel]\nschedule = \"interleaved\"\nvirtual_stages = -1\n"),
             "configs/x.toml:3: [parallel] key 'virtual_stages' must be at least 1 (model chunks per pipeline rank; 1: "
-            "plain 1f1b)");
+            "plain 1f1b), or \"auto\" / 0");
+  EXPECT_EQ(read_parallel_config(ConfigDocument::parse("[parallel]\nschedule = \"interleaved\"\nvirtual_stages = \"auto\"\n",
+                                                       "configs/x.toml"))
+                .virtual_stages,
+            0);
+  EXPECT_EQ(parallel_error("[parallel]\nvirtual_stages = \"auto\"\n"),
+            "configs/x.toml:2: [parallel] key 'virtual_stages' = \"auto\" needs schedule = \"interleaved\", not \"1f1b\"");
   EXPECT_EQ(parallel_error("[parallel]\nschedule = \"interleaved\"\nvirtual_stages = 2\nstages = 2\nboundaries = [\"h.1\"]\n"),
             "configs/x.toml:5: [parallel] key 'boundaries' needs stages x virtual_stages - 1 = 3 entries (the first "
             "layers of model chunks 2..S·v), not 1");

@@ -1,7 +1,10 @@
 // Finite-difference gradient checks, reference values and shape inference of the gemm ops.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+
+#include <omp.h>
 
 #include "graph/op_schema.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -137,6 +140,33 @@ TEST(GemmOps, MatMulLargeBatchParallelPath) {
       options.max_elements_per_input = 16;  // the small cases above check every element
       expect_gradients(OpType::MatMul, attributes, {a, b}, options);
     }
+}
+
+// A single product big enough to be split over the threads (bands of rows when C is taller than
+// wide, of columns otherwise; sizes that are not multiples of the band): against the naive loops on
+// 1 and 2 threads, and the same bits on every run with 2 threads (the bands are static). 1 and 2
+// threads may differ in the last bits: OpenBLAS picks its kernels by the product's size.
+TEST(GemmOps, LargeSingleProductSplitOverThreads) {
+  std::uint64_t seed = 80;
+  for (const auto& [m, k, n] : {std::array<std::int64_t, 3>{300, 80, 90}, std::array<std::int64_t, 3>{45, 150, 333}})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " trans_a=" + std::to_string(ta) +
+                     " trans_b=" + std::to_string(tb));
+        const Tensor a = normal_tensor(operand_shape({}, m, k, ta), seed++);
+        const Tensor b = normal_tensor(operand_shape({}, k, n, tb), seed++);
+        const Attributes attributes = matmul_attributes(ta, tb, 0.75);
+        const int threads = omp_get_max_threads();
+        omp_set_num_threads(2);
+        const std::vector<float> two = run_forward(OpType::MatMul, attributes, {a, b})[0].to_float_vector();
+        EXPECT_EQ(run_forward(OpType::MatMul, attributes, {a, b})[0].to_float_vector(), two);
+        omp_set_num_threads(1);
+        const std::vector<float> one = run_forward(OpType::MatMul, attributes, {a, b})[0].to_float_vector();
+        omp_set_num_threads(threads);
+        const std::vector<double> reference = reference_matmul(a, b, ta, tb, 0.75);
+        expect_near(two, reference);
+        expect_near(one, reference);
+      }
 }
 
 TEST(GemmOps, MatMulShapeInference) {

@@ -363,7 +363,12 @@ TEST(PlanBuilder, PredictionsSimulateTheScheduleWithTheCostModel) {
   }
 }
 
-TEST(PlanBuilder, StageAwareRecomputationOnlyWhereMemoryNeedsIt) {
+// Merak's stage-aware recomputation (merak.txt §6.2): with memory between "stage 0 recomputes
+// everything" and "stage 0 keeps everything", stage 0 keeps as many of its last layers as fit and
+// recomputes the others; the last stage (no microbatch in flight beyond its own) keeps all. The
+// expected figures are computed here from the memory accounting (model state + per in-flight
+// microbatch its inputs and kept activations + one microbatch's full activations).
+TEST(PlanBuilder, StageAwareRecomputationKeepsTheLayersTheMemoryAllows) {
   const Graph graph = build_model(tiny_model_config("bert"));
   PlannerOptions options;
   options.world_size = 2;
@@ -373,22 +378,142 @@ TEST(PlanBuilder, StageAwareRecomputationOnlyWhereMemoryNeedsIt) {
   options.recompute = "stage_aware";
   const std::vector<LayerGroup> groups = layer_groups(graph);
   const std::vector<std::vector<int>> stages = {join_groups(groups, 0, 3), join_groups(groups, 3, groups.size())};
-  // 1F1B: stage 0 keeps 2 microbatches (of 2 samples) in flight, stage 1 one.
+  // Stage 0's layers begin at groups 0, 1 and 2's first non-constant tasks.
+  std::vector<int> starts;
+  for (int g = 0; g < 3; ++g)
+    for (int task : groups[g].tasks)
+      if (!graph.task(task).constant) {
+        starts.push_back(task);
+        break;
+      }
+  std::sort(starts.begin(), starts.end());
   const TaskSumCostModel probe(graph, 1e12);
   const profile::Measurement first = probe.measure(stages[0], 2), second = probe.measure(stages[1], 2);
-  const double keep_first = first.parameter_bytes * 4 + 2 * first.activation_bytes;
-  const double recompute_first = first.parameter_bytes * 4 + 2 * first.boundary_input_bytes + first.activation_bytes;
+  // 1F1B with recomputation: stage 0 keeps 2 microbatches (of 2 samples) in flight, stage 1 one.
+  const auto tasks_from = [&](int start) {
+    std::vector<int> tasks;
+    for (int task : stages[0])
+      if (task >= start) tasks.push_back(task);
+    return tasks;
+  };
+  std::vector<double> memory_keeping(4);  // index: layers kept
+  for (int kept = 0; kept <= 3; ++kept) {
+    const double kept_bytes = kept == 0 ? 0.0 : probe.measure(tasks_from(starts[3 - kept]), 2).activation_bytes;
+    memory_keeping[kept] = kept == 3 ? first.parameter_bytes * 4 + 2 * first.activation_bytes
+                                     : first.parameter_bytes * 4 + 2 * (first.boundary_input_bytes + kept_bytes) +
+                                           (first.activation_bytes - kept_bytes);
+  }
   const double keep_second = second.parameter_bytes * 4 + second.activation_bytes;
-  const double memory = (std::max(recompute_first, keep_second) + keep_first) / 2;
-  ASSERT_LT(std::max(recompute_first, keep_second), keep_first);
-  const TaskSumCostModel cost(graph, memory);
-  const Plan plan = plan_from_stages(graph, stages, {1, 1}, cost, options, "test");
-  EXPECT_EQ(plan.stages[0].recompute, RecomputePolicy::StageBoundaries);
-  EXPECT_EQ(plan.stages[1].recompute, RecomputePolicy::None);
-  EXPECT_NEAR(plan.stages[0].backward_seconds, first.backward_seconds + first.forward_seconds, 1e-12);
-  EXPECT_NEAR(plan.stages[1].backward_seconds, second.backward_seconds, 1e-12);
-  EXPECT_NEAR(plan.stages[0].memory_bytes, recompute_first, 1e-3);
-  EXPECT_NEAR(plan.stages[1].memory_bytes, keep_second, 1e-3);
+  ASSERT_LT(keep_second, memory_keeping[1]);
+  for (int kept = 1; kept <= 2; ++kept) {
+    ASSERT_LT(memory_keeping[kept - 1], memory_keeping[kept]);
+    // Just above what keeping `kept` layers needs: exactly those are kept.
+    const TaskSumCostModel cost(graph, memory_keeping[kept] * (1 + 1e-9));
+    const Plan plan = plan_from_stages(graph, stages, {1, 1}, cost, options, "test");
+    EXPECT_EQ(plan.stages[0].recompute, RecomputePolicy::StageAware) << kept;
+    EXPECT_EQ(plan.stages[0].recompute_until_task, starts[3 - kept]) << kept;
+    std::vector<int> prefix;
+    for (int task : stages[0])
+      if (task < starts[3 - kept]) prefix.push_back(task);
+    EXPECT_NEAR(plan.stages[0].backward_seconds, first.backward_seconds + probe.measure(prefix, 2).forward_seconds, 1e-12);
+    EXPECT_NEAR(plan.stages[0].memory_bytes, memory_keeping[kept], 1e-3);
+    EXPECT_EQ(plan.stages[1].recompute, RecomputePolicy::None);
+    EXPECT_NEAR(plan.stages[1].memory_bytes, keep_second, 1e-3);
+    // The JSON round trip keeps the boundary, and the validator takes it.
+    const Plan again = Plan::from_json(plan.to_json(), "round trip");
+    EXPECT_EQ(again.stages[0].recompute_until_task, plan.stages[0].recompute_until_task);
+    again.validate(graph);
+  }
+  // Below what recomputing stage 0 whole needs nothing fits: everything recomputes; above keeping
+  // everything nothing does.
+  const Plan tight = plan_from_stages(graph, stages, {1, 1}, TaskSumCostModel(graph, memory_keeping[0]), options, "test");
+  EXPECT_EQ(tight.stages[0].recompute, RecomputePolicy::StageBoundaries);
+  EXPECT_EQ(tight.stages[0].recompute_until_task, -1);
+  const Plan roomy = plan_from_stages(graph, stages, {1, 1}, TaskSumCostModel(graph, memory_keeping[3]), options, "test");
+  EXPECT_EQ(roomy.stages[0].recompute, RecomputePolicy::None);
+  // A boundary outside the stage is refused.
+  Plan bad = plan_from_stages(graph, stages, {1, 1}, TaskSumCostModel(graph, memory_keeping[1] * (1 + 1e-9)), options, "test");
+  bad.stages[0].recompute_until_task = bad.stages[0].tasks.front();
+  EXPECT_THROW(bad.validate(graph), partrain::Error);
+}
+
+// §6.2's rule across stages: stage i keeps α_i = min(1, n_1·α_1 / n_i) of its layers (rounded down),
+// n_i the microbatches it holds beyond the one in its backward, with α_1 as large as the memory
+// allows. GPT with 12 layers on 4 stages of 3 under scp, M = 8; the memory is set to what the
+// plan with stage 0 keeping 2 of its layers (embedding + 3 blocks) needs.
+TEST(PlanBuilder, StageAwareRecomputationFollowsMeraksRuleAcrossStages) {
+  ModelConfig config = tiny_model_config("gpt");
+  config.layers = 12;
+  const Graph graph = build_model(config);
+  PlannerOptions options;
+  options.world_size = 4;
+  options.global_batch = 8;
+  options.microbatches = 8;
+  options.memory_margin = 0;
+  options.schedule = ScheduleKind::ShiftedCriticalPath;
+  options.recompute = "stage_aware";
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  const std::size_t per_stage = groups.size() / 4;
+  std::vector<std::vector<int>> stages;
+  for (std::size_t s = 0; s < 4; ++s)
+    stages.push_back(join_groups(groups, s * per_stage, s == 3 ? groups.size() : (s + 1) * per_stage));
+  // The layers of each stage: the groups it holds.
+  std::vector<int> layers(4);
+  for (std::size_t s = 0; s < 4; ++s) layers[s] = static_cast<int>((s == 3 ? groups.size() : (s + 1) * per_stage) - s * per_stage);
+  // Find the memory at which stage 0 keeps exactly 2 layers: scan upwards from a tight device.
+  const TaskSumCostModel probe(graph, 1e12);
+  Plan found;
+  double memory = 0;
+  for (double bytes = 1e6; bytes < 1e10 && found.stages.empty(); bytes *= 1.02) {
+    Plan plan;
+    try {
+      plan = plan_from_stages(graph, stages, {1, 1, 1, 1}, TaskSumCostModel(graph, bytes), options, "test");
+    } catch (const partrain::Error&) {
+      continue;  // too small for any recomputation
+    }
+    if (plan.stages[0].recompute == RecomputePolicy::StageAware) {
+      int kept = 0;
+      for (int g = 0; g < layers[0]; ++g)
+        for (int task : groups[g].tasks)
+          if (!graph.task(task).constant) {
+            kept += task >= plan.stages[0].recompute_until_task;
+            break;
+          }
+      if (kept >= 2) {
+        found = plan;
+        memory = bytes;
+      }
+    }
+  }
+  ASSERT_FALSE(found.stages.empty()) << "no memory gave stage 0 a partial recomputation";
+  const auto kept_layers = [&](const PlanStage& stage, int s) {
+    if (stage.recompute == RecomputePolicy::None) return layers[s];
+    if (stage.recompute == RecomputePolicy::StageBoundaries) return 0;
+    int kept = 0;
+    for (std::size_t g = s * per_stage; g < s * per_stage + static_cast<std::size_t>(layers[s]); ++g)
+      for (int task : groups[g].tasks)
+        if (!graph.task(task).constant) {
+          kept += task >= stage.recompute_until_task;
+          break;
+        }
+    return kept;
+  };
+  const double alpha_first = static_cast<double>(kept_layers(found.stages[0], 0)) / layers[0];
+  std::vector<int> extra(4);
+  for (int s = 0; s < 4; ++s)
+    extra[s] = partrain::microbatches_in_flight(ScheduleKind::ShiftedCriticalPath, s, 4, 8, true) - 1;
+  extra[3] = 0;  // scp's last stage never recomputes
+  EXPECT_GT(extra[0], extra[1]);
+  for (int s = 1; s < 4; ++s) {
+    const double alpha = extra[s] == 0 ? 1.0 : std::min(1.0, alpha_first * extra[0] / extra[s]);
+    EXPECT_EQ(kept_layers(found.stages[s], s), static_cast<int>(std::floor(alpha * layers[s] + 1e-9))) << "stage " << s;
+  }
+  std::printf("α_1 = %.3f; layers kept per stage: %d/%d %d/%d %d/%d %d/%d\n", alpha_first, kept_layers(found.stages[0], 0),
+              layers[0], kept_layers(found.stages[1], 1), layers[1], kept_layers(found.stages[2], 2), layers[2],
+              kept_layers(found.stages[3], 3), layers[3]);
+  for (const PlanStage& stage : found.stages) EXPECT_LE(stage.memory_bytes, memory);
+  // Every generated list stays complete and deadlock-free with partly recomputed stages.
+  EXPECT_EQ(error_message([&] { partrain::check_schedule(found, partrain::generate_schedule(found)); }), "");
 }
 
 TEST(PlanBuilder, ChoosesMicrobatchesAndReportsTheMemoryNeeded) {

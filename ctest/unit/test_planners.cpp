@@ -1,6 +1,5 @@
-// Unit tests of the layer-level planners: CAPSlog (profiling partitionings, M_i/M_a extraction,
-// fill-first placement, the binary-search recommender, the planner), Merak's graph sharding and
-// planner, and the uniform and manual planners. References are independent: brute force over all
+// Unit tests of the layer-level planners: Merak's graph sharding and planner, and the uniform and
+// manual planners (CAPSlog's are in test_capslog.cpp). References are independent: brute force over all
 // contiguous splits, hand-worked examples, and task sets derived from layer names.
 #include <gtest/gtest.h>
 
@@ -17,7 +16,6 @@
 #include "graph/graph.h"
 #include "graph/subgraph.h"
 #include "models/model.h"
-#include "partition/capslog.h"
 #include "partition/cost_model.h"
 #include "partition/manual.h"
 #include "partition/merak_shard.h"
@@ -54,75 +52,6 @@ void for_each_split(int layers, int devices, const std::function<void(const std:
   recurse(layers, devices);
 }
 
-// Plain-sum device memories of a split (independent of the library's prefix sums).
-std::vector<double> plain_memory(const CapslogLayerMemory& memory, const std::vector<int>& counts,
-                                 const std::vector<int>& in_flight) {
-  std::vector<double> bytes;
-  int layer = 0;
-  for (std::size_t g = 0; g < counts.size(); ++g) {
-    double sum = 0;
-    for (int k = 0; k < counts[g]; ++k, ++layer) sum += memory.isolated[layer] + in_flight[g] * memory.activation[layer];
-    bytes.push_back(sum);
-  }
-  return bytes;
-}
-
-double brute_force_min_max(const CapslogLayerMemory& memory, const std::vector<int>& in_flight) {
-  double best = std::numeric_limits<double>::infinity();
-  for_each_split(static_cast<int>(memory.size()), static_cast<int>(in_flight.size()), [&](const std::vector<int>& c) {
-    const std::vector<double> bytes = plain_memory(memory, c, in_flight);
-    best = std::min(best, *std::max_element(bytes.begin(), bytes.end()));
-  });
-  return best;
-}
-
-CapslogLayerMemory random_memory(std::mt19937_64& random, int layers, bool integers) {
-  std::uniform_int_distribution<int> coin(0, 5);
-  std::uniform_real_distribution<double> size(0.0, 1e9);
-  CapslogLayerMemory memory;
-  for (int l = 0; l < layers; ++l) {
-    double isolated = coin(random) == 0 ? 0.0 : size(random);
-    double activation = coin(random) == 0 ? 0.0 : size(random) / 4;
-    if (integers) {
-      isolated = std::floor(isolated);
-      activation = std::floor(activation);
-    }
-    memory.isolated.push_back(isolated);
-    memory.activation.push_back(activation);
-  }
-  return memory;
-}
-
-// The set of pipeline positions layer l can take in a contiguous split of L layers over G devices,
-// found by enumeration.
-std::set<int> feasible_positions(int layers, int devices, int layer) {
-  std::set<int> positions;
-  for_each_split(layers, devices, [&](const std::vector<int>& c) {
-    int end = 0;
-    for (int g = 0; g < devices; ++g) {
-      end += c[g];
-      if (layer < end) {
-        positions.insert(g);
-        return;
-      }
-    }
-  });
-  return positions;
-}
-
-// Peaks of every profiling run from known per-layer values (unmeasured devices: NaN).
-std::vector<std::vector<double>> synthetic_peaks(const std::vector<CapslogProfilingRun>& runs,
-                                                 const CapslogLayerMemory& truth, const std::vector<int>& in_flight) {
-  std::vector<std::vector<double>> peaks;
-  for (const CapslogProfilingRun& run : runs) {
-    const std::vector<double> all = plain_memory(truth, run.layers_per_device, in_flight);
-    std::vector<double> measured(all.size(), std::numeric_limits<double>::quiet_NaN());
-    for (int g : run.measured_devices) measured[g] = all[g];
-    peaks.push_back(measured);
-  }
-  return peaks;
-}
-
 ModelConfig tiny_config(const std::string& type, int layers = 2) {
   ModelConfig config = partrain::testing::tiny_model_config(type);
   config.layers = layers;
@@ -145,234 +74,6 @@ PlannerOptions planner_options(int world, std::int64_t batch = 8) {
 }
 
 using partrain::testing::error_message;
-
-// ---------------------------------------------------------------------------------------------
-// CAPSlog: profiling partitionings
-// ---------------------------------------------------------------------------------------------
-
-std::vector<std::pair<std::vector<int>, std::vector<int>>> as_pairs(const std::vector<CapslogProfilingRun>& runs) {
-  std::vector<std::pair<std::vector<int>, std::vector<int>>> pairs;
-  for (const CapslogProfilingRun& run : runs) pairs.emplace_back(run.layers_per_device, run.measured_devices);
-  return pairs;
-}
-
-TEST(CapslogProfiling, SequencesForEightLayersOnFourDevices) {
-  // [Z,1,1,R] for Z = 1..5; Z = 1 measures the singles 0..2, Z = 5 the singles 1..3, the others
-  // devices 1 and G−2 = 2; the two-layer sequences [2,1,1,4] (device 0) and [4,1,1,2] (device 3)
-  // coincide with Z = 2 and Z = 4 and add their device to them.
-  using Pairs = std::vector<std::pair<std::vector<int>, std::vector<int>>>;
-  const Pairs expected{{{1, 1, 1, 5}, {0, 1, 2}}, {{2, 1, 1, 4}, {0, 1, 2}}, {{3, 1, 1, 3}, {1, 2}},
-                       {{4, 1, 1, 2}, {1, 2, 3}}, {{5, 1, 1, 1}, {1, 2, 3}}};
-  EXPECT_EQ(as_pairs(capslog_profiling_runs(8, 4)), expected);
-}
-
-TEST(CapslogProfiling, SequencesForSmallCases) {
-  using Pairs = std::vector<std::pair<std::vector<int>, std::vector<int>>>;
-  // L = G + 2 on 4 devices: both two-layer sequences are [2,1,1,2].
-  EXPECT_EQ(as_pairs(capslog_profiling_runs(6, 4)),
-            (Pairs{{{1, 1, 1, 3}, {0, 1, 2}}, {{2, 1, 1, 2}, {0, 1, 2, 3}}, {{3, 1, 1, 1}, {1, 2, 3}}}));
-  // G = 2: [Z, L−Z] with both devices measured (prefix at m = 2, suffix at m = 1).
-  EXPECT_EQ(as_pairs(capslog_profiling_runs(4, 2)), (Pairs{{{1, 3}, {0, 1}}, {{2, 2}, {0, 1}}, {{3, 1}, {0, 1}}}));
-  // G = 3: [Z, 1, R], all devices measured.
-  EXPECT_EQ(as_pairs(capslog_profiling_runs(5, 3)),
-            (Pairs{{{1, 1, 3}, {0, 1, 2}}, {{2, 1, 2}, {0, 1, 2}}, {{3, 1, 1}, {0, 1, 2}}}));
-  // L = G: the only split. One device: nothing to split, an error.
-  EXPECT_THROW(capslog_profiling_runs(5, 1), Error);
-  EXPECT_EQ(as_pairs(capslog_profiling_runs(3, 3)), (Pairs{{{1, 1, 1}, {0, 1, 2}}}));
-  EXPECT_THROW(capslog_profiling_runs(3, 4), Error);
-  EXPECT_THROW(capslog_profiling_runs(3, 0), Error);
-}
-
-TEST(CapslogProfiling, RunsAreValidAndTrimmed) {
-  for (int devices = 2; devices <= 7; ++devices) {
-    for (int layers = devices; layers <= 24; ++layers) {
-      const std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(layers, devices);
-      std::set<std::vector<int>> seen;
-      for (const CapslogProfilingRun& run : runs) {
-        ASSERT_EQ(static_cast<int>(run.layers_per_device.size()), devices);
-        int sum = 0;
-        for (int c : run.layers_per_device) {
-          EXPECT_GE(c, 1);
-          sum += c;
-        }
-        EXPECT_EQ(sum, layers);
-        EXPECT_TRUE(seen.insert(run.layers_per_device).second) << "duplicate run";
-        EXPECT_FALSE(run.measured_devices.empty());
-        // Trimmed: for G ≥ 4 each run measures only devices holding one or two layers.
-        if (devices >= 4) {
-          for (int g : run.measured_devices) EXPECT_LE(run.layers_per_device[g], 2) << layers << "/" << devices;
-        }
-      }
-      // The first sequence is [1, …, 1, L−G+1]; there is one run per Z = 1..L−G+1.
-      std::vector<int> first(devices, 1);
-      first.back() = layers - devices + 1;
-      EXPECT_EQ(runs.front().layers_per_device, first);
-      EXPECT_EQ(static_cast<int>(runs.size()), layers - devices + 1);
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// CAPSlog: solving M_i and M_a
-// ---------------------------------------------------------------------------------------------
-
-TEST(CapslogSolve, RecoversKnownPerLayerValues) {
-  std::mt19937_64 random(7);
-  for (int devices = 2; devices <= 6; ++devices) {
-    for (int layers = devices; layers <= 12; ++layers) {
-      const std::vector<int> in_flight = capslog_in_flight_1f1b(devices);
-      const CapslogLayerMemory truth = random_memory(random, layers, true);
-      const std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(layers, devices);
-      const CapslogLayerMemory solved =
-          capslog_solve_memory(layers, runs, synthetic_peaks(runs, truth, in_flight), in_flight);
-      ASSERT_EQ(static_cast<int>(solved.size()), layers);
-      for (int l = 0; l < layers; ++l) {
-        const std::set<int> positions = feasible_positions(layers, devices, l);
-        const double tolerance = 1e-6 * (truth.isolated[l] + devices * truth.activation[l]) + 1e-3;
-        if (positions.size() >= 2) {
-          // Two pipeline positions, hence two in-flight counts: both figures are determined.
-          EXPECT_NEAR(solved.isolated[l], truth.isolated[l], tolerance) << layers << "/" << devices << " layer " << l;
-          EXPECT_NEAR(solved.activation[l], truth.activation[l], tolerance) << layers << "/" << devices << " layer " << l;
-        } else {
-          // One position (m*): the whole memory at m* is M_i, M_a = 0.
-          const int m = in_flight[*positions.begin()];
-          EXPECT_NEAR(solved.isolated[l], truth.isolated[l] + m * truth.activation[l], tolerance);
-          EXPECT_EQ(solved.activation[l], 0.0);
-        }
-      }
-      // Whatever the convention, every split's predicted device memory is exact.
-      for_each_split(layers, devices, [&](const std::vector<int>& c) {
-        const std::vector<double> expected = plain_memory(truth, c, in_flight);
-        const std::vector<double> predicted = capslog_device_memory(solved, c, in_flight);
-        for (int g = 0; g < devices; ++g) EXPECT_NEAR(predicted[g], expected[g], 1e-6 * expected[g] + 1e-2);
-      });
-    }
-  }
-}
-
-TEST(CapslogSolve, LeastSquaresAveragesRepeatedMeasurements) {
-  const int layers = 7, devices = 4;
-  const std::vector<int> in_flight = capslog_in_flight_1f1b(devices);
-  std::mt19937_64 random(11);
-  const CapslogLayerMemory truth = random_memory(random, layers, true);
-  std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(layers, devices);
-  std::vector<std::vector<double>> peaks = synthetic_peaks(runs, truth, in_flight);
-  // Every run measured twice, once 1000 bytes high and once 1000 bytes low: the mean is exact.
-  const std::size_t count = runs.size();
-  for (std::size_t r = 0; r < count; ++r) {
-    runs.push_back(runs[r]);
-    std::vector<double> low = peaks[r];
-    for (double& v : low) v -= 1000;
-    for (double& v : peaks[r]) v += 1000;
-    peaks.push_back(low);
-  }
-  const CapslogLayerMemory solved = capslog_solve_memory(layers, runs, peaks, in_flight);
-  const CapslogLayerMemory exact = capslog_solve_memory(layers, capslog_profiling_runs(layers, devices),
-                                                        synthetic_peaks(capslog_profiling_runs(layers, devices), truth, in_flight),
-                                                        in_flight);
-  for (int l = 0; l < layers; ++l) {
-    EXPECT_NEAR(solved.isolated[l], exact.isolated[l], 1e-3);
-    EXPECT_NEAR(solved.activation[l], exact.activation[l], 1e-3);
-  }
-}
-
-TEST(CapslogSolve, GPipeHasOneInFlightCount) {
-  // GPipe keeps all M microbatches on every device: M_i and M_a never separate, M_p at M is exact.
-  const int layers = 6, devices = 3;
-  const std::vector<int> in_flight(devices, 4);
-  std::mt19937_64 random(3);
-  const CapslogLayerMemory truth = random_memory(random, layers, true);
-  const std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(layers, devices);
-  const CapslogLayerMemory solved = capslog_solve_memory(layers, runs, synthetic_peaks(runs, truth, in_flight), in_flight);
-  for (int l = 0; l < layers; ++l) {
-    EXPECT_NEAR(solved.isolated[l], truth.isolated[l] + 4 * truth.activation[l], 1e-3);
-    EXPECT_EQ(solved.activation[l], 0.0);
-  }
-}
-
-TEST(CapslogSolve, Errors) {
-  const std::vector<int> in_flight = capslog_in_flight_1f1b(4);
-  std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(8, 4);
-  std::mt19937_64 random(5);
-  const CapslogLayerMemory truth = random_memory(random, 8, true);
-  std::vector<std::vector<double>> peaks = synthetic_peaks(runs, truth, in_flight);
-  // Without the runs that put layer 3 at m = 3 (device 1) it is known only at m = 2: undetermined.
-  std::vector<CapslogProfilingRun> fewer;
-  std::vector<std::vector<double>> fewer_peaks;
-  for (std::size_t r = 0; r < runs.size(); ++r) {
-    if (runs[r].layers_per_device[0] == 3) continue;   // [3,1,1,3]: layer 3 alone on device 1
-    fewer.push_back(runs[r]);
-    fewer_peaks.push_back(peaks[r]);
-  }
-  EXPECT_NE(error_message([&] { capslog_solve_memory(8, fewer, fewer_peaks, in_flight); }).find("layer 3"),
-            std::string::npos);
-  std::vector<CapslogProfilingRun> bad = runs;
-  bad[0].layers_per_device = {1, 1, 1, 4};
-  EXPECT_NE(error_message([&] { capslog_solve_memory(8, bad, peaks, in_flight); }).find("places 7 layers"),
-            std::string::npos);
-  bad = runs;
-  bad[0].measured_devices.push_back(4);
-  EXPECT_THROW(capslog_solve_memory(8, bad, peaks, in_flight), Error);
-  std::vector<std::vector<double>> nan_peaks = peaks;
-  nan_peaks[0][0] = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_THROW(capslog_solve_memory(8, runs, nan_peaks, in_flight), Error);
-  EXPECT_THROW(capslog_solve_memory(8, runs, {}, in_flight), Error);
-}
-
-// ---------------------------------------------------------------------------------------------
-// CAPSlog: predictor, fill-first placement, recommender
-// ---------------------------------------------------------------------------------------------
-
-TEST(CapslogPredict, SumsIsolatedAndInFlightActivations) {
-  const CapslogLayerMemory memory{{10, 20, 30}, {1, 2, 3}};
-  EXPECT_DOUBLE_EQ(capslog_predict_memory(memory, 0, 3, 4), 60 + 4 * 6);
-  EXPECT_DOUBLE_EQ(capslog_predict_memory(memory, 1, 2, 2), 20 + 2 * 2);
-  EXPECT_THROW(capslog_predict_memory(memory, 2, 2, 1), Error);
-  EXPECT_THROW(capslog_predict_memory(memory, 0, 4, 1), Error);
-  EXPECT_EQ(capslog_in_flight_1f1b(4), (std::vector<int>{4, 3, 2, 1}));
-}
-
-TEST(CapslogFillFirst, FillsFromTheLastStage) {
-  // Layer 2 only fits where one microbatch is in flight (0 + m·6 ≤ 6 needs m = 1). Filling from the
-  // first device ([0,1] on device 0) would push it onto device 1 (m = 2, 12 bytes) and fail;
-  // filling from the last device places it there.
-  const CapslogLayerMemory memory{{1, 1, 0, 0}, {0, 0, 6, 0}};
-  const std::vector<int> in_flight{3, 2, 1};
-  EXPECT_EQ(capslog_fill_first(memory, in_flight, 6.0), (std::vector<int>{1, 1, 2}));
-  EXPECT_TRUE(capslog_fill_first(memory, in_flight, 5.99).empty());
-  // A generous budget: the last device takes all it may (one layer left for each other device).
-  EXPECT_EQ(capslog_fill_first(memory, in_flight, 1e9), (std::vector<int>{1, 1, 2}));
-  const CapslogLayerMemory flat{{5, 5, 5, 5, 5}, {0, 0, 0, 0, 0}};
-  EXPECT_EQ(capslog_fill_first(flat, {2, 1}, 1e9), (std::vector<int>{1, 4}));
-  EXPECT_EQ(capslog_fill_first(flat, {2, 1}, 15.0), (std::vector<int>{2, 3}));
-  EXPECT_TRUE(capslog_fill_first(flat, {2, 1}, 12.0).empty());
-  // Errors: increasing in-flight counts, negative figures, too few layers.
-  EXPECT_THROW(capslog_fill_first(flat, {1, 2}, 1e9), Error);
-  EXPECT_THROW(capslog_fill_first(CapslogLayerMemory{{-1, 1}, {0, 0}}, {2, 1}, 1e9), Error);
-  EXPECT_THROW(capslog_fill_first(flat, {6, 5, 4, 3, 2, 1}, 1e9), Error);
-}
-
-TEST(CapslogRecommend, MatchesBruteForceOnRandomModels) {
-  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
-    std::mt19937_64 random(seed);
-    for (int devices = 1; devices <= 4; ++devices) {
-      for (int layers = devices; layers <= 10; ++layers) {
-        const CapslogLayerMemory memory = random_memory(random, layers, seed % 2 == 0);
-        for (const std::vector<int>& in_flight : {capslog_in_flight_1f1b(devices), std::vector<int>(devices, 3)}) {
-          const CapslogPartition partition = capslog_recommend(memory, in_flight);
-          const double best = brute_force_min_max(memory, in_flight);
-          EXPECT_NEAR(partition.max_memory_bytes, best, 1e-9 * best + 1e-6)
-              << "seed " << seed << " L " << layers << " G " << devices;
-          ASSERT_EQ(static_cast<int>(partition.layers_per_device.size()), devices);
-          const std::vector<double> bytes = plain_memory(memory, partition.layers_per_device, in_flight);
-          EXPECT_NEAR(*std::max_element(bytes.begin(), bytes.end()), best, 1e-9 * best + 1e-6);
-          for (int g = 0; g < devices; ++g) EXPECT_NEAR(partition.device_memory_bytes[g], bytes[g], 1e-9 * bytes[g] + 1e-6);
-          EXPECT_LE(partition.budget_steps, 66);
-        }
-      }
-    }
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Merak sharding
@@ -738,57 +439,40 @@ TEST(Uniform, InterleavedChunksOfEqualLayers) {
             std::string::npos);
 }
 
-// ---------------------------------------------------------------------------------------------
-// CAPSlog and Merak planners
-// ---------------------------------------------------------------------------------------------
-
-TEST(CapslogPlanner, BalancesLayerMemoryOnTinyBert) {
-  const Graph graph = build_model(tiny_config("bert", 4));
+// virtual_stages = "auto": the uniform planner plans every v and keeps the one predicted fastest,
+// the same plan as asking for that v (v = 1: plain 1F1B).
+TEST(Uniform, ChoosesVirtualStagesByPredictedStepTime) {
+  const Graph graph = build_model(tiny_config("gpt", 8));
   const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
-  for (int stages : {2, 3}) {
-    PlannerOptions options = planner_options(stages, 8);
-    options.stages = stages;
-    options.microbatches = 4;
-    const Plan plan = plan_capslog(graph, *cost, options);
-    ASSERT_EQ(static_cast<int>(plan.stages.size()), stages);
-    EXPECT_EQ(plan.planner, "capslog");
-    // Reference: brute force over the contiguous splits of the layers with the same figures.
-    const std::vector<LayerGroup> groups = layer_groups(graph);
-    CapslogLayerMemory memory;
-    for (const LayerGroup& group : groups) {
-      // 8 samples / 4 microbatches; AdamW: weights, grads, 2 moments. Recomputation is on (recompute
-      // "auto" with more than one stage): in-flight microbatches keep only the layer inputs.
-      const profile::Measurement m = cost->measure(group.tasks, 2);
-      memory.isolated.push_back(m.parameter_bytes * 4.0 + m.activation_bytes);
-      memory.activation.push_back(m.boundary_input_bytes);
+  PlannerOptions options = planner_options(4, 16);
+  options.schedule = ScheduleKind::Interleaved;
+  options.virtual_stages = 0;
+  const Plan chosen = plan_uniform(graph, *cost, options);
+  EXPECT_EQ(chosen.pipeline_stages(), 4);
+  double fastest = std::numeric_limits<double>::infinity();
+  int fastest_v = 0;
+  for (int v = 1; v <= 2; ++v) {  // 8 layers on 4 stages: at most 2 chunks of one layer per rank
+    PlannerOptions fixed = options;
+    fixed.virtual_stages = v;
+    fixed.schedule = v == 1 ? ScheduleKind::OneForwardOneBackward : ScheduleKind::Interleaved;
+    const Plan plan = plan_uniform(graph, *cost, fixed);
+    if (plan.predicted_step_seconds < fastest) {
+      fastest = plan.predicted_step_seconds;
+      fastest_v = v;
     }
-    const std::vector<int> in_flight = capslog_in_flight_1f1b(stages);
-    const double best = brute_force_min_max(memory, in_flight);
-    // The plan's stages are a split of the groups whose CAPSlog memory is the minimum.
-    std::vector<int> counts;
-    std::size_t group = 0;
-    for (const PlanStage& stage : plan.stages) {
-      std::size_t first = group;
-      while (group < groups.size() && join_groups(groups, first, group + 1) != stage.tasks) ++group;
-      ASSERT_LT(group, groups.size()) << "stage is not a run of layers";
-      ++group;
-      counts.push_back(static_cast<int>(group - first));
-    }
-    const std::vector<double> bytes = plain_memory(memory, counts, in_flight);
-    EXPECT_NEAR(*std::max_element(bytes.begin(), bytes.end()), best, 1e-9 * best);
   }
-  // Stage count unset: the smallest that fits (1 stage of 4 replicas for this tiny model).
-  PlannerOptions options = planner_options(4, 8);
-  const Plan plan = plan_capslog(graph, *cost, options);
-  EXPECT_EQ(plan.stages.size(), 1u);
-  EXPECT_EQ(plan.stages[0].replicas, 4);
-  // Nothing fits a 1 MiB device.
-  DeviceSpec tiny;
-  tiny.memory_bytes = 1 << 20;
-  const std::unique_ptr<CostModel> small = make_analytic_cost_model(graph, tiny);
-  EXPECT_NE(error_message([&] { plan_capslog(graph, *small, options); }).find("capslog: no stage count"),
+  EXPECT_EQ(chosen.virtual_stages, fastest_v);
+  EXPECT_EQ(chosen.schedule, fastest_v == 1 ? ScheduleKind::OneForwardOneBackward : ScheduleKind::Interleaved);
+  EXPECT_DOUBLE_EQ(chosen.predicted_step_seconds, fastest);
+  // Only the uniform planner chooses v.
+  options.planner = "manual";
+  EXPECT_NE(error_message([&] { make_plan(graph, *cost, options); }).find("only the uniform planner chooses"),
             std::string::npos);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Merak planner
+// ---------------------------------------------------------------------------------------------
 
 TEST(MerakPlanner, TinyModels) {
   for (const std::string type : {"bert", "gpt"}) {

@@ -44,6 +44,7 @@ struct TrainingCase {
   bool sub_pipelined_tmp = false;      // [parallel] sub_pipelined_tmp
   std::vector<std::string> model_overrides;  // e.g. more heads, for the run and its single-rank reference
   std::vector<std::string> planner_settings; // for the run only (its reference is a fixed single-rank plan)
+  bool expect_partial_recompute = false;     // the run's plan must recompute part of a stage (stage_aware)
 };
 
 std::string case_name(const TrainingCase& c) {
@@ -188,6 +189,13 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
   const std::string distributed = root + "/" + case_name(c) + "-" + std::to_string(::getpid());
   run_training(c, 4, distributed, settings);
   if (HasFailure()) return;
+  if (c.expect_partial_recompute) {
+    const nlohmann::json plan = nlohmann::json::parse(std::ifstream(distributed + "/plan.json"));
+    int partial = 0;
+    for (const nlohmann::json& stage : plan.at("stages")) partial += stage.at("recompute") == "stage_aware";
+    ASSERT_GT(partial, 0) << "no stage of " << distributed << "/plan.json recomputes part of its layers: the "
+                          << "device memory of this case no longer falls between keeping and recomputing them";
+  }
 
   expect_matches_single_rank(c, distributed, root);
   std::filesystem::remove_all(distributed);
@@ -360,6 +368,24 @@ std::vector<TrainingCase> planner_cases() {
     c.planner_settings = {"parallel.stages=2"};
     result.push_back(c);
   }
+  // ... and with Merak's stage-aware recomputation (§6.2): 4 layers, so that a stage's layers are
+  // fine enough to keep some, and a device memory (on the analytic cost model, the same on every
+  // machine) at which stage 0 keeps the activations of some of its layers and recomputes the others.
+  // (Windows with the saved-tensor memory model, graph/saved_tensors.h: bert 29.6–30.0 MiB, gpt
+  // 29.7–30.15 MiB; below them stage 0 recomputes whole, above it keeps every layer.)
+  for (const auto& [model, memory] : {std::pair{"bert", "29.8MiB"}, std::pair{"gpt", "29.9MiB"}}) {
+    TrainingCase c;
+    c.model = model;
+    c.plan = "merak_stage_aware";
+    c.planner = "merak";
+    c.schedule = "scp";
+    c.recompute = true;
+    c.model_overrides = {"model.layers=4"};
+    c.planner_settings = {"parallel.stages=2", "parallel.recompute=stage_aware", "profile.enabled=false",
+                          "parallel.memory_margin=0", std::string("parallel.device_memory=") + memory};
+    c.expect_partial_recompute = true;
+    result.push_back(c);
+  }
   return result;
 }
 
@@ -508,11 +534,19 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
       PlanStage stage;
       stage.tasks = stages[s];
       stage.replicas = replicas[s];
-      stage.recompute = uniform(0, 1) ? RecomputePolicy::StageBoundaries : RecomputePolicy::None;
+      // None, whole, or (stage-aware) the tasks below a random one of the stage recomputed.
+      const int recompute = uniform(0, stage.tasks.size() > 1 ? 2 : 1);
+      stage.recompute = std::array{RecomputePolicy::None, RecomputePolicy::StageBoundaries, RecomputePolicy::StageAware}[recompute];
+      if (stage.recompute == RecomputePolicy::StageAware)
+        stage.recompute_until_task = stage.tasks[uniform(1, static_cast<int>(stage.tasks.size()) - 1)];
       stage.summary = summarize_tasks(graph, stage.tasks);
       description << (s ? "; " : "") << "tasks " << cuts[s] << "-" << cuts[s + 1] - 1 << " ("
                   << graph.task(ordered[cuts[s]]).name << " .. " << graph.task(ordered[cuts[s + 1] - 1]).name
-                  << ") x" << stage.replicas << (stage.recompute == RecomputePolicy::None ? "" : " recompute");
+                  << ") x" << stage.replicas
+                  << (stage.recompute == RecomputePolicy::None           ? ""
+                      : stage.recompute == RecomputePolicy::StageBoundaries ? " recompute"
+                                                                            : " recompute below task " +
+                                                                                  std::to_string(stage.recompute_until_task));
       plan.stages.push_back(std::move(stage));
     }
     description << "], " << plan.microbatches << " microbatches, " << schedule_name(plan.schedule);

@@ -173,9 +173,10 @@ TEST(PipeDreamProfiles, LayerCostModelScalesTheMeasurements) {
 // RaNNC's DP against a brute force on real layer costs
 // ---------------------------------------------------------------------------------------------
 
-// Least predicted step over every pipeline size D (whole nodes dividing the world, or the world),
-// microbatch count, stage count, split and replica assignment that fits memory.
-double brute_force(const partrain::Graph& graph, const std::vector<std::vector<int>>& blocks, const CostModel& cost,
+// Least closed-form step over every pipeline size D (whole nodes dividing the world, or the world),
+// microbatch count, stage count, split and replica assignment that fits memory; `simulated` gets
+// that plan's simulated step time.
+double brute_force(double& simulated, const partrain::Graph& graph, const std::vector<std::vector<int>>& blocks, const CostModel& cost,
                    const PlannerOptions& options) {
   const int k = static_cast<int>(blocks.size());
   const int world = options.world_size, per_node = cost.device().devices_per_node;
@@ -212,7 +213,10 @@ double brute_force(const partrain::Graph& graph, const std::vector<std::vector<i
             }
             partrain::partition::predict_plan(plan, graph, cost, options);
             if (partrain::partition::memory_excess_bytes(plan, cost, options) > 0) return;
-            best = std::min(best, closed_form_step_seconds(plan));
+            if (closed_form_step_seconds(plan) < best) {
+              best = closed_form_step_seconds(plan);
+              simulated = plan.predicted_step_seconds;
+            }
           });
         });
       }
@@ -250,11 +254,15 @@ TEST_P(RannCOnProfiles, DpMatchesBruteForce) {
     options.global_batch = model.profiled_batch;
     options.memory_margin = 0.0;
     options.max_microbatches = 64;
-    const double expected = brute_force(graph, blocks, *cost, options);
+    double expected_simulated = kInf;
+    const double expected = brute_force(expected_simulated, graph, blocks, *cost, options);
     const std::string what = std::string(model.model) + " on " + std::to_string(world) + " devices";
     ASSERT_TRUE(std::isfinite(expected)) << what << ": brute force found no plan";
     const Plan plan = partrain::partition::plan_stages_rannc(graph, blocks, *cost, options);
-    EXPECT_NEAR(closed_form_step_seconds(plan), expected, 1e-9 * expected) << what;
+    // The closed form's optimum, or the printed Algorithm 1's split of the same configuration when
+    // its simulated step is faster (stage_dp.h).
+    if (std::fabs(closed_form_step_seconds(plan) - expected) > 1e-9 * expected)
+      EXPECT_LT(plan.predicted_step_seconds, expected_simulated) << what << ": neither the closed form's optimum nor faster";
     EXPECT_LE(partrain::partition::memory_excess_bytes(plan, *cost, options), 0.0) << what;
     std::cout << what << ":\n" << partrain::format_plan_table(plan);
   }

@@ -63,12 +63,38 @@ void sgemm_strided(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, s
       for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.f : beta * c[i * ldc + j];
     return;
   }
-  // OpenBLAS (one thread per call; the callers' OpenMP loops own the threads). oneDNN's dnnl_sgemm,
-  // threaded per call, was faster but an intermittent heap corruption inside its scratch-buffer
-  // free (seen under srun, cause not isolated) put it off until it can be shown safe.
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  // OpenBLAS runs one thread per call (OPENBLAS_NUM_THREADS=1: the OpenMP loops own the cores).
+  // oneDNN's dnnl_sgemm, threaded per call, was faster but an intermittent heap corruption inside its
+  // scratch-buffer free (seen under srun, cause not isolated) put it off until it can be shown safe.
+  const auto product = [&](std::int64_t rows, std::int64_t columns, const float* a_at, const float* b_at, float* c_at) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                static_cast<int>(rows), static_cast<int>(columns), static_cast<int>(k), alpha, a_at,
+                static_cast<int>(lda), b_at, static_cast<int>(ldb), beta, c_at, static_cast<int>(ldc));
+  };
+  // A large product outside a parallel loop uses every thread: C is cut into one band of rows (or of
+  // columns, when C is wider than tall) per thread, each a product of its own over the whole k. The
+  // bands are static, so a run repeats bit for bit on the same thread count (OpenBLAS picks its
+  // kernels by size, so 1 and 2 threads may differ in the last bits).
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const std::int64_t longest = std::max(m, n);
+  if (threads < 2 || 2.0 * static_cast<double>(m) * n * k < kParallelGemmFlops || longest < 2 * kGemmBand) {
+    product(m, n, a, b, c);
+    return;
+  }
+  // Bands of whole multiples of kGemmBand, so the kernels' register blocks stay full.
+  const std::int64_t bands = std::min<std::int64_t>(threads, longest / kGemmBand);
+  const std::int64_t per_band = (longest / bands + kGemmBand - 1) / kGemmBand * kGemmBand;
+  const bool by_rows = m >= n;
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(bands))
+  for (std::int64_t band = 0; band < bands; ++band) {
+    const std::int64_t first = band * per_band;
+    const std::int64_t count = std::min(longest, first + per_band) - first;
+    if (count <= 0) continue;
+    if (by_rows)  // rows [first, first + count) of C and of op(A)
+      product(count, n, trans_a ? a + first : a + first * lda, b, c + first * ldc);
+    else  // columns [first, first + count) of C and of op(B)
+      product(m, count, a, trans_b ? b + first * ldb : b + first, c + first);
+  }
 }
 
 void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,

@@ -11,6 +11,10 @@ namespace partrain::cpu {
 
 /// Loops with at least this many elements run in an OpenMP parallel region.
 inline constexpr std::int64_t kParallelThreshold = 16384;
+/// A single GEMM outside a parallel region is split over the threads from this many FLOPs
+/// (2·m·n·k), in bands of rows or columns of C that are multiples of kGemmBand.
+inline constexpr double kParallelGemmFlops = 1 << 22;
+inline constexpr std::int64_t kGemmBand = 16;
 
 /// Offset into a broadcast input for output element `index` (row-major over `output_shape`), with `strides` from
 /// kernels::broadcast_strides.
@@ -32,8 +36,10 @@ void reduce_to_broadcast_input(const Tensor& gradient, const Tensor& output_grad
 /// A GEMM dimension as a BLAS int; throws partrain::Error when it does not fit.
 int blas_int(std::int64_t value);
 
-/// Row-major C[m, n] = alpha * op(A) op(B) + beta * C through OpenBLAS's cblas_sgemm (one thread per
-/// call), with op(A) [m, k] and op(B) [k, n]. A is stored densely as [m, k] (or [k, m] when trans_a),
+/// Row-major C[m, n] = alpha * op(A) op(B) + beta * C through OpenBLAS's cblas_sgemm, with op(A)
+/// [m, k] and op(B) [k, n]. Outside an OpenMP parallel region a product of at least
+/// kParallelGemmFlops is split over the threads in static bands of C (repeatable on a thread count);
+/// inside one it runs on the calling thread. A is stored densely as [m, k] (or [k, m] when trans_a),
 /// B as [k, n] (or [n, k] when trans_b). Safe inside OpenMP loops over samples or heads. Zero-size dimensions
 /// are handled (k = 0: C = beta * C). Throws partrain::Error when a dimension does not fit a BLAS int.
 void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,

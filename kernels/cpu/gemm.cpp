@@ -1,7 +1,7 @@
 // CPU kernels of the gemm ops (schemas and semantics: src/graph/ops/gemm.cpp). All products are
-// cpu::sgemm (oneDNN) calls: one product uses every OpenMP thread; batched MatMuls loop over batch
-// entries in an OpenMP parallel loop when there are several and enough work, each entry's product
-// then running on its thread.
+// cpu::sgemm (OpenBLAS) calls: a single large product is split over every OpenMP thread; batched
+// MatMuls loop over batch entries in an OpenMP parallel loop when there are several and enough work,
+// each entry's product then running on its thread.
 #include <algorithm>
 #include <climits>
 #include <vector>

@@ -12,6 +12,7 @@
 
 #include <omp.h>
 
+#include "app/capslog_profiling.h"
 #include "app/collective_decision.h"
 #include "app/optimizer_profile.h"
 #include "app/planning.h"
@@ -21,6 +22,7 @@
 #include "graph/tensor_parallel.h"
 #include "io/progress_bar.h"
 #include "partition/calibrated_cost_model.h"
+#include "partition/capslog_profiling.h"
 #include "partition/planner.h"
 #include "profile/communication_profile.h"
 #include "profile/distributed_profiler.h"
@@ -120,32 +122,67 @@ Plan agree_on_plan(const ExperimentConfig& config, const Graph& model, const std
       databases.emplace(graph.hash(), profile_layers(config, graph, world, device_world, backend));
     }
   }
-  const std::string text = decide_on_rank0(world, [&] {
-    Plan plan;
-    if (!plan_file.empty()) {
-      plan = Plan::load(plan_file);
-    } else {
-      PlanningSetup setup = planning_setup(config, world.size());
-      const partition::CostModelFactory costs = [&](const Graph& graph) -> std::unique_ptr<partition::CostModel> {
-        if (!profiling) return planning_cost_model(setup, graph, nullptr);
-        auto found = databases.find(graph.hash());
-        PARTRAIN_CHECK(found != databases.end(), "internal: a graph the planner tries was not profiled");
-        return planning_cost_model(setup, graph, &found->second);
-      };
-      ProgressBar progress("planning (" + setup.options.planner + ")");
-      setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
-      const partition::ThreeDimensionalPlan result = plan_experiment(config, model, setup, costs);
-      progress.finish();
-      if (result.candidates.size() > 1) std::fputs(format_layout_candidates(result).c_str(), stdout);
-      plan = result.plan;
+  // CAPSlog (capslog.txt §III-A): its profiling partitionings run as trimmed profiling runs on the
+  // ranks. Rank 0 plans; the jobs the planner lacks are measured collectively and it plans again
+  // (each round only measures what the stage counts it reached ask for). The peaks are cached in the
+  // model's ProfileDB. Without profiling, CAPSlog prices its profiling GPUs analytically.
+  const bool trimmed = profiling && planning_setup(config, world.size()).options.planner == "capslog" &&
+                       databases.count(model.hash()) > 0;
+  partition::CapslogMeasurements measurements;  // rank 0's
+  if (trimmed && world.rank() == 0)
+    for (const auto& [key, bytes] : databases.at(model.hash()).stage_peak_bytes()) measurements.insert(key, bytes);
+  constexpr int kCapslogRounds = 4;
+  std::string text;
+  for (int round = 1;; ++round) {
+    std::vector<partition::CapslogProfilingJob> jobs;  // rank 0's, to measure before planning again
+    text = decide_on_rank0(world, [&] {
+      Plan plan;
+      if (!plan_file.empty()) {
+        plan = Plan::load(plan_file);
+      } else {
+        PlanningSetup setup = planning_setup(config, world.size());
+        if (trimmed) setup.options.capslog_measurements = &measurements;
+        const partition::CostModelFactory costs = [&](const Graph& graph) -> std::unique_ptr<partition::CostModel> {
+          if (!profiling) return planning_cost_model(setup, graph, nullptr);
+          auto found = databases.find(graph.hash());
+          PARTRAIN_CHECK(found != databases.end(), "internal: a graph the planner tries was not profiled");
+          return planning_cost_model(setup, graph, &found->second);
+        };
+        ProgressBar progress("planning (" + setup.options.planner + ")");
+        setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
+        const partition::ThreeDimensionalPlan result = plan_experiment(config, model, setup, costs);
+        progress.finish();
+        jobs = measurements.take_requests();
+        if (!jobs.empty() && round < kCapslogRounds) return std::string("measure");
+        if (!jobs.empty())
+          std::printf("capslog: %zu profiling GPUs still unmeasured after %d rounds: their peaks are analytic\n",
+                      jobs.size(), round);
+        if (result.candidates.size() > 1) std::fputs(format_layout_candidates(result).c_str(), stdout);
+        plan = result.plan;
+      }
+      PARTRAIN_CHECK(plan.world_size == world.size(), (plan_file.empty() ? "the plan" : plan_file)
+                                                          << " is for " << plan.world_size << " ranks, but "
+                                                          << world.size() << " are running");
+      if (!plan_file.empty()) check_plan_matches_config(plan, config, plan_file);
+      plan.validate(planned_graph(config, plan.tensor_parallel));
+      return plan.to_json().dump();
+    });
+    if (text != "measure") break;
+    ProgressBar progress("capslog trimmed profiling on " + std::to_string(world.size()) + " ranks");
+    run_capslog_profiling(config, model, jobs, world, backend, measurements,
+                          [&progress](double fraction) { progress.update(fraction); });
+    progress.finish();
+    if (world.rank() == 0) {
+      profile::ProfileDB& database = databases.at(model.hash());
+      for (const auto& [key, bytes] : measurements.peaks()) database.set_stage_peak_bytes(key, bytes);
+      const std::string cache = config.profile.cache_dir + "/" +
+                                profile::ProfileDB::cache_file_name(model.hash(), database.backend(), database.dtype());
+      database.save(cache);
+      std::printf("capslog: measured %zu trimmed profiling GPUs on %d ranks (%zu peaks cached in %s)\n", jobs.size(),
+                  world.size(), measurements.peaks().size(), cache.c_str());
+      std::fflush(stdout);
     }
-    PARTRAIN_CHECK(plan.world_size == world.size(), (plan_file.empty() ? "the plan" : plan_file)
-                                                        << " is for " << plan.world_size << " ranks, but "
-                                                        << world.size() << " are running");
-    if (!plan_file.empty()) check_plan_matches_config(plan, config, plan_file);
-    plan.validate(planned_graph(config, plan.tensor_parallel));
-    return plan.to_json().dump();
-  });
+  }
   return Plan::from_json(nlohmann::json::parse(text), "broadcast plan");
 }
 

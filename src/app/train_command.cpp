@@ -262,6 +262,11 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   }
 
   if (leader && config.log.save_initial) save_initial(directory + "/initial_parameters.h5", config, model, *data);
+  // What the process holds before the stage exists (graphs' constants, data, profiles): the
+  // planners predict the stage's own memory, so the end-of-run check and the metrics' net peaks
+  // (rank_peak_memory_bytes − rank_baseline_bytes) leave it out — as CAPSlog's trimmed runs do.
+  backend.synchronise();
+  const double baseline_bytes = static_cast<double>(backend.allocator().current_bytes());
   // The initial values are a temporary: the executor keeps its own stage's copy, so the whole model's
   // host copy does not sit in the allocator (and in the measured peak) for the whole run. They are
   // drawn for the whole model (the same numbers under any plan) and cut to this rank's tensor part.
@@ -272,6 +277,9 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
 
+  std::vector<double> rank_baseline_bytes;  // on rank 0: every rank's baseline_bytes
+  for (const std::string& bytes : world.gather_bytes(std::to_string(baseline_bytes), 0))
+    rank_baseline_bytes.push_back(std::stod(bytes));
   const std::int64_t first_step = checkpoint_path.empty() ? 0 : resume_from(checkpoint_path, graph, executor, world);
   training_started = true;
 
@@ -341,10 +349,11 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
                               {"tflops", tflops},
                               {"peak_memory_bytes", result.peak_memory_bytes},
                               {"predicted_seconds", plan.predicted_step_seconds},
-                              {"rank_peak_memory_bytes", rank_peak_bytes}};
+                              {"rank_peak_memory_bytes", rank_peak_bytes},
+                              {"rank_baseline_bytes", rank_baseline_bytes}};
     step_seconds.push_back(result.seconds);
     for (std::size_t rank = 0; rank < rank_peak_bytes.size(); ++rank)
-      measured_peak_bytes[rank] = std::max(measured_peak_bytes[rank], rank_peak_bytes[rank]);
+      measured_peak_bytes[rank] = std::max(measured_peak_bytes[rank], rank_peak_bytes[rank] - rank_baseline_bytes[rank]);
     if (evaluate) record["eval_loss"] = eval_loss;
     metrics << record.dump() << '\n';
     metrics.flush();

@@ -420,7 +420,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("memory_margin", config.memory_margin);
   reader.read("devices_per_node", config.devices_per_node);
   reader.read_choice("schedule", config.schedule, {"gpipe", "1f1b", "scp", "interleaved"});
-  reader.read("virtual_stages", config.virtual_stages);
+  reader.read_integer_or_auto("virtual_stages", config.virtual_stages, 0);
   reader.read_choice("recompute", config.recompute, {"auto", "none", "boundaries", "stage_aware"});
   reader.read("blocks", config.blocks);
   reader.read("max_microbatches", config.max_microbatches);
@@ -463,8 +463,10 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   if (!config.replicas.empty() && config.stages != 0 && static_cast<std::int64_t>(config.replicas.size()) != config.stages)
     reader.fail("replicas", "has " + std::to_string(config.replicas.size()) + " entries but stages = " +
                                 std::to_string(config.stages));
-  if (config.virtual_stages < 1)
-    reader.fail("virtual_stages", "must be at least 1 (model chunks per pipeline rank; 1: plain 1f1b)");
+  if (config.virtual_stages < 0)
+    reader.fail("virtual_stages", "must be at least 1 (model chunks per pipeline rank; 1: plain 1f1b), or \"auto\" / 0");
+  if (config.virtual_stages == 0 && config.schedule != "interleaved")
+    reader.fail("virtual_stages", "= \"auto\" needs schedule = \"interleaved\", not \"" + config.schedule + "\"");
   if (config.virtual_stages > 1 && config.schedule != "interleaved")
     reader.fail("virtual_stages", "= " + std::to_string(config.virtual_stages) +
                                       " needs schedule = \"interleaved\" (Megatron's interleaved 1F1B), not \"" +

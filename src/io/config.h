@@ -158,7 +158,8 @@ struct ParallelConfig {
   double memory_margin = 0.1;            // fraction of device memory kept free
   std::int64_t devices_per_node = 8;     // devices sharing a node (fast link)
   std::string schedule = "1f1b";         // gpipe, 1f1b, scp or interleaved
-  std::int64_t virtual_stages = 1;       // interleaved: model chunks per pipeline rank (Megatron's v; 1: 1f1b)
+  std::int64_t virtual_stages = 1;       // interleaved: model chunks per pipeline rank (Megatron's v; 1: 1f1b);
+                                         // 0 ("auto"): the uniform planner chooses v by predicted step time
   std::string recompute = "auto";        // auto (boundaries when S > 1), none, boundaries, stage_aware
   std::int64_t blocks = 32;              // RaNNC block count k
   std::int64_t max_microbatches = 64;    // RaNNC Algorithm 2 doubles the microbatch count up to this

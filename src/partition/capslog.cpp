@@ -1,16 +1,17 @@
-// CAPSlog (Dreuning et al., PDP 2024): profiling partitionings, per-layer memory extraction, the
-// M_p predictor, fill-first placement, the binary-search recommender, and the `capslog` planner.
-// See capslog.h for the model and for where we had to read the paper.
+// CAPSlog (capslog.txt §III): profiling partitionings, M_i / M_a extraction, the M_p predictor,
+// fill-first placement (Algorithm 2), the binary-search recommender (Algorithm 1), and the `capslog`
+// planner. See capslog.h for the model and the deviations.
 #include "partition/capslog.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "core/error.h"
+#include "partition/capslog_profiling.h"
 #include "partition/plan_builder.h"
 #include "partition/uniform.h"
 #include "profile/memory_model.h"
@@ -19,335 +20,276 @@ namespace partrain::partition {
 
 namespace {
 
-void check_in_flight(const std::vector<int>& in_flight, const char* where) {
-  PARTRAIN_CHECK(!in_flight.empty(), where << ": no devices");
-  for (std::size_t g = 0; g < in_flight.size(); ++g) {
-    PARTRAIN_CHECK(in_flight[g] >= 1, where << ": device " << g << " has " << in_flight[g]
-                                            << " microbatches in flight (must be >= 1)");
-    PARTRAIN_CHECK(g == 0 || in_flight[g] <= in_flight[g - 1],
-                   where << ": in-flight microbatches must not increase along the pipeline (device " << g << ": "
-                         << in_flight[g] << " after " << in_flight[g - 1] << ")");
-  }
-}
-
 void check_memory(const CapslogLayerMemory& memory, const char* where) {
-  PARTRAIN_CHECK(memory.isolated.size() == memory.activation.size(),
-                 where << ": " << memory.isolated.size() << " M_i values but " << memory.activation.size()
-                       << " M_a values");
-  for (std::size_t l = 0; l < memory.size(); ++l) {
-    PARTRAIN_CHECK(std::isfinite(memory.isolated[l]) && memory.isolated[l] >= 0 &&
-                       std::isfinite(memory.activation[l]) && memory.activation[l] >= 0,
-                   where << ": layer " << l << " has M_i = " << memory.isolated[l] << ", M_a = "
-                         << memory.activation[l] << " (must be finite and >= 0)");
-  }
+  PARTRAIN_CHECK(memory.isolated.size() == memory.added.size(),
+                 where << ": " << memory.isolated.size() << " M_i values but " << memory.added.size() << " M_a values");
+  PARTRAIN_CHECK(!memory.isolated.empty(), where << ": no layers");
+  for (std::size_t l = 0; l < memory.size(); ++l)
+    PARTRAIN_CHECK(std::isfinite(memory.isolated[l]) && std::isfinite(memory.added[l]),
+                   where << ": layer " << l << " has M_i = " << memory.isolated[l] << ", M_a = " << memory.added[l]
+                         << " (must be finite)");
 }
 
-// Prefix sums of M_i and M_a, so that M_p of a range is O(1).
-struct PrefixSums {
-  std::vector<double> isolated{0.0};
-  std::vector<double> activation{0.0};
-  explicit PrefixSums(const CapslogLayerMemory& memory) {
-    for (std::size_t l = 0; l < memory.size(); ++l) {
-      isolated.push_back(isolated.back() + memory.isolated[l]);
-      activation.push_back(activation.back() + memory.activation[l]);
-    }
+// Prefix sums of M_a so that M_p(l, m) is O(1): M_p(l, m) = M_i(l) + A[m + 1] − A[l + 1].
+struct Predictor {
+  const CapslogLayerMemory& memory;
+  std::vector<double> added_prefix{0.0};
+  explicit Predictor(const CapslogLayerMemory& figures) : memory(figures) {
+    for (double a : memory.added) added_prefix.push_back(added_prefix.back() + a);
   }
-  double range(int first, int last, int in_flight) const {
-    return (isolated[last] - isolated[first]) + in_flight * (activation[last] - activation[first]);
+  double operator()(int first, int last) const {
+    return memory.isolated[first] + (added_prefix[last + 1] - added_prefix[first + 1]);
   }
 };
 
-// Fill-first with precomputed prefix sums (see capslog_fill_first).
-std::vector<int> fill_first(const PrefixSums& sums, int layers, const std::vector<int>& in_flight, double budget) {
-  const int devices = static_cast<int>(in_flight.size());
-  std::vector<int> counts(devices, 0);
-  int end = layers;  // layers [end, L) are placed
-  for (int g = devices - 1; g >= 1; --g) {
-    // Device g takes [start, end): as far back as the budget allows, leaving one layer for each of
-    // devices 0..g−1. Costs grow as start moves back (M_i, M_a ≥ 0), so stop at the first overflow.
-    int start = end;
-    while (start - 1 >= g && sums.range(start - 1, end, in_flight[g]) <= budget) --start;
-    if (start == end) return {};
-    counts[g] = end - start;
-    end = start;
-  }
-  if (sums.range(0, end, in_flight[0]) > budget) return {};
-  counts[0] = end;
-  return counts;
-}
-
-// Dense least squares min ||A x − b|| by Householder QR (A: rows × cols, row-major, rows ≥ cols).
-// Returns the index of the first column that is (numerically) a combination of the earlier ones,
-// or −1 when A has full column rank, in which case x is filled.
-int householder_least_squares(std::vector<double> a, std::vector<double> b, int rows, int cols, std::vector<double>& x) {
-  auto at = [&](int r, int c) -> double& { return a[static_cast<std::size_t>(r) * cols + c]; };
-  std::vector<double> column_norm(cols, 0.0);
-  for (int c = 0; c < cols; ++c) {
-    double sum = 0;
-    for (int r = 0; r < rows; ++r) sum += at(r, c) * at(r, c);
-    column_norm[c] = std::sqrt(sum);
-  }
-  for (int c = 0; c < cols; ++c) {
-    if (c >= rows) return c;
-    double norm = 0;
-    for (int r = c; r < rows; ++r) norm += at(r, c) * at(r, c);
-    norm = std::sqrt(norm);
-    if (column_norm[c] == 0 || norm <= 1e-9 * column_norm[c]) return c;
-    const double alpha = at(c, c) > 0 ? -norm : norm;
-    std::vector<double> v(rows - c);
-    for (int r = c; r < rows; ++r) v[r - c] = at(r, c);
-    v[0] -= alpha;
-    double v_norm2 = 0;
-    for (double e : v) v_norm2 += e * e;
-    for (int k = c; k < cols; ++k) {
-      double dot = 0;
-      for (int r = c; r < rows; ++r) dot += v[r - c] * at(r, k);
-      const double f = 2 * dot / v_norm2;
-      for (int r = c; r < rows; ++r) at(r, k) -= f * v[r - c];
+// Algorithm 2 with a precomputed predictor (see capslog_fill_first).
+CapslogPlacement fill_first(const Predictor& predict, int layers, int devices, double threshold) {
+  CapslogPlacement placement;
+  int m = 0;
+  for (int gpu = 0; gpu + 1 < devices; ++gpu) {
+    const int l = m;
+    m = m + 1;  // layer l is placed whatever the threshold: at least one layer per GPU
+    // Adding layer m keeps a layer for each of the devices − 1 − gpu later GPUs: m ≤ L − G + gpu.
+    while (m <= layers - devices + gpu) {
+      if (predict(l, m) <= threshold) {
+        ++m;
+      } else {
+        break;
+      }
     }
-    double dot = 0;
-    for (int r = c; r < rows; ++r) dot += v[r - c] * b[r];
-    const double f = 2 * dot / v_norm2;
-    for (int r = c; r < rows; ++r) b[r] -= f * v[r - c];
+    placement.layers_per_device.push_back(m - l);
+    placement.device_memory_bytes.push_back(predict(l, m - 1));
   }
-  x.assign(cols, 0.0);
-  for (int c = cols - 1; c >= 0; --c) {
-    double sum = b[c];
-    for (int k = c + 1; k < cols; ++k) sum -= at(c, k) * x[k];
-    x[c] = sum / at(c, c);
-  }
-  return -1;
+  placement.layers_per_device.push_back(layers - m);
+  placement.device_memory_bytes.push_back(predict(m, layers - 1));
+  placement.peak_bytes = *std::max_element(placement.device_memory_bytes.begin(), placement.device_memory_bytes.end());
+  return placement;
 }
 
-std::vector<int> repeated(int count, int value) { return std::vector<int>(std::max(0, count), value); }
+// Algorithm 1 over [0, capacity]: the last partitioning whose predicted peak is ≤ the threshold.
+bool binary_search(const Predictor& predict, int layers, int devices, std::uint64_t capacity, CapslogPlacement& best,
+                   int& steps) {
+  std::uint64_t l = 0, r = capacity;
+  bool found = false;
+  while (l <= r) {
+    const std::uint64_t threshold = l + (r - l) / 2;  // ⌊(l + r)/2⌋ without overflow
+    CapslogPlacement placement = fill_first(predict, layers, devices, static_cast<double>(threshold));
+    ++steps;
+    if (placement.peak_bytes <= static_cast<double>(threshold)) {
+      best = std::move(placement);
+      found = true;
+      if (threshold == 0) break;
+      r = threshold - 1;
+    } else {
+      l = threshold + 1;
+    }
+  }
+  return found;
+}
+
+std::vector<int> ones(int count) { return std::vector<int>(std::max(0, count), 1); }
+
+// The M_i runs of §III-A for G ≥ 3.
+void isolated_runs(int L, int G, std::vector<CapslogProfilingRun>& runs) {
+  if (L <= G) {  // P_0 with a GPU per layer (fewer than G GPUs when L < G)
+    CapslogProfilingRun run{ones(L), {}};
+    for (int g = 0; g < L; ++g) run.measured_devices.push_back(g);
+    runs.push_back(run);
+    return;
+  }
+  CapslogProfilingRun first{ones(G - 1), {}};  // P_0 = [1, …, 1, L − (G − 1)]
+  first.layers_per_device.push_back(L - (G - 1));
+  for (int g = 0; g <= G - 2; ++g) first.measured_devices.push_back(g);
+  runs.push_back(first);
+  int z = G - 1;  // Z = X + (G − 2) with X = 1: the layers profiled in isolation so far
+  while (z < L) {
+    const int remaining = L - z;
+    CapslogProfilingRun run{{z}, {}};
+    if (remaining <= G - 1) {  // the final [Z, 1, …, 1]
+      for (int g = 1; g <= remaining; ++g) {
+        run.layers_per_device.push_back(1);
+        run.measured_devices.push_back(g);
+      }
+      runs.push_back(run);
+      return;
+    }
+    for (int g = 1; g <= G - 2; ++g) {  // [Z, 1, …, 1, R], R = L − Z − (G − 2)
+      run.layers_per_device.push_back(1);
+      run.measured_devices.push_back(g);
+    }
+    run.layers_per_device.push_back(remaining - (G - 2));
+    runs.push_back(run);
+    z += G - 2;
+  }
+}
+
+// One M_a run of §III-A: `prefix` layers on GPU 0 (none when 0), then pairs, then the rest on the
+// last GPU; the final form when the rest fits as pairs (a last GPU may hold one layer). The GPUs
+// holding a pair are measured. Returns whether this was the final form.
+bool pair_run(int L, int G, int prefix, std::vector<CapslogProfilingRun>& runs) {
+  CapslogProfilingRun run;
+  if (prefix > 0) run.layers_per_device.push_back(prefix);
+  const int gpus_left = G - static_cast<int>(run.layers_per_device.size());
+  int layer = prefix;
+  const bool final_form = L - prefix <= 2 * gpus_left;
+  if (final_form) {
+    while (layer < L) {
+      const int take = std::min(2, L - layer);
+      if (take == 2) run.measured_devices.push_back(static_cast<int>(run.layers_per_device.size()));
+      run.layers_per_device.push_back(take);
+      layer += take;
+    }
+  } else {
+    for (int g = 0; g + 1 < gpus_left; ++g) {
+      run.measured_devices.push_back(static_cast<int>(run.layers_per_device.size()));
+      run.layers_per_device.push_back(2);
+      layer += 2;
+    }
+    run.layers_per_device.push_back(L - layer);
+  }
+  if (!run.measured_devices.empty()) runs.push_back(run);
+  return final_form;
+}
+
+// The M_a runs of §III-A for G ≥ 3: [2, …, 2, R] and [1, 2, …, 2, R'], then [Z, 2, …] and
+// [Z − 1, 2, …] with Z advancing by 2(G − 2).
+void pair_runs(int L, int G, std::vector<CapslogProfilingRun>& runs) {
+  bool a_done = pair_run(L, G, 0, runs);
+  bool b_done = L < 3 || pair_run(L, G, 1, runs);
+  int z = 2 * (G - 1);  // X + 2(G − 2) with X = 2: the layers the first run's pairs cover
+  while ((!a_done || !b_done) && z - 1 < L) {
+    if (!a_done) a_done = z >= L || pair_run(L, G, z, runs);
+    if (!b_done) b_done = pair_run(L, G, z - 1, runs);
+    z += 2 * (G - 2);
+  }
+}
 
 }  // namespace
 
-std::vector<int> capslog_in_flight_1f1b(int devices) {
-  PARTRAIN_CHECK(devices >= 1, "capslog: " << devices << " devices (must be >= 1)");
-  std::vector<int> in_flight(devices);
-  for (int g = 0; g < devices; ++g) in_flight[g] = devices - g;
-  return in_flight;
-}
-
 std::vector<CapslogProfilingRun> capslog_profiling_runs(int layers, int devices) {
-  PARTRAIN_CHECK(devices >= 2, "capslog: profiling partitionings need at least 2 devices, not " << devices
-                                   << " (one device holds the whole model: its memory is one measurement)");
-  PARTRAIN_CHECK(layers >= devices, "capslog: " << layers << " layers cannot fill " << devices << " devices");
-  const int L = layers, G = devices;
+  PARTRAIN_CHECK(layers >= 1, "capslog: profiling partitionings need at least one layer, not " << layers);
+  PARTRAIN_CHECK(devices >= 1, "capslog: profiling partitionings need at least one GPU, not " << devices);
+  // The sequences isolate layers on the middle GPUs 1..G−2: G ≤ 2 profiles as G = 3 (capslog.h).
+  const int G = std::max(devices, 3);
   std::vector<CapslogProfilingRun> runs;
-  std::map<std::vector<int>, std::size_t> index;
-  auto add = [&](std::vector<int> counts, std::vector<int> measured) {
-    auto [found, inserted] = index.try_emplace(counts, runs.size());
-    if (inserted) runs.push_back({std::move(counts), {}});
-    std::vector<int>& into = runs[found->second].measured_devices;
-    into.insert(into.end(), measured.begin(), measured.end());
-    std::sort(into.begin(), into.end());
-    into.erase(std::unique(into.begin(), into.end()), into.end());
-  };
-  if (L == G) {
-    std::vector<int> all(G);
-    for (int g = 0; g < G; ++g) all[g] = g;
-    add(repeated(G, 1), all);
-    return runs;
-  }
-  // [Z, 1, …, 1, R] for Z = 1..L−G+1 (R = L − Z − (G − 2) ≥ 1).
-  for (int z = 1; z <= L - G + 1; ++z) {
-    std::vector<int> counts{z};
-    const std::vector<int> ones = repeated(G - 2, 1);
-    counts.insert(counts.end(), ones.begin(), ones.end());
-    counts.push_back(L - z - (G - 2));
-    std::vector<int> measured;
-    if (G <= 3) {
-      for (int g = 0; g < G; ++g) measured.push_back(g);   // prefix, single, suffix
-    } else if (z == 1) {
-      for (int g = 0; g <= G - 2; ++g) measured.push_back(g);   // layers 0..G−2 alone
-    } else if (z == L - G + 1) {
-      for (int g = 1; g <= G - 1; ++g) measured.push_back(g);   // layers L−G+1..L−1 alone
-    } else {
-      measured = {1, G - 2};   // layer Z at m = G−1, layer Z+G−3 at m = 2
+  isolated_runs(layers, G, runs);
+  if (layers >= 2) pair_runs(layers, G, runs);
+  // The same partitioning twice (small L) is one run measuring the union of its GPUs.
+  std::vector<CapslogProfilingRun> unique;
+  for (CapslogProfilingRun& run : runs) {
+    auto same = std::find_if(unique.begin(), unique.end(), [&](const CapslogProfilingRun& other) {
+      return other.layers_per_device == run.layers_per_device;
+    });
+    if (same == unique.end()) {
+      unique.push_back(std::move(run));
+      continue;
     }
-    add(std::move(counts), std::move(measured));
+    for (int g : run.measured_devices) same->measured_devices.push_back(g);
+    std::sort(same->measured_devices.begin(), same->measured_devices.end());
+    same->measured_devices.erase(std::unique(same->measured_devices.begin(), same->measured_devices.end()),
+                                 same->measured_devices.end());
   }
-  // Two-layer sequences: layer 1 with layer 0 on device 0, layer L−2 with layer L−1 on device G−1.
-  {
-    std::vector<int> counts{2};
-    const std::vector<int> ones = repeated(G - 2, 1);
-    counts.insert(counts.end(), ones.begin(), ones.end());
-    counts.push_back(L - G);
-    add(std::move(counts), {0});
-  }
-  {
-    std::vector<int> counts{L - G};
-    const std::vector<int> ones = repeated(G - 2, 1);
-    counts.insert(counts.end(), ones.begin(), ones.end());
-    counts.push_back(2);
-    add(std::move(counts), {G - 1});
-  }
-  return runs;
+  return unique;
 }
 
 CapslogLayerMemory capslog_solve_memory(int layers, const std::vector<CapslogProfilingRun>& runs,
-                                        const std::vector<std::vector<double>>& peaks,
-                                        const std::vector<int>& in_flight) {
-  const int G = static_cast<int>(in_flight.size());
-  check_in_flight(in_flight, "capslog_solve_memory");
-  PARTRAIN_CHECK(G >= 2, "capslog_solve_memory: per-layer figures need at least 2 devices, not " << G);
-  PARTRAIN_CHECK(layers >= G, "capslog_solve_memory: " << layers << " layers cannot fill " << G << " devices");
+                                        const std::vector<std::vector<double>>& peaks) {
+  PARTRAIN_CHECK(layers >= 1, "capslog_solve_memory: " << layers << " layers");
   PARTRAIN_CHECK(runs.size() == peaks.size(),
                  "capslog_solve_memory: " << runs.size() << " runs but " << peaks.size() << " peak lists");
-  struct Observation {
-    int first, last, in_flight;
-    double bytes;
-  };
-  std::vector<Observation> observations;
+  std::map<int, double> single, pair;  // first measurement of {l} and of {l − 1, l}, by l
   for (std::size_t r = 0; r < runs.size(); ++r) {
     const CapslogProfilingRun& run = runs[r];
-    PARTRAIN_CHECK(static_cast<int>(run.layers_per_device.size()) == G,
-                   "capslog_solve_memory: run " << r << " places layers on " << run.layers_per_device.size()
-                                                << " devices, not " << G);
-    PARTRAIN_CHECK(static_cast<int>(peaks[r].size()) == G,
-                   "capslog_solve_memory: run " << r << " has " << peaks[r].size() << " peaks, not " << G);
-    std::vector<int> first(G + 1, 0);
-    for (int g = 0; g < G; ++g) {
-      PARTRAIN_CHECK(run.layers_per_device[g] >= 1,
-                     "capslog_solve_memory: run " << r << " gives device " << g << " no layer");
+    const int devices = static_cast<int>(run.layers_per_device.size());
+    PARTRAIN_CHECK(static_cast<int>(peaks[r].size()) == devices,
+                   "capslog_solve_memory: run " << r << " has " << peaks[r].size() << " peaks for " << devices << " GPUs");
+    std::vector<int> first(devices + 1, 0);
+    for (int g = 0; g < devices; ++g) {
+      PARTRAIN_CHECK(run.layers_per_device[g] >= 1, "capslog_solve_memory: run " << r << " gives GPU " << g << " no layer");
       first[g + 1] = first[g] + run.layers_per_device[g];
     }
-    PARTRAIN_CHECK(first[G] == layers,
-                   "capslog_solve_memory: run " << r << " places " << first[G] << " layers, not " << layers);
+    PARTRAIN_CHECK(first[devices] == layers,
+                   "capslog_solve_memory: run " << r << " places " << first[devices] << " layers, not " << layers);
     for (int g : run.measured_devices) {
-      PARTRAIN_CHECK(g >= 0 && g < G, "capslog_solve_memory: run " << r << " measures device " << g
-                                                                   << " of " << G);
-      PARTRAIN_CHECK(std::isfinite(peaks[r][g]),
-                     "capslog_solve_memory: run " << r << " device " << g << " peak is " << peaks[r][g]);
-      observations.push_back({first[g], first[g + 1], in_flight[g], peaks[r][g]});
+      PARTRAIN_CHECK(g >= 0 && g < devices, "capslog_solve_memory: run " << r << " measures GPU " << g << " of " << devices);
+      PARTRAIN_CHECK(std::isfinite(peaks[r][g]), "capslog_solve_memory: run " << r << " GPU " << g << " peak is " << peaks[r][g]);
+      const int count = run.layers_per_device[g];
+      if (count == 1) single.try_emplace(first[g], peaks[r][g]);
+      if (count == 2) pair.try_emplace(first[g] + 1, peaks[r][g]);
     }
   }
-  // Which layers keep an M_a unknown: those seen (or placeable) at two in-flight counts.
-  std::vector<bool> separable(layers, false);
-  for (int l = 0; l < layers; ++l) {
-    const int lowest = std::max(0, l - (layers - G)), highest = std::min(l, G - 1);
-    for (int g = lowest; g <= highest; ++g)
-      if (in_flight[g] != in_flight[lowest]) separable[l] = true;
-    for (const Observation& o : observations)
-      if (o.first <= l && l < o.last && o.in_flight != in_flight[lowest]) separable[l] = true;
-  }
-  // Unknowns in layer order: M_i(l), then M_a(l) when separable.
-  std::vector<int> isolated_column(layers), activation_column(layers, -1);
-  std::vector<int> column_layer;
-  for (int l = 0; l < layers; ++l) {
-    isolated_column[l] = static_cast<int>(column_layer.size());
-    column_layer.push_back(l);
-    if (separable[l]) {
-      activation_column[l] = static_cast<int>(column_layer.size());
-      column_layer.push_back(l);
-    }
-  }
-  const int rows = static_cast<int>(observations.size()), cols = static_cast<int>(column_layer.size());
-  std::vector<double> a(static_cast<std::size_t>(rows) * cols, 0.0), b(rows);
-  for (int r = 0; r < rows; ++r) {
-    const Observation& o = observations[r];
-    for (int l = o.first; l < o.last; ++l) {
-      a[static_cast<std::size_t>(r) * cols + isolated_column[l]] = 1.0;
-      if (activation_column[l] >= 0) a[static_cast<std::size_t>(r) * cols + activation_column[l]] = o.in_flight;
-    }
-    b[r] = o.bytes;
-  }
-  std::vector<double> x;
-  const int dependent = householder_least_squares(std::move(a), std::move(b), rows, cols, x);
-  PARTRAIN_CHECK(dependent < 0, "capslog_solve_memory: the measurements do not determine M_i / M_a of layer "
-                                    << column_layer[dependent]
-                                    << " (it needs measurements at two different in-flight counts, or is "
-                                       "never measured apart from its neighbours)");
   CapslogLayerMemory memory;
-  memory.isolated.resize(layers);
-  memory.activation.assign(layers, 0.0);
-  double largest = 0;
-  for (double value : x) largest = std::max(largest, std::abs(value));
-  auto clean = [&](double value) { return std::abs(value) <= 1e-12 * largest ? 0.0 : value; };
+  memory.isolated.assign(layers, 0.0);
+  memory.added.assign(layers, 0.0);
   for (int l = 0; l < layers; ++l) {
-    memory.isolated[l] = clean(x[isolated_column[l]]);
-    if (activation_column[l] >= 0) memory.activation[l] = clean(x[activation_column[l]]);
+    auto alone = single.find(l);
+    PARTRAIN_CHECK(alone != single.end(),
+                   "capslog_solve_memory: layer " << l << " is never alone on a measured GPU (criterion C1): no M_i");
+    memory.isolated[l] = alone->second;
+  }
+  for (int l = 1; l < layers; ++l) {
+    auto together = pair.find(l);
+    PARTRAIN_CHECK(together != pair.end(), "capslog_solve_memory: layers " << l - 1 << " and " << l
+                                                                           << " are never together on a measured GPU "
+                                                                              "(criterion C3): no M_a of layer "
+                                                                           << l);
+    memory.added[l] = together->second - memory.isolated[l - 1];
   }
   return memory;
 }
 
-double capslog_predict_memory(const CapslogLayerMemory& memory, int first, int last, int in_flight) {
-  PARTRAIN_CHECK(memory.isolated.size() == memory.activation.size(), "capslog_predict_memory: M_i and M_a differ in length");
-  PARTRAIN_CHECK(0 <= first && first < last && last <= static_cast<int>(memory.size()),
-                 "capslog_predict_memory: bad layer range [" << first << ", " << last << ") of " << memory.size());
-  double isolated = 0, activation = 0;
-  for (int l = first; l < last; ++l) {
-    isolated += memory.isolated[l];
-    activation += memory.activation[l];
-  }
-  return isolated + in_flight * activation;
+double capslog_predict_memory(const CapslogLayerMemory& memory, int first, int last) {
+  PARTRAIN_CHECK(memory.isolated.size() == memory.added.size(), "capslog_predict_memory: M_i and M_a differ in length");
+  PARTRAIN_CHECK(0 <= first && first <= last && last < static_cast<int>(memory.size()),
+                 "capslog_predict_memory: bad layer range [" << first << ", " << last << "] of " << memory.size());
+  double bytes = memory.isolated[first];
+  for (int k = first + 1; k <= last; ++k) bytes += memory.added[k];
+  return bytes;
 }
 
-std::vector<double> capslog_device_memory(const CapslogLayerMemory& memory, const std::vector<int>& layers_per_device,
-                                          const std::vector<int>& in_flight) {
-  PARTRAIN_CHECK(layers_per_device.size() == in_flight.size(),
-                 "capslog_device_memory: " << layers_per_device.size() << " devices but " << in_flight.size()
-                                           << " in-flight counts");
+std::vector<double> capslog_device_memory(const CapslogLayerMemory& memory, const std::vector<int>& layers_per_device) {
   std::vector<double> bytes;
   int first = 0;
-  for (std::size_t g = 0; g < layers_per_device.size(); ++g) {
-    bytes.push_back(capslog_predict_memory(memory, first, first + layers_per_device[g], in_flight[g]));
-    first += layers_per_device[g];
+  for (int count : layers_per_device) {
+    PARTRAIN_CHECK(count >= 1, "capslog_device_memory: a GPU with " << count << " layers");
+    bytes.push_back(capslog_predict_memory(memory, first, first + count - 1));
+    first += count;
   }
   PARTRAIN_CHECK(first == static_cast<int>(memory.size()),
                  "capslog_device_memory: the split places " << first << " of " << memory.size() << " layers");
   return bytes;
 }
 
-std::vector<int> capslog_fill_first(const CapslogLayerMemory& memory, const std::vector<int>& in_flight, double budget) {
-  check_in_flight(in_flight, "capslog_fill_first");
+CapslogPlacement capslog_fill_first(const CapslogLayerMemory& memory, int devices, double threshold) {
   check_memory(memory, "capslog_fill_first");
   const int layers = static_cast<int>(memory.size());
-  PARTRAIN_CHECK(layers >= static_cast<int>(in_flight.size()),
-                 "capslog_fill_first: " << layers << " layers cannot fill " << in_flight.size() << " devices");
-  return fill_first(PrefixSums(memory), layers, in_flight, budget);
+  PARTRAIN_CHECK(devices >= 1 && layers >= devices,
+                 "capslog_fill_first: " << layers << " layers cannot fill " << devices << " GPUs");
+  return fill_first(Predictor(memory), layers, devices, threshold);
 }
 
-CapslogPartition capslog_recommend(const CapslogLayerMemory& memory, const std::vector<int>& in_flight) {
-  check_in_flight(in_flight, "capslog_recommend");
+CapslogPartition capslog_recommend(const CapslogLayerMemory& memory, int devices, std::uint64_t capacity_bytes) {
   check_memory(memory, "capslog_recommend");
   const int layers = static_cast<int>(memory.size());
-  PARTRAIN_CHECK(layers >= static_cast<int>(in_flight.size()),
-                 "capslog_recommend: " << layers << " layers cannot fill " << in_flight.size() << " devices");
-  const PrefixSums sums(memory);
+  PARTRAIN_CHECK(devices >= 1 && layers >= devices,
+                 "capslog_recommend: " << layers << " layers cannot fill " << devices << " GPUs");
+  const Predictor predict(memory);
   CapslogPartition result;
-  // Feasibility is monotone in the budget, and the order of non-negative doubles is the order of
-  // their bit patterns: bisect on the patterns for the smallest budget that fits.
-  const double everything = sums.range(0, layers, in_flight[0]);   // every split fits this budget
-  std::uint64_t low = 0, high = std::bit_cast<std::uint64_t>(everything);
-  std::vector<int> best = fill_first(sums, layers, in_flight, everything);
-  ++result.budget_steps;
-  PARTRAIN_CHECK(!best.empty(), "capslog_recommend: no split fits the total memory (internal error)");
-  if (!fill_first(sums, layers, in_flight, 0.0).empty()) {
-    high = 0;
-    best = fill_first(sums, layers, in_flight, 0.0);
+  CapslogPlacement best;
+  result.fits = binary_search(predict, layers, devices, capacity_bytes, best, result.budget_steps);
+  if (!result.fits) {
+    // Nothing fits the capacity: the same search up to the largest M_p of any range (every
+    // placement's peak is one of them) gives the memory the best partitioning needs.
+    double largest = 0;
+    for (int l = 0; l < layers; ++l)
+      for (int m = l; m < layers; ++m) largest = std::max(largest, predict(l, m));
+    const bool found = binary_search(predict, layers, devices, static_cast<std::uint64_t>(std::ceil(largest)), best,
+                                     result.budget_steps);
+    PARTRAIN_CHECK(found, "capslog_recommend: no partitioning below the largest range's M_p (internal error)");
   }
-  ++result.budget_steps;
-  while (high - low > 1) {   // invariant: budget(low) infeasible (or low = 0 untested), budget(high) feasible
-    const std::uint64_t middle = low + (high - low) / 2;
-    std::vector<int> counts = fill_first(sums, layers, in_flight, std::bit_cast<double>(middle));
-    ++result.budget_steps;
-    if (counts.empty()) {
-      low = middle;
-    } else {
-      high = middle;
-      best = std::move(counts);
-    }
-  }
-  result.layers_per_device = best;
-  int first = 0;
-  for (std::size_t g = 0; g < best.size(); ++g) {
-    result.device_memory_bytes.push_back(sums.range(first, first + best[g], in_flight[g]));
-    first += best[g];
-  }
-  result.max_memory_bytes = *std::max_element(result.device_memory_bytes.begin(), result.device_memory_bytes.end());
+  result.layers_per_device = best.layers_per_device;
+  result.device_memory_bytes = best.device_memory_bytes;
+  result.max_memory_bytes = best.peak_bytes;
   return result;
 }
 
@@ -364,46 +306,47 @@ Plan plan_capslog(const Graph& graph, const CostModel& cost, const PlannerOption
     for (int s = 1; s <= std::min(options.world_size, layer_count); ++s)
       if (options.world_size % s == 0) stage_counts.push_back(s);
   }
+  const double usable = options.usable_memory_bytes(cost.device());
   std::string last_problem;
   for (int stages : stage_counts) {
     const std::vector<int> replicas = equal_replicas(options.world_size, stages);
-    const int microbatches = planning_microbatches(options, stages, replicas);
-    const std::int64_t batch = replica_microbatch(options, replicas[0], replicas, microbatches);
-    CapslogLayerMemory memory;
-    std::vector<int> in_flight(stages);
-    for (int s = 0; s < stages; ++s) {
-      const profile::MemoryPolicy policy = stage_memory_policy(options, s, stages, microbatches);
-      in_flight[s] = std::max(1, policy.microbatches_in_flight);
-    }
-    const int copies = options.world_size / (stages * replicas[0]);
-    const profile::MemoryPolicy policy = stage_memory_policy(options, 0, stages, microbatches, replicas[0] * copies);
-    const double state_factor = profile::model_state_factor(policy);
-    for (const LayerGroup& group : groups) {
-      const profile::Measurement m = cost.measure(group.tasks, batch);
-      if (policy.recompute) {
-        // With activation recomputation an in-flight microbatch keeps only the layer's inputs; the
-        // full activations exist for one microbatch at a time (an upper bound: a stage keeps just
-        // its first layer's inputs).
-        memory.isolated.push_back(m.parameter_bytes * state_factor + m.activation_bytes);
-        memory.activation.push_back(m.boundary_input_bytes);
-      } else {
-        memory.isolated.push_back(m.parameter_bytes * state_factor);
-        memory.activation.push_back(m.activation_bytes);
+    if (stages == 1) {  // one GPU holds every layer: nothing to partition
+      try {
+        return plan_from_stages(graph, {join_groups(groups, 0, groups.size())}, replicas, cost, options, "capslog");
+      } catch (const Error& error) {
+        if (options.stages > 0) throw;
+        last_problem = error.message();
+        continue;
       }
     }
-    const CapslogPartition partition = capslog_recommend(memory, in_flight);
+    // The profiling runs are made in the target run's setup (§III-A): its microbatch count, fixed.
+    PlannerOptions target = options;
+    target.microbatches = planning_microbatches(options, stages, replicas);
+    const std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(layer_count, stages);
+    const CapslogPeaks peaks = capslog_profiling_peaks(graph, groups, runs, cost, target, stages, replicas);
+    const CapslogLayerMemory memory = capslog_solve_memory(layer_count, runs, peaks.peaks);
+    const CapslogPartition partition =
+        capslog_recommend(memory, stages, static_cast<std::uint64_t>(std::max(0.0, std::floor(usable))));
+    if (!partition.fits) {
+      std::ostringstream problem;
+      problem << "capslog: " << stages << " stages need " << std::ceil(partition.max_memory_bytes / (1 << 20))
+              << " MiB per device (CAPSlog's predicted peak), more than the usable "
+              << std::floor(usable / (1 << 20)) << " MiB (memory_margin " << options.memory_margin << ")";
+      if (options.stages > 0) PARTRAIN_FAIL(problem.str());
+      last_problem = problem.str();
+      continue;
+    }
     std::vector<std::vector<int>> stage_tasks;
     std::size_t first = 0;
     for (int count : partition.layers_per_device) {
       stage_tasks.push_back(join_groups(groups, first, first + count));
       first += count;
     }
-    try {
-      return plan_from_stages(graph, std::move(stage_tasks), replicas, cost, options, "capslog");
-    } catch (const Error& error) {
-      if (options.stages > 0) throw;
-      last_problem = error.message();
-    }
+    Plan plan = capslog_plan_of(graph, std::move(stage_tasks), replicas, cost, target, "capslog");
+    for (int s = 0; s < stages; ++s) plan.stages[s].memory_bytes = partition.device_memory_bytes[s];
+    plan.cost_model += "; memory: CAPSlog M_p from " + peaks.source();
+    plan.validate(graph);
+    return plan;
   }
   PARTRAIN_FAIL("capslog: no stage count up to " << (stage_counts.empty() ? 0 : stage_counts.back())
                                                  << " fits; with the most stages: " << last_problem);

@@ -187,6 +187,112 @@ profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int sta
 namespace {
 // Whether a group of `devices` consecutive devices spans more than one node.
 bool spans_nodes(const CostModel& cost, int devices) { return devices > cost.device().devices_per_node; }
+
+// Where a stage's layers begin: the smallest non-constant task id of each layer group the stage
+// holds, ascending. Recomputing the tasks below starts[j] recomputes the stage's first j layers.
+std::vector<int> layer_starts(const Graph& graph, const std::vector<LayerGroup>& groups, const PlanStage& stage) {
+  std::vector<int> starts;
+  for (const LayerGroup& group : groups) {
+    for (int task : group.tasks) {
+      if (graph.task(task).constant || !std::binary_search(stage.tasks.begin(), stage.tasks.end(), task)) continue;
+      starts.push_back(task);  // the group's tasks ascend: its first one in the stage
+      break;
+    }
+  }
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  return starts;
+}
+
+// Merak's stage-aware recomputation (merak.txt §6.2): stage i keeps the activations of a fraction
+// α_i of its layers and recomputes the others (the first ones, from the stage's inputs). The paper
+// assumes every stage then uses the same memory, M_r + n_i·α_i·M_a with n_i the extra microbatches
+// the stage holds, which gives α_i = min(1, n_1·α_1 / n_i) (its recursive formula: n_i = s − i under
+// scp, and the second-to-last stage's extra forward gives it α_{s−2}'s share); it then raises α_1 in
+// steps until the memory runs out. Here the steps are stage 1's layers, from all kept down, and
+// "runs out" is the memory model's verdict on every stage (α_i rounded down to whole layers); with
+// nothing fitting, everything is recomputed. Sets each stage's recompute and recompute_until_task.
+void choose_stage_aware_recomputation(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
+  const int stage_count = static_cast<int>(plan.stages.size());
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  const double usable = options.usable_memory_bytes(cost.device());
+  struct StageFigures {
+    std::vector<int> starts;          // layer_starts
+    profile::Measurement whole;       // the stage at its per-replica microbatch
+    std::map<int, double> kept_bytes;  // kept layers -> their activation bytes
+    std::int64_t batch = 0;
+    int extra = 0;                    // n_i: microbatches in flight beyond the one in its backward
+    profile::MemoryPolicy policy;
+  };
+  std::vector<StageFigures> figures(stage_count);
+  for (int s = 0; s < stage_count; ++s) {
+    StageFigures& f = figures[s];
+    const PlanStage& stage = plan.stages[s];
+    auto [begin, end] = plan.replica_samples(s, 0);
+    f.batch = end - begin;
+    f.starts = layer_starts(graph, groups, stage);
+    f.whole = cost.measure(stage.tasks, f.batch);
+    f.policy = stage_memory_policy(options, s, stage_count, plan.microbatches, stage.replicas * plan.pipeline_copies);
+    f.policy.recompute = true;
+    f.extra = std::max(0, f.policy.microbatches_in_flight - 1);
+    // The last stage under scp never recomputes (the schedule generator's rule): all kept.
+    if (plan.schedule == ScheduleKind::ShiftedCriticalPath && s == stage_count - 1) f.extra = 0;
+  }
+  const auto kept_bytes = [&](StageFigures& f, const PlanStage& stage, int kept) {
+    const int layers = static_cast<int>(f.starts.size());
+    if (kept <= 0) return 0.0;
+    if (kept >= layers) return f.whole.activation_bytes;
+    auto found = f.kept_bytes.find(kept);
+    if (found != f.kept_bytes.end()) return found->second;
+    std::vector<int> tasks;
+    for (int task : stage.tasks)
+      if (task >= f.starts[layers - kept]) tasks.push_back(task);
+    return f.kept_bytes[kept] = cost.measure(tasks, f.batch).activation_bytes;
+  };
+  // The layers stage s keeps for stage 1's α_1.
+  const auto kept_layers = [&](int s, double alpha_first) {
+    const StageFigures& f = figures[s];
+    const int layers = static_cast<int>(f.starts.size());
+    if (f.extra == 0) return layers;
+    const double alpha = std::min(1.0, alpha_first * figures[0].extra / f.extra);
+    return static_cast<int>(std::floor(alpha * layers + 1e-9));
+  };
+  const int first_layers = std::max<int>(1, static_cast<int>(figures[0].starts.size()));
+  std::vector<int> chosen(stage_count, 0);
+  for (int kept_first = first_layers; kept_first >= 0; --kept_first) {
+    const double alpha_first = static_cast<double>(kept_first) / first_layers;
+    bool fits = true;
+    std::vector<int> kept(stage_count);
+    for (int s = 0; s < stage_count && fits; ++s) {
+      StageFigures& f = figures[s];
+      kept[s] = kept_layers(s, figures[0].extra == 0 ? 1.0 : alpha_first);
+      profile::MemoryPolicy policy = f.policy;
+      if (kept[s] >= static_cast<int>(f.starts.size())) {
+        policy.recompute = false;
+        if (options.schedule != ScheduleKind::Interleaved)
+          policy.microbatches_in_flight = microbatches_in_flight(options.schedule, s, stage_count, plan.microbatches, false);
+      } else {
+        policy.kept_activation_bytes = kept_bytes(f, plan.stages[s], kept[s]);
+      }
+      fits = profile::stage_memory_bytes(f.whole, policy) <= usable;
+    }
+    chosen = kept;
+    if (fits) break;
+  }
+  for (int s = 0; s < stage_count; ++s) {
+    PlanStage& stage = plan.stages[s];
+    const int layers = static_cast<int>(figures[s].starts.size());
+    stage.recompute_until_task = -1;
+    if (chosen[s] >= layers) {
+      stage.recompute = RecomputePolicy::None;
+    } else if (chosen[s] <= 0) {
+      stage.recompute = RecomputePolicy::StageBoundaries;
+    } else {
+      stage.recompute = RecomputePolicy::StageAware;
+      stage.recompute_until_task = figures[s].starts[layers - chosen[s]];
+    }
+  }
+}
 }  // namespace
 
 void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
@@ -196,25 +302,34 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
   // groups (make_plan), so both count the same.
   const bool across_nodes = spans_nodes(cost, plan.devices_per_copy());
   plan.world_size = plan.pipeline_copies * plan.devices_per_copy();
+  const bool stage_aware = recompute_policy(options, stage_count) == RecomputePolicy::StageAware;
+  if (stage_aware) choose_stage_aware_recomputation(plan, graph, cost, options);
   for (int s = 0; s < stage_count; ++s) {
     PlanStage& stage = plan.stages[s];
     auto [begin, end] = plan.replica_samples(s, 0);  // replica 0 holds the largest share
     const profile::Measurement m = cost.measure(stage.tasks, end - begin);
     const int group = stage.replicas * plan.pipeline_copies;  // the stage's data-parallel group
     profile::MemoryPolicy policy = stage_memory_policy(options, s, stage_count, plan.microbatches, group);
-    stage.recompute = recompute_policy(options, stage_count);
-    if (stage.recompute == RecomputePolicy::StageAware) {
-      // Merak's stage-aware recomputation, per stage: later stages hold fewer microbatches in flight
-      // and often fit without recomputing, so only the stages that need it pay for it.
-      profile::MemoryPolicy keep = policy;
-      keep.recompute = false;
-      const bool fits = profile::stage_memory_bytes(m, keep) <= options.usable_memory_bytes(cost.device());
-      policy.recompute = !fits;
-      stage.recompute = fits ? RecomputePolicy::None : RecomputePolicy::StageBoundaries;
+    double recompute_seconds = 0.0;  // the forward the backward repeats
+    if (stage_aware) {
+      policy.recompute = stage.recompute != RecomputePolicy::None;
+      if (options.schedule != ScheduleKind::Interleaved)  // interleaved chunks: stage_memory_policy's count
+        policy.microbatches_in_flight =
+            microbatches_in_flight(options.schedule, s, stage_count, plan.microbatches, policy.recompute);
+      if (stage.recompute == RecomputePolicy::StageAware) {
+        std::vector<int> recomputed, kept;
+        for (int task : stage.tasks) (task < stage.recompute_until_task ? recomputed : kept).push_back(task);
+        recompute_seconds = cost.measure(recomputed, end - begin).forward_seconds;
+        policy.kept_activation_bytes = cost.measure(kept, end - begin).activation_bytes;
+      }
+    } else {
+      stage.recompute = recompute_policy(options, stage_count);
+      stage.recompute_until_task = -1;
     }
+    if (stage.recompute == RecomputePolicy::StageBoundaries) recompute_seconds = m.forward_seconds;
     stage.forward_seconds = m.forward_seconds + cost.transfer_seconds(m.boundary_output_bytes, across_nodes);
     stage.backward_seconds = m.backward_seconds + cost.transfer_seconds(m.boundary_input_bytes, across_nodes) +
-                             (policy.recompute ? m.forward_seconds : 0.0);
+                             recompute_seconds;
     stage.memory_bytes = profile::stage_memory_bytes(m, policy);
     if (stage.summary.empty()) stage.summary = summarize_tasks(graph, stage.tasks);
     // ZeRO-1's reduce-scatter + all-gather move what the all-reduce moves (ring: 2 (n − 1)/n of the

@@ -44,8 +44,8 @@ profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int sta
 RecomputePolicy recompute_policy(const PlannerOptions& options, int stage_count);
 
 /// Fills a plan's per-stage predictions (forward/backward seconds at the per-replica microbatch,
-/// memory) and recompute policies (stage_aware: a stage recomputes at its boundaries only when it
-/// would not fit in memory otherwise), each stage's all-reduce, and predicted_step_seconds and
+/// memory) and recompute policies (stage_aware: Merak §6.2's fractions α_i of each stage's layers
+/// kept, the rest recomputed, α_1 as large as the memory allows and the others from it), each stage's all-reduce, and predicted_step_seconds and
 /// predicted_bubble_fraction from simulating the plan's schedule (plan/schedule_simulator.h) with
 /// those costs, using `cost`. Requires stages, replicas, copies, batch and microbatches set.
 void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options);

@@ -175,7 +175,11 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   PARTRAIN_CHECK(options.world_size % tensor_parallel == 0,
                  "tensor_parallel " << tensor_parallel << " does not divide the " << options.world_size << " devices");
   PARTRAIN_CHECK(options.zero == 0 || options.zero == 1, "planning needs zero 0 or 1, not " << options.zero);
-  PARTRAIN_CHECK(options.virtual_stages >= 1, "[parallel] virtual_stages must be at least 1, not " << options.virtual_stages);
+  PARTRAIN_CHECK(options.virtual_stages >= 0,
+                 "[parallel] virtual_stages must be at least 1 (or 0: the uniform planner chooses), not " << options.virtual_stages);
+  PARTRAIN_CHECK(options.virtual_stages != 0 || name == "uniform",
+                 "[parallel] virtual_stages = \"auto\": only the uniform planner chooses the model chunks per rank, not the "
+                     << name << " planner");
   PARTRAIN_CHECK(options.virtual_stages == 1 || options.schedule == ScheduleKind::Interleaved,
                  "[parallel] virtual_stages = " << options.virtual_stages << " needs schedule = \"interleaved\", not \""
                                                 << schedule_name(options.schedule) << "\"");

@@ -14,6 +14,8 @@
 
 namespace partrain::partition {
 
+class CapslogMeasurements;  // partition/capslog_profiling.h
+
 struct PlannerOptions {
   std::string planner = "rannc";
   int world_size = 1;                    // devices to plan for
@@ -47,6 +49,10 @@ struct PlannerOptions {
   int stages = 0;                        // uniform / merak / manual: stage count; 0: planner's choice
   std::vector<std::int64_t> replicas;    // manual: replicas per stage
   std::vector<std::string> boundaries;   // manual: first layer of stages 2..S
+  /// capslog: the peaks of trimmed profiling runs measured on the ranks (capslog_profiling.h); the
+  /// planner reads them and requests there the jobs it lacks (priced analytically meanwhile).
+  /// Null: every profiling peak is analytic (profiling off, `partrain plan`). Not owned.
+  CapslogMeasurements* capslog_measurements = nullptr;
   /// Called with the fraction done (0..1) during long searches (progress bar); may be empty.
   std::function<void(double)> progress;
   /// rannc: when no plan fits, work out the smallest memory and device count that would (slow on

@@ -53,6 +53,15 @@ struct StageSplit {
 StageSplit solve_stage_dp(const std::vector<std::vector<int>>& blocks, const CostModel& cost,
                           const PlannerOptions& options, const StageDpConfig& config);
 
+/// RaNNC Algorithm 1 as the paper prints it (§III-C, lines 8–36) for one configuration with S ≥ 2
+/// stages: a placement is scored by its largest stage forward plus its largest stage backward,
+/// kept apart (max_stage_seconds holds that sum), ties going to the smaller all-reduce. The sum is
+/// not a min-max objective, so this is the paper's heuristic, not an exact optimum; without the
+/// dmin rule (lines 30–33). Returns feasible = false when nothing fits, for S = 1, or when the
+/// table would be too large (over 2·10⁸ stage evaluations); throws like solve_stage_dp.
+StageSplit solve_stage_dp_phase_maxima(const std::vector<std::vector<int>>& blocks, const CostModel& cost,
+                                       const PlannerOptions& options, const StageDpConfig& config);
+
 /// RaNNC Algorithm 2 around Algorithm 1: for pipelines of n nodes (D = devices_per_node · n devices
 /// with R = world_size / D copies; D = world_size when it is not a multiple of a node), every stage
 /// count S ≤ min(k, D) (only options.stages when set), and microbatch counts M = 1, 2, 4, … ≤
@@ -62,7 +71,9 @@ StageSplit solve_stage_dp(const std::vector<std::vector<int>>& blocks, const Cos
 /// the split with the least predicted step time. The
 /// all-reduce term is handled exactly: Algorithm 1 is re-run with the largest stage all-reduce
 /// capped below the previous optimum's until the step time cannot improve (at most 64 rounds per
-/// configuration). Returns a validated Plan (planner "rannc": stages = unions of consecutive
+/// configuration). For the configuration chosen, the split of the printed Algorithm 1
+/// (solve_stage_dp_phase_maxima) replaces the exact one when the schedule's simulation predicts it
+/// faster. Returns a validated Plan (planner "rannc": stages = unions of consecutive
 /// blocks, replicas, pipeline_copies, microbatches, predictions of predict_plan). Progress goes to
 /// options.progress. Throws partrain::Error when no plan fits: the message names the smallest device
 /// memory that would fit and, when more devices would help, a device count that fits; or when the

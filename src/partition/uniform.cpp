@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
+#include <string>
 
 #include "core/error.h"
 
@@ -66,16 +68,55 @@ std::vector<std::pair<std::size_t, std::size_t>> uniform_stage_ranges(const std:
   return ranges;
 }
 
+namespace {
+
+// The layers uniform_stage_ranges deals out: the repeated ones, or every group when none repeats.
+int dealt_layers(const std::vector<LayerGroup>& groups) {
+  int repeated = 0;
+  for (const LayerGroup& group : groups) repeated += is_repeated_layer(group.name) ? 1 : 0;
+  return repeated == 0 ? static_cast<int>(groups.size()) : repeated;
+}
+
+// Interleaved with virtual_stages = 0: every v from 1 (plain 1F1B) to layers / S, each planned
+// as below, and the plan predicted fastest among those that fit (ties: the smaller v, fewer
+// messages). Megatron-LM leaves v to the user; the simulator prices its bubble (S − 1)/(v·M)
+// against the v-fold point-to-point traffic, so the planner can choose.
+Plan plan_uniform_choosing_chunks(const Graph& graph, const CostModel& cost, const PlannerOptions& options,
+                                  const std::vector<LayerGroup>& groups) {
+  // v = 1 is plain 1F1B (the interleaved order with one chunk is 1F1B's, without its constraint
+  // that the microbatches be a multiple of the pipeline depth).
+  PlannerOptions fixed = options;
+  fixed.virtual_stages = 1;
+  fixed.schedule = ScheduleKind::OneForwardOneBackward;
+  if (fixed.stages <= 0) fixed.stages = plan_uniform(graph, cost, fixed).pipeline_stages();
+  std::optional<Plan> best;
+  std::string problems;
+  for (int v = 1; v * fixed.stages <= dealt_layers(groups); ++v) {
+    if (v > 1 && fixed.stages < 2) break;
+    fixed.virtual_stages = v;
+    fixed.schedule = v == 1 ? ScheduleKind::OneForwardOneBackward : ScheduleKind::Interleaved;
+    try {
+      Plan plan = plan_uniform(graph, cost, fixed);
+      if (!best || plan.predicted_step_seconds < best->predicted_step_seconds * (1 - 1e-9)) best = std::move(plan);
+    } catch (const Error& error) {
+      problems += "\n  virtual_stages = " + std::to_string(v) + ": " + error.message();
+    }
+  }
+  PARTRAIN_CHECK(best.has_value(), "uniform: no number of model chunks per rank gives a plan:" << problems);
+  return *std::move(best);
+}
+
+}  // namespace
+
 Plan plan_uniform(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const std::vector<LayerGroup> groups = layer_groups(graph);
   PARTRAIN_CHECK(options.world_size >= 1, "uniform: world size " << options.world_size);
+  if (options.schedule == ScheduleKind::Interleaved && options.virtual_stages == 0)
+    return plan_uniform_choosing_chunks(graph, cost, options, groups);
   const int v = options.schedule == ScheduleKind::Interleaved ? std::max(1, options.virtual_stages) : 1;
   int stages = options.stages;
   if (stages <= 0) {
-    int repeated = 0;
-    for (const LayerGroup& group : groups) repeated += is_repeated_layer(group.name) ? 1 : 0;
-    if (repeated == 0) repeated = static_cast<int>(groups.size());
-    stages = std::max(1, std::min(options.world_size, repeated / v));
+    stages = std::max(1, std::min(options.world_size, dealt_layers(groups) / v));
     while (stages > 1 && options.world_size % stages != 0) --stages;
   }
   // Interleaved: S·v model chunks of near-equal layer counts, chunk c on pipeline stage c mod S.

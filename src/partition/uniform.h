@@ -50,7 +50,8 @@ std::vector<std::pair<std::size_t, std::size_t>> uniform_stage_ranges(const std:
 /// more stages than repeated layers, a stage count that does not divide the world size, or a plan
 /// that does not fit the device memory. Interleaved schedule with options.virtual_stages = v: S·v
 /// model chunks from uniform_stage_ranges (each needs a repeated layer; S auto ≤ layers / v), chunk
-/// c on pipeline stage c mod S.
+/// c on pipeline stage c mod S; with options.virtual_stages = 0 every v from 1 to layers / S is
+/// planned and the fastest predicted plan that fits is returned (S chosen first as for v = 1).
 Plan plan_uniform(const Graph& graph, const CostModel& cost, const PlannerOptions& options);
 
 }  // namespace partrain::partition

@@ -206,6 +206,12 @@ void Plan::validate(const Graph& graph) const {
     PARTRAIN_CHECK(std::is_sorted(stage.tasks.begin(), stage.tasks.end()) &&
                        std::adjacent_find(stage.tasks.begin(), stage.tasks.end()) == stage.tasks.end(),
                    "plan (" << planner << "): stage " << s << "'s task ids are not ascending and distinct");
+    // Stage-aware recomputation recomputes a proper, non-empty prefix of the stage's tasks.
+    PARTRAIN_CHECK((stage.recompute == RecomputePolicy::StageAware) ==
+                           (stage.recompute_until_task > stage.tasks.front() && stage.recompute_until_task <= stage.tasks.back()),
+                   "plan (" << planner << "): stage " << s << " recomputes the tasks below " << stage.recompute_until_task
+                            << " under policy " << recompute_name(stage.recompute) << " (stage_aware needs an id in ("
+                            << stage.tasks.front() << ", " << stage.tasks.back() << "], the others none)");
     std::vector<int> non_constant;
     for (int task : stage.tasks) {
       PARTRAIN_CHECK(task >= 0 && task < task_count, "plan (" << planner << "): stage " << s << " names task "
@@ -310,6 +316,7 @@ nlohmann::json Plan::to_json() const {
                           {"allreduce_seconds", stage.allreduce_seconds},
                           {"optimizer_seconds", stage.optimizer_seconds},
                           {"tasks", stage.tasks}});
+    if (stage.recompute == RecomputePolicy::StageAware) stage_list.back()["recompute_until_task"] = stage.recompute_until_task;
   }
   return {{"format", "partrain-plan"},
           {"version", 2},
@@ -367,6 +374,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
       stage.summary = entry.value("summary", std::string());
       stage.replicas = entry.at("replicas").get<int>();
       stage.recompute = parse_recompute(entry.value("recompute", std::string("none")));
+      stage.recompute_until_task = entry.value("recompute_until_task", -1);
       stage.forward_seconds = entry.value("forward_seconds", 0.0);
       stage.backward_seconds = entry.value("backward_seconds", 0.0);
       stage.memory_bytes = entry.value("memory_bytes", 0.0);

@@ -44,6 +44,11 @@ struct PlanStage {
   std::string summary;          // readable: the layers (or ops) the stage holds
   int replicas = 1;             // devices holding this stage in each pipeline copy (data parallel)
   RecomputePolicy recompute = RecomputePolicy::None;
+  /// StageAware (Merak §6.2's fraction α of a stage's layers kept): the stage's tasks with an id
+  /// below this one are recomputed from the stage's inputs, the others keep their activations
+  /// (ids ascend in topological order, so these tasks are a convex prefix of the stage). −1 with
+  /// the other policies.
+  int recompute_until_task = -1;
   double forward_seconds = 0;   // predicted: one microbatch on one replica
   double backward_seconds = 0;  // predicted: one microbatch on one replica (incl. recomputation)
   double memory_bytes = 0;      // predicted peak bytes per device

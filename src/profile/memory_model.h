@@ -11,6 +11,9 @@ struct MemoryPolicy {
   int optimizer_state_copies = 2;      // fp32 copies per parameter: AdamW 2 (exp_avg, exp_avg_sq), SGD 1
   bool mixed_precision = false;        // bf16 working weights next to fp32 master weights
   bool recompute = false;              // activation recomputation: keep only the boundary inputs
+  /// Stage-aware recomputation (Merak §6.2): bytes per microbatch of the activations of the stage's
+  /// tasks that are not recomputed, kept with the boundary inputs; 0 recomputes the whole stage.
+  double kept_activation_bytes = 0.0;
   int microbatches_in_flight = 1;      // forward passes stored before their backward (1F1B: S - s; GPipe: M)
   double communication_buffer_bytes = 0.0;
   /// ZeRO-1 (Rajbhandari et al. 2020): ranks of the stage's data-parallel group that the optimizer
@@ -21,8 +24,9 @@ struct MemoryPolicy {
 /// Peak bytes on one device for a stage with measurement `m` (at the per-replica microbatch size).
 /// m.activation_bytes is what one microbatch keeps from its forward to its backward (the saved
 /// tensors of graph/saved_tensors.h; Korthikanti et al. 2022 §4). Without recompute every in-flight
-/// microbatch keeps that; with recompute each in-flight microbatch keeps its boundary inputs, and
-/// one microbatch at a time holds its saved tensors again.
+/// microbatch keeps that; with recompute each in-flight microbatch keeps its boundary inputs (and
+/// the saved tensors of the kept layers of a partly recomputed stage), and one microbatch at a time
+/// holds its saved tensors again.
 double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy);
 
 /// Bytes of model state per (fp32) parameter byte: weights + gradients + optimizer state (+ bf16

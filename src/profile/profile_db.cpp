@@ -52,6 +52,7 @@ void ProfileDB::merge(const ProfileDB& other) {
   for (const auto& [key, measurement] : other.entries_) entries_[key] = measurement;
   if (!other.communication_.empty()) communication_ = other.communication_;
   for (const auto& [optimizer, seconds] : other.optimizer_seconds_per_byte_) optimizer_seconds_per_byte_[optimizer] = seconds;
+  for (const auto& [key, bytes] : other.stage_peak_bytes_) stage_peak_bytes_[key] = bytes;
 }
 
 namespace {
@@ -76,7 +77,7 @@ nlohmann::json ProfileDB::to_json() const {
   return {{"format", "partrain-profile-db"}, {"version", 2}, {"graph_hash", hash_hex(graph_hash_)},
           {"backend", backend_}, {"dtype", dtype_}, {"measurements", entries},
           {"communication", communication_.to_json()},
-          {"optimizer_seconds_per_byte", optimizer_seconds_per_byte_}};
+          {"optimizer_seconds_per_byte", optimizer_seconds_per_byte_}, {"stage_peak_bytes", stage_peak_bytes_}};
 }
 
 ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string& source_name) {
@@ -100,6 +101,8 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
     }
     if (document.contains("optimizer_seconds_per_byte"))
       db.optimizer_seconds_per_byte_ = document.at("optimizer_seconds_per_byte").get<std::map<std::string, double>>();
+    if (document.contains("stage_peak_bytes"))  // older caches hold none: measured when needed
+      db.stage_peak_bytes_ = document.at("stage_peak_bytes").get<std::map<std::string, double>>();
     if (document.contains("communication"))  // older caches hold none: measured again
       db.communication_ = CommunicationProfile::from_json(document.at("communication"), source_name);
     return db;

@@ -59,6 +59,10 @@ class ProfileDB {
   void set_optimizer_seconds_per_byte(const std::string& optimizer, double seconds) {
     optimizer_seconds_per_byte_[optimizer] = seconds;
   }
+  /// Peak bytes of trimmed stage runs by their key (CAPSlog's profiling partitionings: the key is
+  /// partition::capslog_job_key, the runs app/capslog_profiling.h); cached with the layers.
+  const std::map<std::string, double>& stage_peak_bytes() const { return stage_peak_bytes_; }
+  void set_stage_peak_bytes(const std::string& key, double bytes) { stage_peak_bytes_[key] = bytes; }
   /// Merges another DB of the same graph/backend/dtype (throws partrain::Error otherwise).
   void merge(const ProfileDB& other);
 
@@ -80,6 +84,7 @@ class ProfileDB {
   std::map<std::pair<std::string, std::int64_t>, Measurement> entries_;
   CommunicationProfile communication_;
   std::map<std::string, double> optimizer_seconds_per_byte_;
+  std::map<std::string, double> stage_peak_bytes_;
 };
 
 }  // namespace partrain::profile

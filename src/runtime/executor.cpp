@@ -328,14 +328,18 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       backend_.copy(whole.slice_rows(half_rows(h).first, half_rows(h).second), halves[h].at(value));
     return whole;
   };
+  // Stage-aware recomputation keeps the activations of the stage's later tasks and recomputes only
+  // its first ones (the whole microbatch at once: sub-pipelined TMP recomputes the whole stage).
+  const bool partial_recompute = !program.recomputed.tasks.empty() && !sub_pipelined_;
   // `keep`: free every other value as soon as the forward no longer needs it (nullptr: keep all).
-  auto forward = [&](MicrobatchState& state, int microbatch, const std::unordered_set<int>* keep) {
+  auto forward = [&](MicrobatchState& state, int microbatch, const Subgraph& subgraph,
+                     const std::unordered_set<int>* keep) {
     if (!sub_pipelined_) {
       for (const auto& [value, tensor] : working_) state.values[value] = tensor;
       for (const auto& [value, tensor] : constants_) state.values[value] = tensor;
       ExecutionOptions options{training_, random_context(microbatch), tensor_parallel_.get(), {}};
       options.keep = keep;
-      run_forward(graph_, program.subgraph, state.values, backend_, options);
+      run_forward(graph_, subgraph, state.values, backend_, options);
       return;
     }
     for (int h = 0; h < 2; ++h) {
@@ -344,7 +348,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       for (const auto& [value, tensor] : constants_) values[value] = tensor;
       for (int value : state.kept) values[value] = state.values.at(value).slice_rows(half_rows(h).first, half_rows(h).second);
     }
-    run_forward_overlapped(graph_, program.subgraph, {&state.halves[0], &state.halves[1]}, backend_, half_options(microbatch));
+    run_forward_overlapped(graph_, subgraph, {&state.halves[0], &state.halves[1]}, backend_, half_options(microbatch));
   };
 
   switch (action.kind) {
@@ -413,7 +417,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       const bool free_during = training_ && evaluation_ == nullptr;  // evaluation reads values afterwards
       const std::unordered_set<int> keep = free_during ? forward_keep(program, action.recomputed ? &state.kept : nullptr)
                                                        : std::unordered_set<int>{};
-      forward(state, action.microbatch, free_during ? &keep : nullptr);
+      forward(state, action.microbatch, program.subgraph, free_during ? &keep : nullptr);
       for (int value : program.sent) {  // relayed values came whole; the stage's own are in the halves
         auto whole = state.values.find(value);
         state.outputs[value] = whole != state.values.end() ? whole->second : concatenated(state.halves, value);
@@ -432,9 +436,12 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
             if (std::find(program.subgraph.tasks.begin(), program.subgraph.tasks.end(), task) != program.subgraph.tasks.end())
               accumulate_loss_term(graph_, task, sub_pipelined_ ? state.halves[h] : state.values, backend_,
                                    evaluation_top1_, evaluation_->terms[term]);
-      if (action.recomputed) {  // keep only what the recomputation starts from
+      if (action.recomputed) {  // keep only what the recomputation starts from (and the kept layers')
         TensorMap kept;
         for (int value : state.kept) kept[value] = state.values.at(value);
+        if (partial_recompute)
+          for (int value : program.kept_values)
+            if (auto found = state.values.find(value); found != state.values.end()) kept[value] = found->second;
         state.values = std::move(kept);
         state.halves = {};
       } else if (training_) {  // keep only what the backward reads
@@ -448,7 +455,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       std::vector<std::pair<Tensor, Tensor>> saved;
       for (int value : program.buffers) saved.emplace_back(state_.at(value), copy_to(state_.at(value), backend_));
       const std::unordered_set<int> keep = forward_keep(program, nullptr);
-      forward(state, action.microbatch, &keep);
+      forward(state, action.microbatch, partial_recompute ? program.recomputed : program.subgraph, &keep);
       for (auto& [live, copy] : saved) backend_.copy(live, copy);
       // One microbatch's saved tensors until its backward; the inputs it started from are no longer
       // needed unless the backward reads them.

@@ -34,6 +34,18 @@ std::vector<StageProgram> build_stage_programs(const Graph& graph, const Plan& p
     program.subgraph = extract_subgraph(graph, plan.stages[s].tasks);
     program.backward = build_backward(graph, program.subgraph);
     program.saved = saved_for_backward(graph, program.backward);
+    if (plan.stages[s].recompute == RecomputePolicy::StageAware) {
+      std::vector<int> prefix;
+      for (int task : plan.stages[s].tasks) {
+        if (task < plan.stages[s].recompute_until_task) {
+          prefix.push_back(task);
+        } else {
+          for (int value : graph.task(task).outputs) program.kept_values.push_back(value);
+        }
+      }
+      program.recomputed = extract_subgraph(graph, prefix);  // a prefix of a topological order: convex
+      std::sort(program.kept_values.begin(), program.kept_values.end());
+    }
     for (int value : program.subgraph.inputs) {
       switch (graph.value(value).kind) {
         case ValueKind::Param: program.parameters.push_back(value); break;

@@ -26,8 +26,14 @@ struct StageProgram {
   std::vector<int> gradients_sent;      // values of `received` whose gradient goes to stage − 1
   int loss = -1;                     // the graph output (loss) when this is the stage computing it
   /// The saved tensors (graph/saved_tensors.h): microbatch values whose data the backward reads,
-  /// ascending id. Everything else a forward pass computes is freed right after it.
+  /// ascending id. Everything else a forward pass computes is freed as soon as it is no longer needed.
   std::vector<int> saved;
+  /// Stage-aware recomputation (PlanStage::recompute_until_task; Merak §6.2): the recomputed prefix
+  /// of the stage's tasks, and the values the other tasks produce, which stay from the forward to
+  /// the backward (those of them the backward reads: the others are freed like any). Both empty
+  /// when the stage recomputes whole or not at all.
+  Subgraph recomputed;
+  std::vector<int> kept_values;      // ascending id
 };
 
 /// The programs of every stage of a plan, in stage order. Throws partrain::Error when a stage is not

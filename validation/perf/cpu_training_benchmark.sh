@@ -19,6 +19,12 @@
 #          what it builds), from a venv with the current PyPI `torch` and `torchvision` wheels that
 #          this script creates on first use; plus, when DEBIAN_TORCH=1 and /usr/bin/python3 imports
 #          torch (Debian's python3-torch), a second PyTorch column.
+# Data parallel (DDP_CASES, at DDP_RANKS ranks of 1 thread each, the same global batch):
+#   ours:  mpirun -np DDP_RANKS partrain train ... (one stage, DDP_RANKS replicas: the bucketed,
+#          overlapped gradient all-reduce over MPI, [parallel] bucket_mb at its default 25)
+#   torch: python -m torch.distributed.run --nproc_per_node DDP_RANKS pytorch_reference.py --ddp
+#          (torch.nn.parallel.DistributedDataParallel on the gloo backend, its default 25 MiB buckets)
+#   rows named "<case> x<ranks> ranks", threads column "1/rank".
 # Printed (and written to $RESULTS_DIR/results.md): median seconds per step of each side and the
 # ratio PyTorch / partrain (> 1: partrain is faster).
 #
@@ -31,6 +37,7 @@
 #   PIP_INDEX_URL is honoured by pip; when the plain install fails the script retries with
 #              https://download.pytorch.org/whl/cpu
 #   CASES [bert-s bert-m gpt-s gpt-m resnet18 resnet34]   THREADS [1 2]
+#   DDP_CASES [bert-m gpt-m resnet18] (--quick: gpt-s; empty: none)   DDP_RANKS [2]
 #   STEPS [10] timed steps   WARMUP [3] untimed steps before them
 #   RUN_TIMEOUT [600] seconds for one run   RESULTS_DIR [runs/cpu-benchmark]
 #   PARTRAIN_SETS extra --set overrides for partrain, space-separated
@@ -39,6 +46,7 @@
 #              with the same settings: columns "baseline s/step" and "baseline/partrain" [none]
 # Exit code: 0 when every run gave a figure, 1 when some failed, 2 on a bad setup.
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../jobscripts/mpi-env.sh"
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -57,12 +65,15 @@ if [ "$quick" = 1 ]; then
   THREADS=${THREADS:-2}
   STEPS=${STEPS:-3}
   WARMUP=${WARMUP:-1}
+  DDP_CASES=${DDP_CASES-gpt-s}
 else
   CASES=${CASES:-bert-s bert-m gpt-s gpt-m resnet18 resnet34}
   THREADS=${THREADS:-1 2}
   STEPS=${STEPS:-10}
   WARMUP=${WARMUP:-3}
+  DDP_CASES=${DDP_CASES-bert-m gpt-m resnet18}
 fi
+DDP_RANKS=${DDP_RANKS:-2}
 PARTRAIN=${PARTRAIN:-build/cpu/bin/partrain}
 VENV=${VENV:-$HOME/.cache/partrain-bench-venv}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
@@ -142,18 +153,22 @@ print(f"{statistics.median(timed):.4f}" if timed else "")
 PY
 }
 
-torch_seconds() {  # $1 python, $2 threads, $3 output prefix: median step seconds of pytorch_reference.py
-  local python=$1 threads=$2 prefix=$3
-  timeout --kill-after=10 "$RUN_TIMEOUT" env OMP_NUM_THREADS="$threads" "$python" "$here/pytorch_reference.py" \
+torch_seconds() {  # $1 python, $2 threads, $3 output prefix[, $4 ranks]: median step seconds of pytorch_reference.py
+  local python=$1 threads=$2 prefix=$3 ranks=${4:-1}
+  local launch=("$python")
+  [ "$ranks" -gt 1 ] && launch=("$python" -m torch.distributed.run --standalone --nproc_per_node "$ranks")
+  timeout --kill-after=10 "$RUN_TIMEOUT" env OMP_NUM_THREADS="$threads" "${launch[@]}" "$here/pytorch_reference.py" \
     "${torch_args[@]}" --batch "$batch" --device cpu --threads "$threads" --steps "$STEPS" --warmup "$WARMUP" \
-    >"$prefix.json" 2>"$prefix.log" || return 1
+    $([ "$ranks" -gt 1 ] && echo --ddp) >"$prefix.json" 2>"$prefix.log" || return 1
   "$PYTHON" -c "import json,sys; print('%.4f' % json.loads(open(sys.argv[1]).read().splitlines()[-1])['step_seconds'])" "$prefix.json"
 }
 
-partrain_seconds() {  # $1 binary, $2 log directory: median step seconds (uses set_args, config, threads)
-  local binary=$1 directory=$2
+partrain_seconds() {  # $1 binary, $2 log directory[, $3 ranks]: median step seconds (uses set_args, config, threads)
+  local binary=$1 directory=$2 ranks=${3:-1}
+  local launch=()
+  [ "$ranks" -gt 1 ] && launch=(mpirun -np "$ranks" -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
   timeout --kill-after=10 "$RUN_TIMEOUT" env OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS=1 \
-    "$binary" train "$config" "${set_args[@]}" --set log.dir="$directory" >"$directory.log" 2>&1 || return 1
+    "${launch[@]+"${launch[@]}"}" "$binary" train "$config" "${set_args[@]}" --set log.dir="$directory" >"$directory.log" 2>&1 || return 1
   local median
   median=$(median_seconds "$directory") && [ -n "$median" ] && echo "$median"
 }
@@ -163,7 +178,7 @@ ratio() { "$PYTHON" -c "import sys; a, b = sys.argv[1:]; print('%.2f' % (float(a
 write_table() {
   local header rule line name threads ours torch debian baseline
   {
-    echo "CPU training benchmark, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
+    echo "CPU training benchmark, $(date -u +%Y-%m-%dT%H:%MZ), $(env -u OMP_NUM_THREADS nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
     echo "partrain: $PARTRAIN; PyTorch $torch_version (PyPI wheel, eager)${debian_python:+; Debian torch $debian_version}; $STEPS timed steps after $WARMUP, median s/step"
     echo
     header="| case | threads | partrain s/step | PyTorch s/step | PyTorch/partrain |"
@@ -181,35 +196,45 @@ write_table() {
   } >"$RESULTS_DIR/results.md"
 }
 
+run_case() {  # $1 case, $2 threads (per rank), $3 ranks: one row of the table
+  local name=$1 ranks=$3 row=$1 threads_label=$2 dir
+  threads=$2
+  [ "$ranks" -gt 1 ] && row="$name x$ranks ranks" threads_label="$threads/rank"
+  dir=$RESULTS_DIR/$name-t$threads-r$ranks
+  rm -rf "$dir" && mkdir -p "$dir"
+  set_args=()
+  for s in "${sets[@]}" train.global_batch="$batch" train.microbatches=1 train.steps=$((STEPS + WARMUP)) \
+    train.eval_every=0 parallel.planner=uniform parallel.stages=1 profile.enabled=false checkpoint.every=0 \
+    log.trace= log.every=1000 "${partrain_extra[@]+"${partrain_extra[@]}"}"; do
+    set_args+=(--set "$s")
+  done
+  echo "[$row, $threads_label threads] partrain ..."
+  ours=$(partrain_seconds "$PARTRAIN" "$dir/ours" "$ranks") || { ours=; failures=$((failures + 1)); echo "  FAILED: see $dir/ours.log"; }
+  baseline=
+  if [ -n "$BASELINE" ]; then
+    echo "[$row, $threads_label threads] baseline $BASELINE ..."
+    baseline=$(partrain_seconds "$BASELINE" "$dir/baseline" "$ranks") || { baseline=; failures=$((failures + 1)); echo "  FAILED: see $dir/baseline.log"; }
+  fi
+  echo "[$row, $threads_label threads] PyTorch $torch_version ..."
+  torch=$(torch_seconds "$PYTHON" "$threads" "$dir/torch" "$ranks") || { torch=; failures=$((failures + 1)); echo "  FAILED: see $dir/torch.log"; }
+  debian=
+  if [ -n "$debian_python" ]; then
+    echo "[$row, $threads_label threads] Debian torch $debian_version ..."
+    debian=$(torch_seconds "$debian_python" "$threads" "$dir/debian" "$ranks") || { debian=; failures=$((failures + 1)); echo "  FAILED: see $dir/debian.log"; }
+  fi
+  echo "  partrain ${ours:-FAILED} s/step, PyTorch ${torch:-FAILED} s/step, PyTorch/partrain $(ratio "$torch" "$ours")"
+  printf '%s;%s;%s;%s;%s;%s\n' "$row" "$threads_label" "$ours" "$torch" "$debian" "$baseline" >>"$results"
+  write_table
+}
+
 for name in $CASES; do
   case_settings "$name" || { echo "cpu_training_benchmark: unknown case '$name'" >&2; exit 2; }
-  for threads in $THREADS; do
-    dir=$RESULTS_DIR/$name-t$threads
-    rm -rf "$dir" && mkdir -p "$dir"
-    set_args=()
-    for s in "${sets[@]}" train.global_batch="$batch" train.microbatches=1 train.steps=$((STEPS + WARMUP)) \
-      train.eval_every=0 parallel.planner=uniform parallel.stages=1 profile.enabled=false checkpoint.every=0 \
-      log.trace= log.every=1000 "${partrain_extra[@]+"${partrain_extra[@]}"}"; do
-      set_args+=(--set "$s")
-    done
-    echo "[$name, $threads threads] partrain ..."
-    ours=$(partrain_seconds "$PARTRAIN" "$dir/ours") || { ours=; failures=$((failures + 1)); echo "  FAILED: see $dir/ours.log"; }
-    baseline=
-    if [ -n "$BASELINE" ]; then
-      echo "[$name, $threads threads] baseline $BASELINE ..."
-      baseline=$(partrain_seconds "$BASELINE" "$dir/baseline") || { baseline=; failures=$((failures + 1)); echo "  FAILED: see $dir/baseline.log"; }
-    fi
-    echo "[$name, $threads threads] PyTorch $torch_version ..."
-    torch=$(torch_seconds "$PYTHON" "$threads" "$dir/torch") || { torch=; failures=$((failures + 1)); echo "  FAILED: see $dir/torch.log"; }
-    debian=
-    if [ -n "$debian_python" ]; then
-      echo "[$name, $threads threads] Debian torch $debian_version ..."
-      debian=$(torch_seconds "$debian_python" "$threads" "$dir/debian") || { debian=; failures=$((failures + 1)); echo "  FAILED: see $dir/debian.log"; }
-    fi
-    echo "  partrain ${ours:-FAILED} s/step, PyTorch ${torch:-FAILED} s/step, PyTorch/partrain $(ratio "$torch" "$ours")"
-    printf '%s;%s;%s;%s;%s;%s\n' "$name" "$threads" "$ours" "$torch" "$debian" "$baseline" >>"$results"
-    write_table
-  done
+  for threads in $THREADS; do run_case "$name" "$threads" 1; done
+done
+# Data parallel: DDP_RANKS ranks of one thread each (the machine's cores), the same global batch.
+for name in $DDP_CASES; do
+  case_settings "$name" || { echo "cpu_training_benchmark: unknown case '$name'" >&2; exit 2; }
+  run_case "$name" 1 "$DDP_RANKS"
 done
 
 echo

@@ -93,8 +93,12 @@ def measured_figures(plan, rows):
     stages = placement_stages(plan)
     peaks = [0.0] * len(plan["stages"])
     for row in rows:
+        # Net of what the process held before the stage was built (runs that log it), as the
+        # run's own prediction error line reports.
+        baselines = row.get("rank_baseline_bytes", [])
         for rank, value in enumerate(row.get("rank_peak_memory_bytes", [])):
-            peaks[stages[rank]] = max(peaks[stages[rank]], value)
+            net = value - (baselines[rank] if rank < len(baselines) else 0.0)
+            peaks[stages[rank]] = max(peaks[stages[rank]], net)
     return statistics.median(seconds), peaks
 
 

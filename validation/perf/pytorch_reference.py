@@ -35,6 +35,11 @@ Modes: eager (the explicit attention math above, op by op) or compile (torch.com
 forward + loss; Inductor may fuse the attention's elementwise ops and picks its own kernels; the
 optimizer and clipping stay eager in both modes).
 
+Data parallel (--ddp, under `python -m torch.distributed.run --nproc_per_node N`): the model wrapped
+in torch.nn.parallel.DistributedDataParallel (gloo on the CPU, nccl on GPUs) with its default 25 MiB
+gradient buckets, each rank training on its 1/N of --batch; rank 0 reports (step times measured on
+rank 0; the all-reduce keeps the ranks in step).
+
 Prints ONE JSON line on stdout (everything else goes to stderr): tokens_per_second, step_seconds
 (median of the timed steps; each step is bracketed by device synchronisation), and the run's settings.
 --count-only prints the parameter counts and FLOPs per token without importing torch.
@@ -103,6 +108,9 @@ def parse_arguments(argv=None):
     parser.add_argument("--compile-mode", default="default",
                         help="torch.compile mode: default, reduce-overhead, max-autotune, ...")
     parser.add_argument("--threads", type=int, default=0, help="CPU: torch.set_num_threads (0: leave)")
+    parser.add_argument("--ddp", action="store_true",
+                        help="data parallel: run under torch.distributed.run; DistributedDataParallel over the "
+                             "gloo backend (CPU), --batch is the global batch, split evenly over the ranks")
     parser.add_argument("--count-only", action="store_true",
                         help="print the parameter counts and FLOPs per token and exit (no torch needed)")
     args = parser.parse_args(argv)
@@ -353,6 +361,15 @@ def tf32_matmul(torch):
 def run(args):
     import torch
 
+    rank, world = 0, 1
+    if args.ddp:
+        import torch.distributed as dist
+        dist.init_process_group("gloo" if args.device == "cpu" else "nccl")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if args.batch % world:
+            raise SystemExit(f"pytorch_reference: --batch {args.batch} does not split over {world} ranks")
+        args.batch //= world  # this rank's share of the global batch
+        args.seed += rank     # each rank draws its own samples
     device = torch.device(args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -395,6 +412,8 @@ def run(args):
         return args.min_lr + (args.lr - args.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     forward = model
+    if args.ddp:  # DDP's defaults: 25 MiB buckets, each all-reduced as soon as its gradients are ready
+        forward = torch.nn.parallel.DistributedDataParallel(model)
     if args.mode == "compile":
         if not hasattr(torch, "compile"):
             raise RuntimeError(f"torch.compile is not available in torch {torch.__version__}")
@@ -434,6 +453,11 @@ def run(args):
             log(f"first step {seconds[0]:.2f} s ({args.mode}{', includes compilation' if args.mode == 'compile' else ''})")
     timed = seconds[args.warmup:]
     step_seconds = statistics.median(timed)
+    if args.ddp:
+        torch.distributed.destroy_process_group()
+        args.batch *= world  # report the global batch, as partrain's figures
+        if rank != 0:
+            return None
     loss_values = [float(loss) for loss in losses]
     if not all(math.isfinite(value) for value in loss_values):
         raise RuntimeError(f"non-finite loss: {loss_values}")
@@ -447,7 +471,7 @@ def run(args):
         first_step_seconds=seconds[0], tokens_per_second=args.batch * args.seq / step_seconds,
         samples_per_second=args.batch / step_seconds, optimizer=args.optimizer,
         threads=torch.get_num_threads(),
-        first_loss=loss_values[0], last_loss=loss_values[-1],
+        first_loss=loss_values[0], last_loss=loss_values[-1], ranks=world,
         peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
     )
     return result
@@ -461,7 +485,8 @@ def main():
         result = dict(model=args.model, seq=args.seq, **analytic_counts(args))
     else:
         result = run(args)
-    print(json.dumps(result), flush=True)
+    if result is not None:  # under --ddp only rank 0 reports
+        print(json.dumps(result), flush=True)
     return 0
 
 
