@@ -81,16 +81,18 @@ TEST(CostModel, AnalyticFiguresMatchHandComputed) {
   const auto model = partrain::partition::make_analytic_cost_model(graph, device);
 
   // Middle tasks {mm, relu} at batch 4: the constant Scale output enters from outside, both outputs
-  // leave (mm's and relu's are read by add).
+  // leave (mm's and relu's are read by add). Kept until the backward: the saved tensors — MatMul's
+  // operands x (16 bytes a sample) and the Scale output (48 bytes, no batch dimension), Relu's input
+  // mm (12); relu's output is sent and not read by a backward.
   const std::vector<int> middle = {2, 1};
   const partrain::profile::Measurement m = model->measure(middle, 4);
   EXPECT_DOUBLE_EQ(m.forward_seconds, (24 + 3) * 4 / 1e3);
   EXPECT_DOUBLE_EQ(m.backward_seconds, 2 * (24 + 3) * 4 / 1e3);
   EXPECT_DOUBLE_EQ(m.parameter_bytes, 0);
-  EXPECT_DOUBLE_EQ(m.activation_bytes, (12 + 12) * 4);
+  EXPECT_DOUBLE_EQ(m.activation_bytes, (16 + 12) * 4 + 48);
   EXPECT_DOUBLE_EQ(m.boundary_input_bytes, 48);
   EXPECT_DOUBLE_EQ(m.boundary_output_bytes, 2 * 12 * 4);
-  EXPECT_DOUBLE_EQ(m.peak_bytes, 96 + 48);
+  EXPECT_DOUBLE_EQ(m.peak_bytes, m.activation_bytes + 48);  // + the largest output: 12 · 4 bytes
 
   // Everything at batch 2: the constant task's FLOPs do not scale; the parameter counts once.
   const std::vector<int> all = {0, 1, 2, 3, 3};
@@ -98,12 +100,13 @@ TEST(CostModel, AnalyticFiguresMatchHandComputed) {
   EXPECT_DOUBLE_EQ(w.forward_seconds, (12 + (24 + 3 + 3) * 2) / 1e3);
   EXPECT_DOUBLE_EQ(w.backward_seconds, 2 * w.forward_seconds);
   EXPECT_DOUBLE_EQ(w.parameter_bytes, 48);
-  EXPECT_DOUBLE_EQ(w.activation_bytes, 36 * 2);
+  // Saved: x (16), the Scale output (48), mm (12, read by Relu); Add reads nothing; nothing leaves.
+  EXPECT_DOUBLE_EQ(w.activation_bytes, (16 + 12) * 2 + 48);
   EXPECT_DOUBLE_EQ(w.boundary_input_bytes, 0);
   EXPECT_DOUBLE_EQ(w.boundary_output_bytes, 0);
-  EXPECT_DOUBLE_EQ(w.peak_bytes, 72 + 48);  // the largest single output is the constant 48 bytes
+  EXPECT_DOUBLE_EQ(w.peak_bytes, w.activation_bytes + 48);  // the largest single output is the constant 48 bytes
   // Cached figures scale again for another batch.
-  EXPECT_DOUBLE_EQ(model->measure(all, 3).activation_bytes, 36 * 3);
+  EXPECT_DOUBLE_EQ(model->measure(all, 3).activation_bytes, (16 + 12) * 3 + 48);
 
   EXPECT_DOUBLE_EQ(model->transfer_seconds(500, false), 5.0);
   EXPECT_DOUBLE_EQ(model->transfer_seconds(500, true), 50.0);

@@ -103,17 +103,20 @@ void unary_forward(std::span<const Tensor> inputs, std::span<const Tensor> outpu
   for (std::int64_t i = 0; i < n; ++i) y[i] = function(x[i]);
 }
 
-template <typename Derivative>
+// kReadsInput / kReadsOutput: whether the derivative uses x / y — exactly the op's saved tensors
+// (OpSchema::saved_inputs / saved_outputs), the others are shape-only after the forward pass.
+template <bool kReadsInput, bool kReadsOutput, typename Derivative>
 void unary_backward(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                     std::span<const Tensor> output_grads, std::span<const Tensor> input_grads, Derivative derivative) {
   if (!input_grads[0].defined()) return;
-  const float* x = inputs[0].data<float>();
-  const float* y = outputs[0].data<float>();
+  const float* x = kReadsInput ? inputs[0].data<float>() : nullptr;
+  const float* y = kReadsOutput ? outputs[0].data<float>() : nullptr;
   const float* dy = output_grads[0].data<float>();
   float* dx = input_grads[0].data<float>();
   const std::int64_t n = inputs[0].numel();
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-  for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * derivative(x[i], y[i]);
+  for (std::int64_t i = 0; i < n; ++i)
+    dx[i] = dy[i] * derivative(kReadsInput ? x[i] : 0.f, kReadsOutput ? y[i] : 0.f);
 }
 
 void scale_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
@@ -123,7 +126,7 @@ void scale_forward(const KernelContext& context, std::span<const Tensor> in, std
 void scale_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out,
                     std::span<const Tensor> dout, std::span<const Tensor> din) {
   const float value = static_cast<float>(context.attributes.get_float("value"));
-  unary_backward(in, out, dout, din, [value](float, float) { return value; });
+  unary_backward<false, false>(in, out, dout, din, [value](float, float) { return value; });
 }
 
 void relu_forward(const KernelContext&, std::span<const Tensor> in, std::span<const Tensor> out) {
@@ -131,7 +134,7 @@ void relu_forward(const KernelContext&, std::span<const Tensor> in, std::span<co
 }
 void relu_backward(const KernelContext&, std::span<const Tensor> in, std::span<const Tensor> out,
                    std::span<const Tensor> dout, std::span<const Tensor> din) {
-  unary_backward(in, out, dout, din, [](float x, float) { return x > 0 ? 1.f : 0.f; });
+  unary_backward<true, false>(in, out, dout, din, [](float x, float) { return x > 0 ? 1.f : 0.f; });
 }
 
 void tanh_forward(const KernelContext&, std::span<const Tensor> in, std::span<const Tensor> out) {
@@ -139,7 +142,7 @@ void tanh_forward(const KernelContext&, std::span<const Tensor> in, std::span<co
 }
 void tanh_backward(const KernelContext&, std::span<const Tensor> in, std::span<const Tensor> out,
                    std::span<const Tensor> dout, std::span<const Tensor> din) {
-  unary_backward(in, out, dout, din, [](float, float y) { return 1.f - y * y; });
+  unary_backward<false, true>(in, out, dout, din, [](float, float y) { return 1.f - y * y; });
 }
 
 // GELU (Hendrycks & Gimpel 2016): exact x * Phi(x) or the tanh approximation used by GPT-2 / BERT.
@@ -163,12 +166,12 @@ void gelu_forward(const KernelContext& context, std::span<const Tensor> in, std:
 void gelu_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out,
                    std::span<const Tensor> dout, std::span<const Tensor> din) {
   if (gelu_uses_tanh(context))
-    unary_backward(in, out, dout, din, [](float x, float) {
+    unary_backward<true, false>(in, out, dout, din, [](float x, float) {
       const float t = cpu::tanh_vectorisable(kSqrtTwoOverPi * (x + kGeluCubic * x * x * x));
       return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrtTwoOverPi * (1.f + 3.f * kGeluCubic * x * x);
     });
   else
-    unary_backward(in, out, dout, din, [](float x, float) {
+    unary_backward<true, false>(in, out, dout, din, [](float x, float) {
       return 0.5f * (1.f + cpu::erf_vectorisable(x * kInverseSqrtTwo)) + x * kInverseSqrtTwoPi * cpu::exp_vectorisable(-0.5f * x * x);
     });
 }

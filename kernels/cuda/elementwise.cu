@@ -369,11 +369,14 @@ __global__ void unary_forward_kernel(const T* x, T* y, std::int64_t n, Function 
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = from_float<T>(function(to_float(x[i])));
 }
 
-template <typename T, typename Derivative>
+// kReadsInput / kReadsOutput: whether the derivative uses x / y — exactly the op's saved tensors
+// (OpSchema::saved_inputs / saved_outputs); the other pointer is null (shape-only after the forward).
+template <typename T, bool kReadsInput, bool kReadsOutput, typename Derivative>
 __global__ void unary_backward_kernel(const T* x, const T* y, const T* dy, T* dx, std::int64_t n,
                                       Derivative derivative) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads())
-    dx[i] = from_float<T>(to_float(dy[i]) * derivative(to_float(x[i]), to_float(y[i])));
+    dx[i] = from_float<T>(to_float(dy[i]) * derivative(kReadsInput ? to_float(x[i]) : 0.f,
+                                                         kReadsOutput ? to_float(y[i]) : 0.f));
 }
 
 template <typename Function>
@@ -389,7 +392,7 @@ void unary_forward(const KernelContext& context, std::span<const Tensor> inputs,
   });
 }
 
-template <typename Derivative>
+template <bool kReadsInput, bool kReadsOutput, typename Derivative>
 void unary_backward(const KernelContext& context, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                     std::span<const Tensor> output_grads, std::span<const Tensor> input_grads, Derivative derivative,
                     const char* what) {
@@ -398,9 +401,9 @@ void unary_backward(const KernelContext& context, std::span<const Tensor> inputs
   if (n == 0) return;
   dispatch_floating(inputs[0].dtype(), what, [&](auto tag) {
     using T = decltype(tag);
-    unary_backward_kernel<T><<<blocks_for(n), kThreadsPerBlock, 0, cuda_of(context).stream()>>>(
-        device_data<T>(inputs[0]), device_data<T>(outputs[0]), device_data<T>(output_grads[0]),
-        device_data<T>(input_grads[0]), n, derivative);
+    unary_backward_kernel<T, kReadsInput, kReadsOutput><<<blocks_for(n), kThreadsPerBlock, 0, cuda_of(context).stream()>>>(
+        kReadsInput ? device_data<T>(inputs[0]) : nullptr, kReadsOutput ? device_data<T>(outputs[0]) : nullptr,
+        device_data<T>(output_grads[0]), device_data<T>(input_grads[0]), n, derivative);
     PARTRAIN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -421,7 +424,7 @@ void scale_forward(const KernelContext& context, std::span<const Tensor> in, std
 void scale_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out,
                     std::span<const Tensor> dout, std::span<const Tensor> din) {
   const float value = static_cast<float>(context.attributes.get_float("value"));
-  unary_backward(context, in, out, dout, din, ScaleDerivative{value}, "Scale backward");
+  unary_backward<false, false>(context, in, out, dout, din, ScaleDerivative{value}, "Scale backward");
 }
 
 struct ReluFunction {
@@ -436,7 +439,7 @@ void relu_forward(const KernelContext& context, std::span<const Tensor> in, std:
 }
 void relu_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out,
                    std::span<const Tensor> dout, std::span<const Tensor> din) {
-  unary_backward(context, in, out, dout, din, ReluDerivative{}, "Relu backward");
+  unary_backward<true, false>(context, in, out, dout, din, ReluDerivative{}, "Relu backward");
 }
 
 struct TanhFunction {
@@ -451,7 +454,7 @@ void tanh_forward(const KernelContext& context, std::span<const Tensor> in, std:
 }
 void tanh_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out,
                    std::span<const Tensor> dout, std::span<const Tensor> din) {
-  unary_backward(context, in, out, dout, din, TanhDerivative{}, "Tanh backward");
+  unary_backward<false, true>(context, in, out, dout, din, TanhDerivative{}, "Tanh backward");
 }
 
 // GELU (Hendrycks & Gimpel 2016): exact x·Φ(x) or the tanh approximation, constants as the CPU's.
@@ -493,9 +496,9 @@ void gelu_forward(const KernelContext& context, std::span<const Tensor> in, std:
 void gelu_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out,
                    std::span<const Tensor> dout, std::span<const Tensor> din) {
   if (gelu_uses_tanh(context))
-    unary_backward(context, in, out, dout, din, GeluTanhDerivative{}, "Gelu backward");
+    unary_backward<true, false>(context, in, out, dout, din, GeluTanhDerivative{}, "Gelu backward");
   else
-    unary_backward(context, in, out, dout, din, GeluErfDerivative{}, "Gelu backward");
+    unary_backward<true, false>(context, in, out, dout, din, GeluErfDerivative{}, "Gelu backward");
 }
 
 // ---------------- Dropout (counter-based masks, regenerated in backward) ----------------

@@ -74,6 +74,14 @@ Tensor Tensor::slice_rows(std::int64_t begin, std::int64_t end) const {
   return result;
 }
 
+Tensor Tensor::shape_only() const {
+  Tensor placeholder;
+  placeholder.shape_ = shape_;
+  placeholder.dtype_ = dtype_;
+  placeholder.numel_ = numel_;
+  return placeholder;
+}
+
 Tensor Tensor::clone() const {
   PARTRAIN_CHECK(device().is_cpu(), "Tensor::clone on " << device().to_string() << ": use the backend's copy");
   Tensor copy = empty(shape_, dtype_, device());

@@ -68,7 +68,15 @@ class Tensor {
                                                                << dtype_name(dtype_of<T>()));
     return static_cast<T*>(storage_->data()) + offset_;
   }
-  void* raw_data() const { return static_cast<char*>(storage_->data()) + offset_ * dtype_size(dtype_); }
+  void* raw_data() const {
+    PARTRAIN_CHECK(defined(), "raw_data() on an undefined tensor");
+    return static_cast<char*>(storage_->data()) + offset_ * dtype_size(dtype_);
+  }
+
+  /// The same shape and dtype without the data: defined() is false and data() throws. What the
+  /// runtime keeps of a forward value that no backward kernel reads (graph/saved_tensors.h), so
+  /// that the backward still knows its shape.
+  Tensor shape_only() const;
 
   /// Same storage, new shape with the same element count (one dimension may be -1: inferred).
   Tensor reshape(const Shape& shape) const;

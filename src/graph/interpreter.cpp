@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "graph/op_profile.h"
+#include "graph/saved_tensors.h"
 
 namespace partrain {
 
@@ -218,7 +219,27 @@ std::array<OverlappingGroup, 2> overlapping_groups(const std::array<ExecutionOpt
 
 void run_forward(const Graph& graph, const Subgraph& subgraph, TensorMap& values, Backend& backend,
                  const ExecutionOptions& options) {
-  for (int t : subgraph.tasks) forward_task(graph, graph.task(t), values, backend, options);
+  if (options.keep == nullptr) {
+    for (int t : subgraph.tasks) forward_task(graph, graph.task(t), values, backend, options);
+    return;
+  }
+  // The position of the last task reading each value; a value no task reads dies where it is made.
+  std::unordered_map<int, std::size_t> last_reader;
+  for (std::size_t i = 0; i < subgraph.tasks.size(); ++i)
+    for (int input : graph.task(subgraph.tasks[i]).inputs) last_reader[input] = i;
+  auto free_if_dead = [&](int value, std::size_t position) {
+    if (options.keep->count(value) || !is_microbatch_value(graph, value)) return;
+    auto reader = last_reader.find(value);
+    if (reader != last_reader.end() && reader->second > position) return;
+    auto found = values.find(value);
+    if (found != values.end() && found->second.defined()) found->second = found->second.shape_only();
+  };
+  for (std::size_t i = 0; i < subgraph.tasks.size(); ++i) {
+    const Task& task = graph.task(subgraph.tasks[i]);
+    forward_task(graph, task, values, backend, options);
+    for (int input : task.inputs) free_if_dead(input, i);
+    for (int output : task.outputs) free_if_dead(output, i);
+  }
 }
 
 void run_backward(const Graph& graph, const BackwardProgram& program, const TensorMap& values, TensorMap& grads,

@@ -4,6 +4,7 @@
 #include <array>
 #include <functional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/backend.h"
 #include "graph/autodiff.h"
@@ -24,6 +25,11 @@ struct ExecutionOptions {
   /// complete and added into the caller's `grads` (after the last step that produces it), so that a
   /// data-parallel all-reduce of it can start while the rest of the pass runs (PyTorch DDP's hook).
   std::function<void(int parameter)> on_parameter_gradient;
+  /// Forward only (run_forward): when set, a microbatch value (Activation, Input, Label) not in
+  /// *keep is freed — replaced by its shape-only stand-in — as soon as the last task of the subgraph
+  /// that reads it has run (or right away when none does), so a training forward holds no more
+  /// than its saved tensors, what it must send and its live temporaries (graph/saved_tensors.h).
+  const std::unordered_set<int>* keep = nullptr;
 };
 
 /// Runs the subgraph's tasks in order. `values` must hold every subgraph input except Const values

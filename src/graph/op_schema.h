@@ -41,10 +41,22 @@ struct OpSchema {
   /// in the forward and in the backward pass, for concrete types (nullptr: none).
   std::pair<double, double> (*allreduce_bytes)(std::span<const TensorType> inputs,
                                                std::span<const TensorType> outputs) = nullptr;
+  /// The saved tensors of the op (Korthikanti et al. 2022 §4, "activation memory"): bit i set when
+  /// the backward kernel reads the data of input i (saved_inputs) or output i (saved_outputs). Of
+  /// the others the backward uses the shape and dtype only, so the runtime frees them after the
+  /// forward pass (graph/saved_tensors.h) and the analytic memory model does not count them. Both
+  /// CPU and CUDA kernels must read no more than declared (the runtime hands them shape-only
+  /// tensors, whose data() throws). Default: everything (an op without a declaration keeps all).
+  std::uint32_t saved_inputs = ~0u;
+  std::uint32_t saved_outputs = ~0u;
 
   bool input_is_differentiable(std::size_t index) const {
     return index < 32 && ((differentiable_inputs >> index) & 1u);
   }
+  /// True when the backward kernel reads the data of input `index` (indices >= 32: true).
+  bool input_is_saved(std::size_t index) const { return index >= 32 || ((saved_inputs >> index) & 1u); }
+  /// True when the backward kernel reads the data of output `index` (indices >= 32: true).
+  bool output_is_saved(std::size_t index) const { return index >= 32 || ((saved_outputs >> index) & 1u); }
 };
 
 /// The schema of an op; every OpType has one.

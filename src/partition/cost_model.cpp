@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/shape.h"
+#include "graph/saved_tensors.h"
 #include "graph/tensor_parallel.h"
 
 namespace partrain::partition {
@@ -139,6 +140,7 @@ class AnalyticCostModel final : public CostModel {
     }
     task_stamp_.assign(graph.tasks().size(), 0);
     value_stamp_.assign(values.size(), 0);
+    activation_stamp_.assign(values.size(), 0);
   }
 
   profile::Measurement measure(std::span<const int> tasks, std::int64_t batch) const override {
@@ -174,7 +176,7 @@ class AnalyticCostModel final : public CostModel {
           f.backward_allreduces, overlap);
     }
     m.parameter_bytes = f.parameter_bytes;
-    m.activation_bytes = f.activation_per_sample * b;
+    m.activation_bytes = f.activation.fixed + f.activation.per_sample * b;
     m.boundary_input_bytes = f.input.fixed + f.input.per_sample * b;
     m.boundary_output_bytes = f.output.fixed + f.output.per_sample * b;
     m.peak_bytes = m.activation_bytes + std::max(f.largest_output_per_sample * b, f.largest_output_fixed);
@@ -202,7 +204,7 @@ class AnalyticCostModel final : public CostModel {
   struct Figures {
     double flops_per_sample = 0, flops_fixed = 0;
     double parameter_bytes = 0;
-    double activation_per_sample = 0;
+    LinearBytes activation;  // kept from the forward to the backward: the saved tensors
     LinearBytes input, output;
     double largest_output_per_sample = 0, largest_output_fixed = 0;
     LinearBytes forward_allreduce, backward_allreduce;  // tensor-parallel all-reduce bytes
@@ -219,6 +221,7 @@ class AnalyticCostModel final : public CostModel {
     if (++stamp_ == 0) {  // wrapped: clear the stamps
       std::fill(task_stamp_.begin(), task_stamp_.end(), 0u);
       std::fill(value_stamp_.begin(), value_stamp_.end(), 0u);
+      std::fill(activation_stamp_.begin(), activation_stamp_.end(), 0u);
       stamp_ = 1;
     }
     const unsigned mark = stamp_;
@@ -226,6 +229,12 @@ class AnalyticCostModel final : public CostModel {
     const auto member = [&](int task) { return task >= 0 && task_stamp_[task] == mark; };
 
     Figures f;
+    const auto keep_activation = [&](int value) {
+      if (activation_stamp_[value] == mark) return;
+      activation_stamp_[value] = mark;
+      f.activation.fixed += bytes_[value].fixed;
+      f.activation.per_sample += bytes_[value].per_sample;
+    };
     if (tensor_parallel_ > 1) {
       // Fixed and per-sample parts: the traffic at batch 1 and 2.
       const TensorParallelTraffic one = tensor_parallel_traffic(graph_, sorted, 1, mixed_precision_);
@@ -243,7 +252,6 @@ class AnalyticCostModel final : public CostModel {
         f.largest_output_fixed = std::max(f.largest_output_fixed, output_bytes);
       } else {
         f.flops_per_sample += task.cost.forward_flops;
-        f.activation_per_sample += output_bytes;
         f.largest_output_per_sample = std::max(f.largest_output_per_sample, output_bytes);
       }
       for (int input : task.inputs) {
@@ -266,6 +274,10 @@ class AnalyticCostModel final : public CostModel {
         }
       }
     }
+    // The saved tensors (graph/saved_tensors.h, Korthikanti et al. 2022 §4): what the backward
+    // reads is all the runtime keeps of a microbatch until its backward (outputs it does not read
+    // go as soon as they have been sent).
+    for (int value : saved_for_backward(graph_, sorted)) keep_activation(value);
     return f;
   }
 
@@ -278,7 +290,7 @@ class AnalyticCostModel final : public CostModel {
   std::vector<double> task_activation_bytes_;  // per task: output bytes at batch 1
   mutable std::mutex mutex_;
   mutable std::unordered_map<std::string, Figures> cache_;
-  mutable std::vector<unsigned> task_stamp_, value_stamp_;
+  mutable std::vector<unsigned> task_stamp_, value_stamp_, activation_stamp_;
   mutable unsigned stamp_ = 0;
 };
 

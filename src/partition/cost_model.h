@@ -105,13 +105,15 @@ class CostModel {
 
 /// The analytic model: forward seconds = Σ forward FLOPs · batch / flops_per_second, backward =
 /// 2 × forward (gradients of inputs and of weights); parameter bytes from the Params read;
-/// activation bytes = Σ output bytes of batch-dependent tasks; transfers at the link/network bandwidth.
+/// activation bytes = the bytes a stage keeps of a microbatch from its forward to its backward: the
+/// saved tensors (graph/saved_tensors.h: what the backward rules read, Korthikanti et al. 2022 §4),
+/// each value once, inputs the backward reads included; transfers at the link/network bandwidth.
 /// On a tensor-parallel graph (degree t = tensor_parallel_degree(graph) > 1) each pass also pays its
 /// tensor-parallel all-reduces (tensor_parallel_traffic, tensor_parallel_allreduce_seconds): they
 /// block the computation that follows them (Megatron-LM's f and g), so they add to the pass's time.
 /// Parameter bytes are those of the rank's shards (the graph's local shapes): nothing is divided by t.
 /// With `mixed_precision` (bf16 plans) f32 activations are bf16 as the executor keeps and sends them:
-/// stored activations, boundary transfers, the largest output and the tensor-parallel all-reduces
+/// saved tensors, boundary transfers, the largest output and the tensor-parallel all-reduces
 /// count 2 bytes per f32 element; parameter bytes stay f32 (the memory model adds the bf16 copy).
 /// With `sub_pipelined_tmp` (Merak's sub-pipelined TMP, recorded in the Plan) a pass of a microbatch
 /// of at least 2 samples overlaps its all-reduces with computation (tensor_parallel_pass_seconds).

@@ -24,6 +24,10 @@ double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy) {
   const double transient = std::max(0.0, m.peak_bytes - m.activation_bytes);
   double stored;
   if (policy.recompute) {
+    // Each microbatch in flight keeps what its recomputation starts from (its received inputs) and,
+    // when only part of the stage is recomputed (Merak §6.2), the saved tensors of the kept part; one
+    // at a time holds all its saved tensors again. (A bound: the recomputed microbatch's input counts
+    // twice when its backward reads it, as a transformer layer's first LayerNorm does.)
     const double kept = std::clamp(policy.kept_activation_bytes, 0.0, m.activation_bytes);
     stored = in_flight * (m.boundary_input_bytes + kept) + (m.activation_bytes - kept);
   } else {

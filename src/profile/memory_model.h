@@ -22,9 +22,11 @@ struct MemoryPolicy {
 };
 
 /// Peak bytes on one device for a stage with measurement `m` (at the per-replica microbatch size).
-/// With recompute, in-flight microbatches keep only their boundary inputs (and the kept activations
-/// of a partly recomputed stage) and one microbatch at a time holds its full activations again;
-/// without, every in-flight microbatch keeps them.
+/// m.activation_bytes is what one microbatch keeps from its forward to its backward (the saved
+/// tensors of graph/saved_tensors.h; Korthikanti et al. 2022 §4). Without recompute every in-flight
+/// microbatch keeps that; with recompute each in-flight microbatch keeps its boundary inputs (and
+/// the saved tensors of the kept layers of a partly recomputed stage), and one microbatch at a time
+/// holds its saved tensors again.
 double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy);
 
 /// Bytes of model state per (fp32) parameter byte: weights + gradients + optimizer state (+ bf16

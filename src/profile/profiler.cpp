@@ -14,6 +14,7 @@
 #include "graph/tensor_parallel.h"
 #include "models/model.h"
 #include "graph/interpreter.h"
+#include "graph/saved_tensors.h"
 
 namespace partrain::profile {
 
@@ -166,6 +167,10 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
     const Graph trimmed = standalone_graph(graph, original);
     const Subgraph whole = whole_graph(trimmed);
     const BackwardProgram program = build_backward(trimmed, whole);
+    // What the executor keeps from the forward to the backward: the saved tensors (outputs it does
+    // not read go once sent). The rest is freed right after the forward, as the executor does.
+    std::unordered_set<int> kept;
+    for (int v : saved_for_backward(trimmed, program)) kept.insert(v);
 
     TensorMap inputs;
     std::mt19937_64 generator(options.seed ^ 0x5DEECE66Dull);
@@ -202,9 +207,15 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       allocator.reset_peak();
       TensorMap values = inputs;
       const auto forward_start = Clock::now();
-      run_forward(trimmed, whole, values, backend, execution);
+      ExecutionOptions forward_options = execution;
+      forward_options.keep = &kept;  // free what no backward reads as soon as the forward is done with it
+      run_forward(trimmed, whole, values, backend, forward_options);
       backend.synchronise();
       const auto forward_end = Clock::now();
+      if (pass == 0)
+        for (int v : kept)
+          if (auto found = values.find(v); found != values.end()) produced += static_cast<double>(found->second.nbytes());
+      release_unsaved(trimmed, values, kept);
 
       TensorMap grads = accumulators;
       for (int v : program.output_grads) grads[v] = ones_like(values.at(v), backend);
@@ -218,10 +229,6 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       if (timed) {
         forward_samples.push_back(std::chrono::duration<double>(forward_end - forward_start).count());
         backward_samples.push_back(std::chrono::duration<double>(backward_end - backward_start).count());
-      }
-      if (pass == 0) {
-        for (int t : whole.tasks)
-          for (int output : trimmed.task(t).outputs) produced += static_cast<double>(values.at(output).nbytes());
       }
     }
     m.forward_seconds = median(forward_samples);

@@ -34,8 +34,9 @@ struct ProfilerOptions {
 ///
 /// Fills, at this batch: forward_seconds / backward_seconds (seconds, median of `repeats` passes
 /// after `warmup` passes; backward seeds every output gradient with ones), parameter_bytes (bytes of
-/// the Params the tasks read, each counted once), activation_bytes (bytes of every value the tasks
-/// produce, the loss included), boundary_input_bytes / boundary_output_bytes (bytes of the Activation
+/// the Params the tasks read, each counted once), activation_bytes (bytes kept from the forward to
+/// the backward as the executor keeps them: the saved tensors of graph/saved_tensors.h, inputs
+/// included), boundary_input_bytes / boundary_output_bytes (bytes of the Activation
 /// values received from / sent to tasks outside the set), peak_bytes (the backend allocator's
 /// high-water mark during one forward + backward minus what was live before it, with parameters,
 /// inputs and gradient accumulators already allocated: working memory incl. the activations and

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <unordered_set>
 
 #include "core/allocator.h"
 #include "comm/tensor_parallel_group.h"
 #include "core/error.h"
+#include "graph/saved_tensors.h"
 #include "plan/schedule_topology.h"
 
 namespace partrain::runtime {
@@ -47,6 +49,35 @@ struct PipelineExecutor::MicrobatchState {
   std::vector<int> kept;          // value ids kept for recomputation (data inputs and received)
   std::array<TensorMap, 2> halves;  // sub-pipelined TMP: each sub-microbatch's forward values
 };
+
+namespace {
+// What a training forward of the stage must not free while it runs (ExecutionOptions::keep): the
+// saved tensors, the outputs to send, the loss and, when the forward will be recomputed, the inputs
+// the recomputation starts from.
+std::unordered_set<int> forward_keep(const StageProgram& program, const std::vector<int>* recompute_inputs) {
+  std::unordered_set<int> keep(program.saved.begin(), program.saved.end());
+  keep.insert(program.sent.begin(), program.sent.end());
+  if (program.loss >= 0) keep.insert(program.loss);
+  if (recompute_inputs != nullptr) keep.insert(recompute_inputs->begin(), recompute_inputs->end());
+  return keep;
+}
+
+// After a training forward pass (or its recomputation): keep of the microbatch's values only the
+// saved tensors (StageProgram::saved) and the loss, so that the activations stored until the
+// backward are exactly what the backward reads (Korthikanti et al. 2022 §4); the others become
+// shape-only. A received activation the backward does not read is let go of as well; a stage
+// output stays in `outputs` until its sends have completed (release_sent_outputs).
+void keep_saved_tensors(const Graph& graph, const StageProgram& program, TensorMap& values,
+                        std::array<TensorMap, 2>& halves, TensorMap* received) {
+  std::unordered_set<int> keep(program.saved.begin(), program.saved.end());
+  if (program.loss >= 0) keep.insert(program.loss);
+  release_unsaved(graph, values, keep);
+  for (TensorMap& half : halves) release_unsaved(graph, half, keep);
+  if (received != nullptr)
+    for (auto it = received->begin(); it != received->end();)
+      it = keep.count(it->first) ? std::next(it) : received->erase(it);
+}
+}  // namespace
 
 PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::Communicator& world, Backend& backend,
                                    const io::BatchSource& data, const std::unordered_map<int, Tensor>& initial_values,
@@ -230,6 +261,14 @@ Tensor PipelineExecutor::to_compute(const Tensor& host) const {
 
 PipelineExecutor::~PipelineExecutor() = default;
 
+void PipelineExecutor::release_sent_outputs(std::vector<comm::Request>& pending) {
+  for (auto it = sending_.begin(); it != sending_.end();) {
+    const bool done = std::all_of(it->requests.begin(), it->requests.end(),
+                                  [&](std::size_t request) { return pending[request].test(); });
+    it = done ? sending_.erase(it) : std::next(it);
+  }
+}
+
 std::size_t PipelineExecutor::state_index(const Action& action) const {
   return static_cast<std::size_t>(action.chunk) * plan_.microbatches + action.microbatch;
 }
@@ -292,11 +331,15 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
   // Stage-aware recomputation keeps the activations of the stage's later tasks and recomputes only
   // its first ones (the whole microbatch at once: sub-pipelined TMP recomputes the whole stage).
   const bool partial_recompute = !program.recomputed.tasks.empty() && !sub_pipelined_;
-  auto forward = [&](MicrobatchState& state, int microbatch, const Subgraph& subgraph) {
+  // `keep`: free every other value as soon as the forward no longer needs it (nullptr: keep all).
+  auto forward = [&](MicrobatchState& state, int microbatch, const Subgraph& subgraph,
+                     const std::unordered_set<int>* keep) {
     if (!sub_pipelined_) {
       for (const auto& [value, tensor] : working_) state.values[value] = tensor;
       for (const auto& [value, tensor] : constants_) state.values[value] = tensor;
-      run_forward(graph_, subgraph, state.values, backend_, {training_, random_context(microbatch), tensor_parallel_.get(), {}});
+      ExecutionOptions options{training_, random_context(microbatch), tensor_parallel_.get(), {}};
+      options.keep = keep;
+      run_forward(graph_, subgraph, state.values, backend_, options);
       return;
     }
     for (int h = 0; h < 2; ++h) {
@@ -332,10 +375,26 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       MicrobatchState& state = microbatches[state_index(action)];
       const std::vector<int>& values = gradient ? program.gradients_sent : program.sent;
       const TensorMap& from = gradient ? state.outgoing_gradients : state.outputs;
+      const bool tracked = !gradient && training_ && !activation_sends_left_.empty();
+      const std::size_t index = state_index(action);
       for (int value : values) {
         const Tensor& tensor = from.at(value);
         pending.push_back(world_.send(transferred_part(tensor, value, action), action.peer,
                                       message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
+        if (tracked) activation_requests_[index].push_back(pending.size() - 1);
+      }
+      if (tracked && --activation_sends_left_[index] == 0) {
+        // The microbatch's last send: its outputs the backward does not read go once sent.
+        SendingOutputs sent;
+        sent.requests = std::move(activation_requests_[index]);
+        for (int value : program.sent) {
+          if (std::binary_search(program.saved.begin(), program.saved.end(), value)) continue;
+          auto found = state.outputs.find(value);
+          if (found == state.outputs.end()) continue;
+          sent.tensors.push_back(found->second);
+          state.outputs.erase(found);
+        }
+        sending_.push_back(std::move(sent));
       }
       return;
     }
@@ -355,7 +414,10 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
         state.values[value] = tensor;
         state.kept.push_back(value);
       }
-      forward(state, action.microbatch, program.subgraph);
+      const bool free_during = training_ && evaluation_ == nullptr;  // evaluation reads values afterwards
+      const std::unordered_set<int> keep = free_during ? forward_keep(program, action.recomputed ? &state.kept : nullptr)
+                                                       : std::unordered_set<int>{};
+      forward(state, action.microbatch, program.subgraph, free_during ? &keep : nullptr);
       for (int value : program.sent) {  // relayed values came whole; the stage's own are in the halves
         auto whole = state.values.find(value);
         state.outputs[value] = whole != state.values.end() ? whole->second : concatenated(state.halves, value);
@@ -382,6 +444,8 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
             if (auto found = state.values.find(value); found != state.values.end()) kept[value] = found->second;
         state.values = std::move(kept);
         state.halves = {};
+      } else if (training_) {  // keep only what the backward reads
+        keep_saved_tensors(graph_, program, state.values, state.halves, &state.received);
       }
       return;
     }
@@ -390,8 +454,12 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
       // BatchNorm updated its running statistics in the first forward: keep them from changing twice.
       std::vector<std::pair<Tensor, Tensor>> saved;
       for (int value : program.buffers) saved.emplace_back(state_.at(value), copy_to(state_.at(value), backend_));
-      forward(state, action.microbatch, partial_recompute ? program.recomputed : program.subgraph);
+      const std::unordered_set<int> keep = forward_keep(program, nullptr);
+      forward(state, action.microbatch, partial_recompute ? program.recomputed : program.subgraph, &keep);
       for (auto& [live, copy] : saved) backend_.copy(live, copy);
+      // One microbatch's saved tensors until its backward; the inputs it started from are no longer
+      // needed unless the backward reads them.
+      keep_saved_tensors(graph_, program, state.values, state.halves, nullptr);
       return;
     }
     case ActionKind::Backward: {
@@ -534,10 +602,16 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   std::vector<comm::Request> pending;
   double loss_sum = 0;
   if (buckets_) buckets_->begin(sub_pipelined_ ? 2 : 1);
+  activation_sends_left_.assign(microbatches.size(), 0);
+  activation_requests_.assign(microbatches.size(), {});
+  sending_.clear();
+  for (const Action& action : actions_)
+    if (action.kind == ActionKind::SendActivation) ++activation_sends_left_[state_index(action)];
   for (std::size_t index = 0; index < actions_.size(); ++index) {
     const Action& action = actions_[index];
     const double action_start = now_us();
     in_last_backward_ = index == last_backward_;
+    release_sent_outputs(pending);
     run_action(action, step, microbatches, pending, loss_sum);
     in_last_backward_ = false;
     const char* category = action.is_compute() ? "compute"
@@ -548,6 +622,8 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
     if (action.kind != ActionKind::Step) trace_.push_back({name, category, action_start - clock_origin_, now_us() - action_start, step});
   }
   comm::wait_all(pending);
+  sending_.clear();
+  activation_sends_left_.clear();  // evaluation passes do not track their sends
 
   // ---- Step: tied parameters, global-norm clipping, optimizer ----
   const double step_start = now_us();

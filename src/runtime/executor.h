@@ -173,6 +173,19 @@ class PipelineExecutor {
   int peer_chunk(const Action& action) const;
   void run_action(const Action& action, std::int64_t step, std::vector<MicrobatchState>& microbatches,
                   std::vector<comm::Request>& pending, double& loss_sum);
+
+  // A stage's outputs that its backward does not read are dropped once they have been sent
+  // (Korthikanti et al. 2022 §4: only the saved tensors wait for the backward). Per microbatch state
+  // of the step being trained: SendActivation actions still to come and the requests already issued.
+  std::vector<int> activation_sends_left_;
+  std::vector<std::vector<std::size_t>> activation_requests_;
+  struct SendingOutputs {
+    std::vector<std::size_t> requests;  // indices into the step's pending requests
+    std::vector<Tensor> tensors;        // held until every request has completed
+  };
+  std::vector<SendingOutputs> sending_;
+  // Drops the sent outputs whose requests have all completed (polls, never blocks).
+  void release_sent_outputs(std::vector<comm::Request>& pending);
 };
 
 }  // namespace partrain::runtime

@@ -33,6 +33,7 @@ std::vector<StageProgram> build_stage_programs(const Graph& graph, const Plan& p
     program.stage = s;
     program.subgraph = extract_subgraph(graph, plan.stages[s].tasks);
     program.backward = build_backward(graph, program.subgraph);
+    program.saved = saved_for_backward(graph, program.backward);
     if (plan.stages[s].recompute == RecomputePolicy::StageAware) {
       std::vector<int> prefix;
       for (int task : plan.stages[s].tasks) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "graph/autodiff.h"
+#include "graph/saved_tensors.h"
 #include "graph/subgraph.h"
 #include "plan/plan.h"
 
@@ -24,9 +25,13 @@ struct StageProgram {
   std::vector<int> gradients_received;  // values of `sent` whose gradient comes back from stage + 1
   std::vector<int> gradients_sent;      // values of `received` whose gradient goes to stage − 1
   int loss = -1;                     // the graph output (loss) when this is the stage computing it
+  /// The saved tensors (graph/saved_tensors.h): microbatch values whose data the backward reads,
+  /// ascending id. Everything else a forward pass computes is freed as soon as it is no longer needed.
+  std::vector<int> saved;
   /// Stage-aware recomputation (PlanStage::recompute_until_task; Merak §6.2): the recomputed prefix
   /// of the stage's tasks, and the values the other tasks produce, which stay from the forward to
-  /// the backward. Both empty when the stage recomputes whole or not at all.
+  /// the backward (those of them the backward reads: the others are freed like any). Both empty
+  /// when the stage recomputes whole or not at all.
   Subgraph recomputed;
   std::vector<int> kept_values;      // ascending id
 };

@@ -65,6 +65,10 @@ double flops_attention(const Attributes&, std::span<const TensorType> inputs, st
 void add_attention_schemas(std::vector<OpSchema>& schemas) {
   OpSchema attention{OpType::Attention, 3, 4, infer_attention, flops_attention};
   attention.differentiable_inputs = 0b0111;  // the mask is a constant
+  // Saved tensors: q, k, v and the mask; the probabilities are recomputed in the backward (as
+  // FlashAttention does), so unlike the composed form nothing of size heads·S² is kept.
+  attention.saved_inputs = 0b1111u;
+  attention.saved_outputs = 0u;
   schemas.push_back(attention);
 }
 

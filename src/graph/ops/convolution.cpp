@@ -127,9 +127,17 @@ double flops_global_avg_pool(const Attributes&, std::span<const TensorType> inpu
 }  // namespace
 
 void add_convolution_schemas(std::vector<OpSchema>& schemas) {
+  // Saved tensors: Conv2d reads x and the weight (not the bias, not y: only its shape); MaxPool2d
+  // reads x (the argmax of each window is recomputed, not stored); GlobalAvgPool reads nothing.
   schemas.push_back({OpType::Conv2d, 2, 3, infer_conv2d, flops_conv2d});
+  schemas.back().saved_inputs = 0b011u;
+  schemas.back().saved_outputs = 0u;
   schemas.push_back({OpType::MaxPool2d, 1, 1, infer_maxpool2d, flops_maxpool2d});
+  schemas.back().saved_inputs = 0b1u;
+  schemas.back().saved_outputs = 0u;
   schemas.push_back({OpType::GlobalAvgPool, 1, 1, infer_global_avg_pool, flops_global_avg_pool});
+  schemas.back().saved_inputs = 0u;
+  schemas.back().saved_outputs = 0u;
 }
 
 }  // namespace partrain

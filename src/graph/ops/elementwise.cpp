@@ -40,14 +40,31 @@ double flops_gelu(const Attributes&, std::span<const TensorType>, std::span<cons
 }
 }  // namespace
 
+// Saved tensors (OpSchema::saved_inputs / saved_outputs), from the backward kernels:
+//   Add, Sub: nothing (dy reduced to each operand's shape).  Mul: both operands (da = dy·b, db = dy·a).
+//   Scale: nothing (dx = value·dy).  Relu: its input (x > 0).  Tanh: its output (1 − y²).
+//   Gelu: its input (the derivative is a function of x).
+//   Dropout: nothing — the mask is regenerated in the backward from the Philox counter (seed, step,
+//   microbatch, sample, element; core/rng.h), so no mask is stored (Korthikanti et al. count one
+//   byte per element for it); only the input's shape is used.
+// Possible reductions, not made (numerics would stay the same but kernels would change): Relu could
+// read its output (y > 0 ⇔ x > 0), which the next op often saves anyway.
 void add_elementwise_schemas(std::vector<OpSchema>& schemas) {
-  for (OpType type : {OpType::Add, OpType::Sub, OpType::Mul})
+  for (OpType type : {OpType::Add, OpType::Sub, OpType::Mul}) {
     schemas.push_back({type, 2, 2, infer_binary, flops_one_per_output});
-  schemas.push_back({OpType::Scale, 1, 1, infer_unary, flops_one_per_output});
-  schemas.push_back({OpType::Relu, 1, 1, infer_unary, flops_one_per_output});
-  schemas.push_back({OpType::Tanh, 1, 1, infer_unary, flops_gelu});
-  schemas.push_back({OpType::Gelu, 1, 1, infer_gelu, flops_gelu});
-  schemas.push_back({OpType::Dropout, 1, 1, infer_dropout, flops_one_per_output});
+    schemas.back().saved_inputs = type == OpType::Mul ? 0b11u : 0u;
+    schemas.back().saved_outputs = 0u;
+  }
+  auto unary = [&](OpType type, auto infer, auto flops, std::uint32_t saved_input, std::uint32_t saved_output) {
+    schemas.push_back({type, 1, 1, infer, flops});
+    schemas.back().saved_inputs = saved_input;
+    schemas.back().saved_outputs = saved_output;
+  };
+  unary(OpType::Scale, infer_unary, flops_one_per_output, 0u, 0u);
+  unary(OpType::Relu, infer_unary, flops_one_per_output, 1u, 0u);
+  unary(OpType::Tanh, infer_unary, flops_gelu, 0u, 1u);
+  unary(OpType::Gelu, infer_gelu, flops_gelu, 1u, 0u);
+  unary(OpType::Dropout, infer_dropout, flops_one_per_output, 0u, 0u);
 }
 
 }  // namespace partrain

@@ -94,8 +94,15 @@ double flops_gemm(const Attributes&, std::span<const TensorType> inputs, std::sp
 }  // namespace
 
 void add_gemm_schemas(std::vector<OpSchema>& schemas) {
+  // Saved tensors: both operands (dA = dY·op(B), dB = op(A)ᵀ·dY), never the product. Gemm's bias is
+  // not read (dbias = Σ dY). The kernels read both operands even when only one gradient is wanted
+  // (a frozen weight); reading A only for dB and B only for dA would save the other then.
   schemas.push_back({OpType::MatMul, 2, 2, infer_matmul, flops_matmul});
+  schemas.back().saved_inputs = 0b11u;
+  schemas.back().saved_outputs = 0u;
   schemas.push_back({OpType::Gemm, 2, 3, infer_gemm, flops_gemm});
+  schemas.back().saved_inputs = 0b011u;
+  schemas.back().saved_outputs = 0u;
 }
 
 }  // namespace partrain

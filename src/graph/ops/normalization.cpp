@@ -60,8 +60,16 @@ double flops_normalization(const Attributes&, std::span<const TensorType>, std::
 }  // namespace
 
 void add_normalization_schemas(std::vector<OpSchema>& schemas) {
+  // Saved tensors: LayerNorm reads x and the weight and recomputes each row's mean and 1/std from x
+  // (PyTorch and Megatron store them: 2 floats per row, which we do not); the bias is not read.
+  // BatchNorm2d reads x, the weight and the running statistics (the batch statistics are recomputed
+  // from x in training).
   schemas.push_back({OpType::LayerNorm, 3, 3, infer_layer_norm, flops_normalization});
+  schemas.back().saved_inputs = 0b011u;
+  schemas.back().saved_outputs = 0u;
   schemas.push_back({OpType::BatchNorm2d, 5, 5, infer_batch_norm, flops_normalization, 0b00111u});
+  schemas.back().saved_inputs = 0b11011u;
+  schemas.back().saved_outputs = 0u;
 }
 
 }  // namespace partrain

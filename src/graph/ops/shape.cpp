@@ -192,12 +192,17 @@ std::vector<TensorType> infer_split(const Attributes& attributes, std::span<cons
 }  // namespace
 
 void add_shape_schemas(std::vector<OpSchema>& schemas) {
+  // Saved tensors: Gather reads its indices (the table's gradient is scattered by them; of the table
+  // only the shape); the data-movement ops read nothing (their backward moves dy by shapes alone).
   schemas.push_back({OpType::Gather, 2, 2, infer_gather, zero_flops, 0b01u});
+  schemas.back().saved_inputs = 0b10u;
+  schemas.back().saved_outputs = 0u;
   schemas.push_back({OpType::Reshape, 1, 1, infer_reshape, zero_flops});
   schemas.push_back({OpType::Permute, 1, 1, infer_permute, zero_flops});
   schemas.push_back({OpType::Slice, 1, 1, infer_slice, zero_flops});
   schemas.push_back({OpType::Concat, 1, -1, infer_concat, zero_flops});
   schemas.push_back({OpType::Split, 1, 1, infer_split, zero_flops});
+  for (auto schema = schemas.end() - 5; schema != schemas.end(); ++schema) schema->saved_inputs = schema->saved_outputs = 0u;
 }
 
 }  // namespace partrain

@@ -62,8 +62,14 @@ double flops_softmax(const Attributes&, std::span<const TensorType> inputs, std:
 }  // namespace
 
 void add_softmax_schemas(std::vector<OpSchema>& schemas) {
+  // Saved tensors: Softmax reads its output only (dx = y ⊙ (dy − Σ dy·y)), not its input or mask.
+  // SoftmaxCrossEntropy reads the logits and labels (the probabilities are recomputed), not the loss.
   schemas.push_back({OpType::Softmax, 1, 2, infer_softmax, flops_softmax, 0b01u});
+  schemas.back().saved_inputs = 0u;
+  schemas.back().saved_outputs = 0b1u;
   schemas.push_back({OpType::SoftmaxCrossEntropy, 2, 2, infer_cross_entropy, flops_softmax, 0b01u});
+  schemas.back().saved_inputs = 0b11u;
+  schemas.back().saved_outputs = 0u;
 }
 
 }  // namespace partrain

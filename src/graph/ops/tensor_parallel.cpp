@@ -75,15 +75,24 @@ std::pair<double, double> cross_entropy_allreduce_bytes(std::span<const TensorTy
 }  // namespace
 
 void add_tensor_parallel_schemas(std::vector<OpSchema>& schemas) {
+  // Saved tensors: the f and g operators read nothing (their backward copies or all-reduces dy); the
+  // embedding reads its indices (and the table's shape); the cross-entropy reads the logits, the
+  // labels and its per-row log Σ exp output (output 1), not the loss.
   OpSchema copy{OpType::TensorParallelCopy, 1, 1, infer_identity, zero_flops};
   copy.allreduce_bytes = copy_allreduce_bytes;
+  copy.saved_inputs = copy.saved_outputs = 0u;
   schemas.push_back(copy);
   OpSchema reduce{OpType::TensorParallelAllReduce, 1, 1, infer_identity, zero_flops};
   reduce.allreduce_bytes = reduce_allreduce_bytes;
+  reduce.saved_inputs = reduce.saved_outputs = 0u;
   schemas.push_back(reduce);
   schemas.push_back({OpType::VocabParallelEmbedding, 2, 2, infer_embedding, zero_flops, 0b01u});
+  schemas.back().saved_inputs = 0b10u;
+  schemas.back().saved_outputs = 0u;
   OpSchema cross_entropy{OpType::VocabParallelCrossEntropy, 2, 2, infer_cross_entropy, flops_cross_entropy, 0b01u};
   cross_entropy.allreduce_bytes = cross_entropy_allreduce_bytes;
+  cross_entropy.saved_inputs = 0b11u;
+  cross_entropy.saved_outputs = 0b10u;
   schemas.push_back(cross_entropy);
 }
 

@@ -1,0 +1,330 @@
+// Activation memory as the backward needs it (issue 14 item 3): the saved tensors of the op schemas
+// (graph/saved_tensors.h) against Korthikanti et al. 2022, "Reducing Activation Recomputation in
+// Large Transformer Models", §4, per model size; and the runtime's freeing of everything else
+// leaves the gradients bit-identical (every backward kernel reads only what its op declares).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "graph/autodiff.h"
+#include "graph/interpreter.h"
+#include "graph/saved_tensors.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "models/model.h"
+#include "partition/cost_model.h"
+#include "partition/planner.h"
+
+namespace partrain {
+namespace {
+
+struct TransformerCase {
+  const char* name;
+  const char* type;  // "gpt" or "bert"
+  std::int64_t hidden, heads, intermediate, seq_len, batch;
+  double dropout;
+  bool fused_attention;
+};
+
+ModelConfig transformer_config(const TransformerCase& c) {
+  ModelConfig config;
+  config.type = c.type;
+  config.layers = 4;  // layers 1 and 2 are measured; the vocabulary does not enter a layer
+  config.hidden = c.hidden;
+  config.heads = c.heads;
+  config.intermediate = c.intermediate;
+  config.vocab = 1024;
+  config.max_position = c.seq_len;
+  config.seq_len = c.seq_len;
+  config.dropout = c.dropout;
+  config.fused_attention = c.fused_attention;
+  return config;
+}
+
+std::vector<int> tasks_of_layers(const Graph& graph, const std::vector<std::string>& layers) {
+  std::vector<int> tasks;
+  for (const Task& task : graph.tasks())
+    for (const std::string& layer : layers)
+      if (layer_of(task.name) == layer) tasks.push_back(task.id);
+  return tasks;
+}
+
+// One transformer layer's activation bytes by the analytic cost model: A(layers 1, 2) − A(layer 1)
+// at the case's batch. The boundary terms (layer 1's input, the set's last output) cancel, leaving
+// layer 2's saved tensors and its output (which layer 3 reads and saves: one residual stream per
+// layer, the "layer norm input" of Korthikanti's count).
+double analytic_bytes_per_layer(const TransformerCase& c, bool bf16) {
+  const Graph graph = build_model(transformer_config(c));
+  const std::string prefix = std::string(c.type) == "gpt" ? "h." : "encoder.layer.";
+  const auto model = partition::make_analytic_cost_model(graph, partition::DeviceSpec{}, bf16);
+  const std::vector<int> one = tasks_of_layers(graph, {prefix + "1"});
+  const std::vector<int> two = tasks_of_layers(graph, {prefix + "1", prefix + "2"});
+  EXPECT_FALSE(one.empty()) << c.name << ": no tasks in layer " << prefix << "1";
+  return model->measure(two, c.batch).activation_bytes - model->measure(one, c.batch).activation_bytes;
+}
+
+// Korthikanti et al. §4 adapted to our ops, computed from the formula alone (bytes per layer).
+// Their count, 16-bit activations, no recomputation, no sequence/tensor parallelism:
+//   s·b·h·34 + 5·a·s²·b:  attention 11sbh + 5as²b (QKV input 2sbh, Q and K 4sbh, softmax output
+//   2as²b, its dropout mask as²b, dropout output 2as²b, V 2sbh, projection input 2sbh, output
+//   dropout mask sbh), MLP 19sbh (input 2sbh, GELU input 8sbh, GELU output 8sbh, dropout mask sbh),
+//   two layer-norm inputs 4sbh.
+// Our deviations, term by term:
+//   (1) no dropout masks: our Dropout regenerates its mask in the backward from the Philox counter
+//       (kernels/*/elementwise: dropout_backward), so it saves nothing: −as²b − 2sbh (1-byte masks).
+//   (2) MLP width: GELU input and output are s·b·i elements each (Megatron's 8sbh assume i = 4h):
+//       +2·2·s·b·(i − 4h) bytes in 16-bit.
+//   (3) attention dropout p = 0: no Dropout task, the context MatMul reads the softmax output
+//       itself: −2as²b (the dropout output).
+//   (4) fused Attention: the probabilities are recomputed in the backward, nothing of a·s² is saved:
+//       −2as²b (softmax output) −2as²b (dropout output).
+//   (5) element size: every remaining term counts 2-byte elements; fp32 plans keep fp32 activations
+//       (×2), bf16 plans bf16 (×1).
+//   Layer-norm statistics: Megatron does not count them and neither do we (our LayerNorm backward
+//   recomputes mean and 1/std from its input). The same count holds for BERT's post-LN layer: QKV
+//   input (the previous layer's output), Q, K, V, context, attention-output LN input, MLP input,
+//   GELU input and output, output LN input.
+double korthikanti_bytes_per_layer(const TransformerCase& c, bool bf16) {
+  const double s = static_cast<double>(c.seq_len), b = static_cast<double>(c.batch);
+  const double h = static_cast<double>(c.hidden), a = static_cast<double>(c.heads);
+  const double i = static_cast<double>(c.intermediate > 0 ? c.intermediate : 4 * c.hidden);
+  const double published = s * b * h * 34 + 5 * a * s * s * b;      // 16-bit, their §4
+  double ours = published - (a * s * s * b + 2 * s * b * h);          // (1)
+  ours += 2 * 2 * s * b * (i - 4 * h);                               // (2)
+  if (!c.fused_attention && c.dropout == 0) ours -= 2 * a * s * s * b;  // (3)
+  if (c.fused_attention) ours -= 4 * a * s * s * b;                  // (4)
+  return ours * (bf16 ? 1.0 : 2.0);                                  // (5)
+}
+
+const TransformerCase kCases[] = {
+    // name, type, hidden, heads, intermediate, seq, batch, dropout, fused
+    {"gpt-tiny", "gpt", 128, 4, 0, 64, 2, 0.1, false},
+    {"gpt2-small", "gpt", 768, 12, 0, 1024, 1, 0.1, false},
+    {"gpt3-175b-layer", "gpt", 12288, 96, 0, 2048, 1, 0.1, false},
+    {"gpt2-small-fused", "gpt", 768, 12, 0, 1024, 2, 0.1, true},
+    {"gpt-tiny-no-dropout", "gpt", 128, 4, 0, 64, 3, 0.0, false},
+    {"bert-tiny", "bert", 128, 2, 512, 64, 2, 0.1, false},
+    {"bert-base", "bert", 768, 12, 0, 512, 2, 0.1, false},
+    {"bert-large", "bert", 1024, 16, 0, 512, 1, 0.1, false},
+    {"bert-large-fused", "bert", 1024, 16, 0, 512, 1, 0.1, true},
+};
+
+TEST(ActivationMemory, PerLayerBytesMatchKorthikantiAdaptedToOurOps) {
+  for (const TransformerCase& c : kCases) {
+    for (bool bf16 : {false, true}) {
+      // Exact: both sides are sums of integers far below 2^53.
+      EXPECT_EQ(analytic_bytes_per_layer(c, bf16), korthikanti_bytes_per_layer(c, bf16))
+          << c.name << (bf16 ? " bf16" : " fp32");
+    }
+  }
+}
+
+// The published figure itself for GPT-3's layer (s 2048, h 12288, a 96, b 1), 16-bit, as a check of
+// the formula's transcription: 34·sbh + 5·as²b = 855,638,016 + 2,013,265,920 bytes (2.67 GiB).
+TEST(ActivationMemory, PublishedGpt3LayerFigure) {
+  const TransformerCase c = kCases[2];
+  const double published = 2048.0 * 12288 * 34 + 5.0 * 96 * 2048 * 2048;
+  EXPECT_EQ(published, 855638016.0 + 2013265920.0);
+  // Ours in bf16: 32 sbh + 4 as²b (no masks).
+  EXPECT_EQ(analytic_bytes_per_layer(c, true), 2048.0 * 12288 * 32 + 4.0 * 96 * 2048 * 2048);
+}
+
+// GPT-3 175B (configs/gpt3-175b.toml: 96 layers, h 12288, a 96, s 2048, vocabulary 51,200, bf16,
+// AdamW) on 64 devices, uniform planner, t = 1, no ZeRO: what `partrain plan configs/gpt3-175b.toml
+// --planner uniform --world-size 64 --set parallel.tensor_parallel=1 --set parallel.zero=0 --set
+// parallel.stages=64` prints. 96 layers on 64 stages: stages 0–31 hold 2 layers (stage 0 also the
+// embeddings), 32–63 one (63 also ln_f and the head). The planner picks 256 microbatches of 6
+// samples, 1F1B with recomputation at the stage boundaries (S > 1). The largest stage is stage 1
+// (h.2–3), derived by hand:
+//   model state: 2 layers × (12h² + 13h) parameters × 20 bytes (fp32 weights 4 + gradients 4 + Adam
+//     8, bf16 working copy 2 + bf16 gradients 2)                               = 72,483,962,880
+//   inputs kept for recomputation: 1F1B keeps S − 1 = 63 microbatches in flight on stage 1, each its
+//     received [6, 2048, 12288] bf16 input (2·s·b·h)                          = 19,025,362,944
+//   one microbatch's saved tensors while recomputing: 2 layers × (32sbh + 4as²b) (ours in bf16,
+//     the Korthikanti figure less the masks; the stage's input counts as the first LayerNorm's
+//     input, its output is saved by the next stage)                           = 28,991,029,248
+//   working memory: the largest single output, the [6, 96, 2048, 2048] bf16 attention scores
+//                                                                              =  4,831,838,208
+// Total 125,332,193,280 bytes = 116.72 GiB (the `needs at least` of the 80 GiB request is this / 0.9:
+// 129.69 GiB).
+TEST(ActivationMemory, Gpt3UniformSixtyFourStagesMatchesHandDerivation) {
+  ModelConfig config;
+  config.type = "gpt";
+  config.layers = 96;
+  config.hidden = 12288;
+  config.heads = 96;
+  config.vocab = 51200;
+  config.max_position = 2048;
+  config.seq_len = 2048;
+  config.dropout = 0.1;
+  const Graph graph = build_model(config);
+  partition::DeviceSpec device;
+  device.flops_per_second = 156e12;
+  device.memory_bytes = 1e15;  // room for any plan: the figure, not feasibility, is under test
+  const auto cost = partition::make_analytic_cost_model(graph, device, /*mixed_precision=*/true);
+  partition::PlannerOptions options;
+  options.planner = "uniform";
+  options.world_size = 64;
+  options.stages = 64;
+  options.global_batch = 1536;
+  options.mixed_precision = true;
+  options.max_microbatches = 256;
+  const Plan plan = partition::make_plan(graph, *cost, options);
+  ASSERT_EQ(plan.stages.size(), 64u);
+  ASSERT_EQ(plan.microbatches, 256);
+  ASSERT_EQ(plan.microbatch_size(), 6);
+
+  const double s = 2048, h = 12288, a = 96, b = 6;
+  const double model_state = 2 * (12 * h * h + 13 * h) * 20;
+  const double inputs_in_flight = 63 * (2 * s * b * h);
+  const double saved_one_microbatch = 2 * (32 * s * b * h + 4 * a * s * s * b);
+  const double largest_output = 2 * a * s * s * b;
+  const double expected = model_state + inputs_in_flight + saved_one_microbatch + largest_output;
+  EXPECT_EQ(expected, 125332193280.0);  // the sum in the comment above
+  EXPECT_NEAR(plan.stages[1].memory_bytes, expected, 1.0);
+  for (const PlanStage& stage : plan.stages) EXPECT_LE(stage.memory_bytes, plan.stages[1].memory_bytes + 1.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The runtime frees what no backward reads: gradients stay bit-identical, and the kernels read
+// nothing they did not declare (a shape-only stand-in throws on data()).
+// ---------------------------------------------------------------------------------------------
+
+TensorMap feeds_for(const Graph& graph, std::int64_t batch) {
+  TensorMap values;
+  for (const Value& value : graph.values()) {
+    if (value.kind != ValueKind::Input && value.kind != ValueKind::Label) continue;
+    const Shape shape = with_batch(value.type.shape, batch);
+    const std::int64_t n = numel(shape);
+    if (value.type.dtype == DType::I64) {
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+      for (std::int64_t k = 0; k < n; ++k) ids[static_cast<std::size_t>(k)] = (k * 7 + 3) % 2;  // valid for every table
+      values[value.id] = Tensor::from_vector<std::int64_t>(shape, ids);
+    } else {
+      std::vector<float> x(static_cast<std::size_t>(n));
+      const bool mask = value.name.find("mask") != std::string::npos;  // additive attention mask: 0
+      for (std::int64_t k = 0; k < n; ++k) x[static_cast<std::size_t>(k)] = mask ? 0.f : static_cast<float>(((k * 37) % 19) - 9) / 9.f;
+      values[value.id] = Tensor::from_vector<float>(shape, x);
+    }
+  }
+  for (auto& [id, tensor] : initialize_parameters(graph, 7)) values[id] = tensor;
+  return values;
+}
+
+void expect_same_gradients_after_release(const ModelConfig& config, std::int64_t batch) {
+  const Graph graph = build_model(config);
+  const Subgraph all = whole_graph(graph);
+  const BackwardProgram program = build_backward(graph, all);
+  ExecutionOptions options;
+  options.training = true;
+  options.random = RandomContext{1234, 3, 1, 0, 0};
+  const TensorMap feeds = feeds_for(graph, batch);
+  TensorMap values = feeds;
+  run_forward(graph, all, values, cpu_backend(), options);
+
+  const std::vector<int> saved = saved_for_backward(graph, program);
+  TensorMap released = values;
+  const std::size_t freed = release_unsaved(graph, released, {saved.begin(), saved.end()});
+  EXPECT_GT(freed, 0u) << config.type;
+
+  auto gradients = [&](const TensorMap& forward_values) {
+    TensorMap grads;
+    for (int v : program.output_grads) grads[v] = Tensor::full(forward_values.at(v).shape(), 1.0);
+    run_backward(graph, program, forward_values, grads, cpu_backend(), options);
+    return grads;
+  };
+  const TensorMap reference = gradients(values);
+  const TensorMap after_release = gradients(released);
+
+  // A forward that frees each value once its last reader has run (ExecutionOptions::keep) leaves
+  // exactly the saved tensors (and the loss) and gives the same gradients.
+  TensorMap freed_during = feeds;
+  const std::unordered_set<int> keep(saved.begin(), saved.end());
+  ExecutionOptions freeing = options;
+  freeing.keep = &keep;
+  run_forward(graph, all, freed_during, cpu_backend(), freeing);
+  for (const auto& [id, tensor] : freed_during)
+    if (is_microbatch_value(graph, id) && graph.value(id).kind == ValueKind::Activation)
+      EXPECT_EQ(tensor.defined(), keep.count(id) == 1) << config.type << ": " << graph.value(id).name;
+  const TensorMap after_freeing_during = gradients(freed_during);
+
+  for (int p : program.parameter_grads) {
+    const Tensor& x = reference.at(p);
+    for (const TensorMap* other : {&after_release, &after_freeing_during}) {
+      const Tensor& y = other->at(p);
+      ASSERT_EQ(x.nbytes(), y.nbytes());
+      EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()), 0)
+          << config.type << ": gradient of " << graph.value(p).name << " differs after freeing unsaved values";
+    }
+  }
+}
+
+TEST(ActivationMemory, FreeingUnsavedValuesKeepsGradientsBitIdentical) {
+  ModelConfig gpt;
+  gpt.type = "gpt";
+  gpt.layers = 2;
+  gpt.hidden = 32;
+  gpt.heads = 4;
+  gpt.vocab = 64;
+  gpt.max_position = 16;
+  gpt.seq_len = 16;
+  gpt.dropout = 0.1;
+  expect_same_gradients_after_release(gpt, 2);
+  gpt.fused_attention = true;
+  expect_same_gradients_after_release(gpt, 2);
+
+  ModelConfig bert;
+  bert.type = "bert";
+  bert.layers = 2;
+  bert.hidden = 32;
+  bert.heads = 2;
+  bert.intermediate = 64;
+  bert.vocab = 64;
+  bert.max_position = 16;
+  bert.seq_len = 16;
+  bert.dropout = 0.1;
+  expect_same_gradients_after_release(bert, 2);
+  bert.fused_attention = true;
+  expect_same_gradients_after_release(bert, 2);
+
+  ModelConfig resnet;
+  resnet.type = "resnet";
+  resnet.depth = 18;
+  resnet.base_width = 8;
+  resnet.classes = 4;
+  resnet.image_size = 16;
+  resnet.channels = 1;
+  expect_same_gradients_after_release(resnet, 2);
+}
+
+// What the backward reads, op by op, as the kernels do (a few ops spelled out as a guard against a
+// silent change of the declarations).
+TEST(ActivationMemory, SavedTensorDeclarations) {
+  EXPECT_TRUE(op_schema(OpType::MatMul).input_is_saved(0));
+  EXPECT_TRUE(op_schema(OpType::MatMul).input_is_saved(1));
+  EXPECT_FALSE(op_schema(OpType::MatMul).output_is_saved(0));
+  EXPECT_TRUE(op_schema(OpType::Gelu).input_is_saved(0));
+  EXPECT_FALSE(op_schema(OpType::Gelu).output_is_saved(0));
+  EXPECT_FALSE(op_schema(OpType::Softmax).input_is_saved(0));
+  EXPECT_TRUE(op_schema(OpType::Softmax).output_is_saved(0));
+  EXPECT_FALSE(op_schema(OpType::Add).input_is_saved(0));
+  EXPECT_FALSE(op_schema(OpType::Add).input_is_saved(1));
+  EXPECT_FALSE(op_schema(OpType::Dropout).input_is_saved(0));
+  EXPECT_FALSE(op_schema(OpType::Dropout).output_is_saved(0));
+  EXPECT_TRUE(op_schema(OpType::Tanh).output_is_saved(0));
+  EXPECT_FALSE(op_schema(OpType::Tanh).input_is_saved(0));
+}
+
+TEST(ActivationMemory, ShapeOnlyTensorKeepsShapeAndRefusesData) {
+  const Tensor t = Tensor::zeros({2, 3});
+  const Tensor placeholder = t.shape_only();
+  EXPECT_FALSE(placeholder.defined());
+  EXPECT_EQ(placeholder.shape(), t.shape());
+  EXPECT_EQ(placeholder.nbytes(), t.nbytes());
+  EXPECT_THROW(placeholder.data<float>(), Error);
+  EXPECT_THROW(placeholder.raw_data(), Error);
+}
+
+}  // namespace
+}  // namespace partrain
