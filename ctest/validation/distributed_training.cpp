@@ -358,7 +358,7 @@ std::vector<TrainingCase> planner_cases() {
     }
   // Merak's planner (its graph shards grouped into 2 balanced stages: on 4 ranks the tiny models
   // would otherwise get 1 stage) under Merak's shifted critical path schedule.
-  for (const std::string model : {"bert", "gpt"}) {
+  const auto merak_case = [](const std::string& model) {
     TrainingCase c;
     c.model = model;
     c.plan = "merak";
@@ -366,23 +366,20 @@ std::vector<TrainingCase> planner_cases() {
     c.schedule = "scp";
     c.recompute = true;
     c.planner_settings = {"parallel.stages=2"};
-    result.push_back(c);
-  }
+    return c;
+  };
+  for (const std::string model : {"bert", "gpt"}) result.push_back(merak_case(model));
   // ... and with Merak's stage-aware recomputation (§6.2): 4 layers, so that a stage's layers are
   // fine enough to keep some, and a device memory (on the analytic cost model, the same on every
   // machine) at which stage 0 keeps the activations of some of its layers and recomputes the others.
   // (Windows with the saved-tensor memory model, graph/saved_tensors.h: bert 29.6–30.0 MiB, gpt
   // 29.7–30.15 MiB; below them stage 0 recomputes whole, above it keeps every layer.)
   for (const auto& [model, memory] : {std::pair{"bert", "29.8MiB"}, std::pair{"gpt", "29.9MiB"}}) {
-    TrainingCase c;
-    c.model = model;
+    TrainingCase c = merak_case(model);
     c.plan = "merak_stage_aware";
-    c.planner = "merak";
-    c.schedule = "scp";
-    c.recompute = true;
     c.model_overrides = {"model.layers=4"};
-    c.planner_settings = {"parallel.stages=2", "parallel.recompute=stage_aware", "profile.enabled=false",
-                          "parallel.memory_margin=0", std::string("parallel.device_memory=") + memory};
+    c.planner_settings.insert(c.planner_settings.end(), {"parallel.recompute=stage_aware", "profile.enabled=false",
+                                                         "parallel.memory_margin=0", std::string("parallel.device_memory=") + memory});
     c.expect_partial_recompute = true;
     result.push_back(c);
   }

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
+#include "partition/plan_builder.h"
 #include "partition/uniform.h"
 #include "profile/profile_db.h"
 
@@ -63,14 +64,7 @@ Plan capslog_plan_of(const Graph& graph, std::vector<std::vector<int>> stage_tas
   plan.precision = options.mixed_precision ? Precision::Bf16 : Precision::Fp32;
   plan.optimizer = options.optimizer;
   plan.optimizer_state_copies = options.optimizer_state_copies;
-  for (std::size_t s = 0; s < stage_tasks.size(); ++s) {
-    PlanStage stage;
-    stage.tasks = std::move(stage_tasks[s]);
-    std::sort(stage.tasks.begin(), stage.tasks.end());
-    stage.replicas = replicas[s];
-    stage.summary = summarize_tasks(graph, stage.tasks);
-    plan.stages.push_back(std::move(stage));
-  }
+  append_stages(plan, graph, std::move(stage_tasks), replicas);
   const int devices = plan.devices_per_copy();
   PARTRAIN_CHECK(devices > 0 && options.world_size % devices == 0,
                  planner << ": " << devices << " devices per pipeline copy do not divide the world size " << options.world_size);

@@ -399,6 +399,19 @@ std::vector<int> equal_replicas(int world_size, int stage_count) {
   return std::vector<int>(stage_count, world_size / stage_count);
 }
 
+void append_stages(Plan& plan, const Graph& graph, std::vector<std::vector<int>> stage_tasks, const std::vector<int>& replicas) {
+  PARTRAIN_CHECK(stage_tasks.size() == replicas.size(),
+                 "append_stages: " << stage_tasks.size() << " stages but " << replicas.size() << " replica counts");
+  for (std::size_t s = 0; s < stage_tasks.size(); ++s) {
+    PlanStage stage;
+    stage.tasks = std::move(stage_tasks[s]);
+    std::sort(stage.tasks.begin(), stage.tasks.end());
+    stage.replicas = replicas[s];
+    stage.summary = summarize_tasks(graph, stage.tasks);
+    plan.stages.push_back(std::move(stage));
+  }
+}
+
 Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_tasks, std::vector<int> replicas,
                       const CostModel& cost, const PlannerOptions& options, const std::string& planner) {
   PARTRAIN_CHECK(!stage_tasks.empty() && stage_tasks.size() == replicas.size(),
@@ -417,14 +430,7 @@ Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_ta
                  planner << ": [train] microbatches = " << options.microbatches
                          << " is not a multiple of the pipeline depth " << depth
                          << ", which the interleaved schedule needs (as in Megatron-LM)");
-  for (std::size_t s = 0; s < stage_tasks.size(); ++s) {
-    PlanStage stage;
-    stage.tasks = std::move(stage_tasks[s]);
-    std::sort(stage.tasks.begin(), stage.tasks.end());
-    stage.replicas = replicas[s];
-    stage.summary = summarize_tasks(graph, stage.tasks);
-    base.stages.push_back(std::move(stage));
-  }
+  append_stages(base, graph, std::move(stage_tasks), replicas);
   const int devices = base.devices_per_copy();
   PARTRAIN_CHECK(devices > 0 && options.world_size % devices == 0,
                  planner << ": " << devices << " devices per pipeline copy do not divide the world size "

@@ -54,6 +54,10 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
 /// usable device memory (≤ 0 when the plan fits).
 double memory_excess_bytes(const Plan& plan, const CostModel& cost, const PlannerOptions& options);
 
+/// Appends one stage per task list (sorted ascending) to plan.stages, with replicas[s] replicas and
+/// its summary. Throws partrain::Error when the two lists differ in length.
+void append_stages(Plan& plan, const Graph& graph, std::vector<std::vector<int>> stage_tasks, const std::vector<int>& replicas);
+
 /// Builds a plan from given stages (task lists in pipeline order) and replicas per stage (one
 /// pipeline copy's devices; pipeline_copies = world_size / Σ replicas, must divide). When
 /// options.microbatches is 0, tries M = 1, 2, 4, … up to max_microbatches (and the per-copy batch)

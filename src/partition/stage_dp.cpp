@@ -624,13 +624,21 @@ int suggest_devices(StageDp& dp, const PlannerOptions& options, int& stages_out,
 
 }  // namespace
 
-StageSplit solve_stage_dp(const std::vector<std::vector<int>>& blocks, const CostModel& cost,
-                          const PlannerOptions& options, const StageDpConfig& config) {
+namespace {
+// The setting of one configuration of Algorithm 1, or false when the batch does not split into it;
+// throws for non-positive counts.
+bool configuration_setting(const StageDp& dp, const StageDpConfig& config, Setting& setting) {
   PARTRAIN_CHECK(config.stages > 0 && config.devices > 0 && config.copies > 0 && config.microbatches > 0,
                  "rannc: stages, devices, copies and microbatches must be positive");
+  return dp.make_setting(config.devices, config.copies, config.microbatches, setting);
+}
+}  // namespace
+
+StageSplit solve_stage_dp(const std::vector<std::vector<int>>& blocks, const CostModel& cost,
+                          const PlannerOptions& options, const StageDpConfig& config) {
   StageDp dp(blocks, cost, options);
   Setting setting;
-  if (!dp.make_setting(config.devices, config.copies, config.microbatches, setting)) return {};
+  if (!configuration_setting(dp, config, setting)) return {};
   if (config.stages > std::min(dp.block_count(), config.devices)) return {};
   const StageDp::Result result = dp.run(setting, config.stages, Objective::Time, kInfinity, kInfinity);
   return make_split(dp, config.stages, config.microbatches, result);
@@ -741,11 +749,9 @@ std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vec
 
 StageSplit solve_stage_dp_phase_maxima(const std::vector<std::vector<int>>& blocks, const CostModel& cost,
                                        const PlannerOptions& options, const StageDpConfig& config) {
-  PARTRAIN_CHECK(config.stages > 0 && config.devices > 0 && config.copies > 0 && config.microbatches > 0,
-                 "rannc: stages, devices, copies and microbatches must be positive");
   StageDp dp(blocks, cost, options);
   Setting setting;
-  if (!dp.make_setting(config.devices, config.copies, config.microbatches, setting)) return {};
+  if (!configuration_setting(dp, config, setting)) return {};
   return dp.phase_maxima(setting, config.stages, kPhaseMaximaBudget);
 }
 
