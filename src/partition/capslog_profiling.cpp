@@ -55,15 +55,8 @@ Plan capslog_plan_of(const Graph& graph, std::vector<std::vector<int>> stage_tas
   PARTRAIN_CHECK(options.microbatches >= 1, planner << ": needs a fixed microbatch count, not " << options.microbatches);
   PARTRAIN_CHECK(!stage_tasks.empty() && stage_tasks.size() == replicas.size(),
                  planner << ": " << stage_tasks.size() << " stages but " << replicas.size() << " replica counts");
-  Plan plan;
-  plan.planner = planner;
-  plan.graph_hash = graph.hash();
-  plan.global_batch = options.global_batch;
-  plan.schedule = options.schedule;
+  Plan plan = plan_header(graph, options, planner);
   plan.microbatches = options.microbatches;
-  plan.precision = options.mixed_precision ? Precision::Bf16 : Precision::Fp32;
-  plan.optimizer = options.optimizer;
-  plan.optimizer_state_copies = options.optimizer_state_copies;
   append_stages(plan, graph, std::move(stage_tasks), replicas);
   const int devices = plan.devices_per_copy();
   PARTRAIN_CHECK(devices > 0 && options.world_size % devices == 0,

@@ -399,6 +399,22 @@ std::vector<int> equal_replicas(int world_size, int stage_count) {
   return std::vector<int>(stage_count, world_size / stage_count);
 }
 
+void record_planned_settings(Plan& plan, const PlannerOptions& options) {
+  plan.precision = options.mixed_precision ? Precision::Bf16 : Precision::Fp32;
+  plan.optimizer = options.optimizer;
+  plan.optimizer_state_copies = options.optimizer_state_copies;
+}
+
+Plan plan_header(const Graph& graph, const PlannerOptions& options, const std::string& planner) {
+  Plan plan;
+  plan.planner = planner;
+  plan.graph_hash = graph.hash();
+  plan.global_batch = options.global_batch;
+  plan.schedule = options.schedule;
+  record_planned_settings(plan, options);
+  return plan;
+}
+
 void append_stages(Plan& plan, const Graph& graph, std::vector<std::vector<int>> stage_tasks, const std::vector<int>& replicas) {
   PARTRAIN_CHECK(stage_tasks.size() == replicas.size(),
                  "append_stages: " << stage_tasks.size() << " stages but " << replicas.size() << " replica counts");
@@ -416,11 +432,7 @@ Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_ta
                       const CostModel& cost, const PlannerOptions& options, const std::string& planner) {
   PARTRAIN_CHECK(!stage_tasks.empty() && stage_tasks.size() == replicas.size(),
                  planner << ": " << stage_tasks.size() << " stages but " << replicas.size() << " replica counts");
-  Plan base;
-  base.planner = planner;
-  base.graph_hash = graph.hash();
-  base.global_batch = options.global_batch;
-  base.schedule = options.schedule;
+  Plan base = plan_header(graph, options, planner);
   base.virtual_stages = options.schedule == ScheduleKind::Interleaved ? options.virtual_stages : 1;
   const int depth = static_cast<int>(stage_tasks.size()) / base.virtual_stages;  // pipeline stages S
   PARTRAIN_CHECK(static_cast<int>(stage_tasks.size()) % base.virtual_stages == 0 && (depth >= 2 || base.virtual_stages == 1),

@@ -54,6 +54,13 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
 /// usable device memory (≤ 0 when the plan fits).
 double memory_excess_bytes(const Plan& plan, const CostModel& cost, const PlannerOptions& options);
 
+/// A plan with no stages yet, headed with what it is planned for: planner, graph hash, global batch,
+/// schedule, precision and optimizer (with its state copies) from the options.
+Plan plan_header(const Graph& graph, const PlannerOptions& options, const std::string& planner);
+
+/// Records in `plan` the precision and optimizer the options plan for (train --plan checks them).
+void record_planned_settings(Plan& plan, const PlannerOptions& options);
+
 /// Appends one stage per task list (sorted ascending) to plan.stages, with replicas[s] replicas and
 /// its summary. Throws partrain::Error when the two lists differ in length.
 void append_stages(Plan& plan, const Graph& graph, std::vector<std::vector<int>> stage_tasks, const std::vector<int>& replicas);

@@ -210,9 +210,7 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   } else {
     PARTRAIN_FAIL("unknown planner '" << name << "' (expected rannc, ideals, dpl, ip, capslog, merak, uniform or manual)");
   }
-  plan.precision = options.mixed_precision ? Precision::Bf16 : Precision::Fp32;
-  plan.optimizer = options.optimizer;
-  plan.optimizer_state_copies = options.optimizer_state_copies;
+  record_planned_settings(plan, options);
   // A planner that chose replicas per stage may have cut between a loss piece and its consumer.
   if (move_loss_pieces_off_unequal_boundaries(graph, plan)) predict_plan(plan, graph, group_cost, groups);
   plan.tensor_parallel = tensor_parallel;

@@ -88,10 +88,13 @@ Plan plan_uniform_choosing_chunks(const Graph& graph, const CostModel& cost, con
   PlannerOptions fixed = options;
   fixed.virtual_stages = 1;
   fixed.schedule = ScheduleKind::OneForwardOneBackward;
-  if (fixed.stages <= 0) fixed.stages = plan_uniform(graph, cost, fixed).pipeline_stages();
   std::optional<Plan> best;
   std::string problems;
-  for (int v = 1; v * fixed.stages <= dealt_layers(groups); ++v) {
+  if (fixed.stages <= 0) {  // S as for v = 1, whose plan is then the first candidate
+    best = plan_uniform(graph, cost, fixed);
+    fixed.stages = best->pipeline_stages();
+  }
+  for (int v = best ? 2 : 1; v * fixed.stages <= dealt_layers(groups); ++v) {
     if (v > 1 && fixed.stages < 2) break;
     fixed.virtual_stages = v;
     fixed.schedule = v == 1 ? ScheduleKind::OneForwardOneBackward : ScheduleKind::Interleaved;
