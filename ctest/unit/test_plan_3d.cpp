@@ -1,4 +1,4 @@
-// Planning in three dimensions (issue 13 item 5; DESIGN.md "Parallelism in three dimensions"): the
+// Planning in three dimensions (issue 13 item 5; docs/parallelism.md §Choosing t and ZeRO): the
 // cost models' tensor-parallel all-reduces, ZeRO-1 in the memory model, make_3d_plan's search over
 // (t, zero) and rannc's block refinement. References are independent of the code under test: the
 // all-reduce volume from the model's dimensions (Megatron-LM's f and g operators: two all-reduces

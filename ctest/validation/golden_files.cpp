@@ -1,7 +1,7 @@
-// Numerics against an independent reference (DESIGN.md §5): the golden files in validation/golden/
-// were made by validation/golden/make_golden.py with the libraries' own models (transformers'
-// BertForPreTraining and GPT2LMHeadModel, torchvision's ResNet) trained from partrain's initial
-// parameters on partrain's batches. Here the real partrain program runs the same settings (the
+// Numerics against an independent reference (docs/validation.md §Golden files): the golden files in
+// validation/golden/ were made by validation/golden/make_golden.py with the libraries' own models
+// (transformers' BertForPreTraining and GPT2LMHeadModel, torchvision's ResNet) trained from partrain's
+// initial parameters on partrain's batches. Here the real partrain program runs the same settings (the
 // file's "overrides") in fp32 and must give every step's loss within 1e-5 relative, every parameter's
 // step-1 gradient and every parameter and BatchNorm statistic after the last step within 1e-4
 // relative L2 (see expect_tensors_match for the floor under tensors that are rounding noise). Once on one rank, and for GPT once more under a 2-stage x 2-replica manual plan on

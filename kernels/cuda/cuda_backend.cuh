@@ -1,8 +1,8 @@
 #pragma once
-// The CUDA backend (DESIGN.md "Kernels"): one GPU, one compute stream, cuBLAS/cuBLASLt/cuDNN
-// handles bound to that stream, device memory from a CachingAllocator over cudaMalloc with peak
-// tracking. Every kernel of an op family lives in kernels/cuda/<family>.cu (ggml style) and is
-// tested against the CPU backend op by op (ctest/cuda/test_cuda_ops.cpp).
+// The CUDA backend (docs/gpus.md, docs/architecture.md §Kernels): one GPU, one compute stream,
+// cuBLAS/cuBLASLt/cuDNN handles bound to that stream, device memory from a CachingAllocator over
+// cudaMalloc with peak tracking. Every kernel of an op family lives in kernels/cuda/<family>.cu (ggml
+// style) and is tested against the CPU backend op by op (ctest/cuda/test_cuda_ops.cpp).
 //
 // Ordering: every kernel, copy and NCCL call of this backend goes to stream(), so a block freed
 // to the caching allocator on the host can be reused by the next kernel without a device sync

@@ -1,6 +1,6 @@
-// Agreeing on a plan (DESIGN.md "Data flow"): distributed profiling of the layers over every rank,
-// then rank 0 plans (or loads a saved plan) and broadcasts it. What `partrain train` and `partrain
-// eval` share, so both run a checkpoint under plans made the same way.
+// Agreeing on a plan (docs/architecture.md §Data flow): distributed profiling of the layers over every
+// rank, then rank 0 plans (or loads a saved plan) and broadcasts it. What `partrain train` and
+// `partrain eval` share, so both run a checkpoint under plans made the same way.
 #include "app/plan_agreement.h"
 
 #include <cstdio>
@@ -40,8 +40,8 @@ std::string profile_backend_name(const Backend& backend) {
   return "cpu-" + std::to_string(ranks_per_node) + "ranks-" + std::to_string(omp_get_max_threads()) + "threads";
 }
 
-// Distributed profiling (DESIGN.md "Profiling"): rank 0 lists every layer at microbatch sizes 1, 2,
-// 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
+// Distributed profiling (docs/planning.md §Profiling): rank 0 lists every layer at microbatch sizes 1,
+// 2, 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
 // every rank measures its share. Collective over `world`; returns the complete DB on every rank.
 profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& graph, comm::Communicator& world,
                                   comm::Communicator& device_world, Backend& backend) {

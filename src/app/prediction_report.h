@@ -1,6 +1,6 @@
 #pragma once
-// How far a run's plan predicted what happened (DESIGN.md "Predictions checked against
-// measurement"): the measured step time against the plan's simulated one, and each stage's
+// How far a run's plan predicted what happened (docs/planning.md
+// §Predictions): the measured step time against the plan's simulated one, and each stage's
 // measured peak memory against the plan's memory model.
 #include <string>
 #include <vector>

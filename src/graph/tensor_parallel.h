@@ -1,6 +1,6 @@
 #pragma once
 // Tensor model parallelism as a transformation of the operator graph (Megatron-LM: Shoeybi et al.
-// 2019 §3; DESIGN.md "Parallelism in three dimensions"). The result is the graph that each of the t
+// 2019 §3; docs/parallelism.md §Tensor parallelism). The result is the graph that each of the t
 // ranks of a tensor-parallel group runs — the same structure on every rank, each holding its part of
 // the sharded parameters — so autodiff, profiling, the cost model, the partitioners and the executor
 // all see one graph:

@@ -1,5 +1,5 @@
 #pragma once
-// Checkpoints in parallel HDF5 (DESIGN.md "Checkpoints", issue 6).
+// Checkpoints in parallel HDF5 (docs/checkpoints.md, issue 6).
 //
 // File layout: /model/<parameter name> and /optim/<parameter name>/<state> as whole fp32 tensors
 // (chunked, Fletcher32 checksums), and attributes on "/" for every CheckpointInfo field. A file is

@@ -150,7 +150,7 @@ struct TrainConfig {
   std::string device = "auto";           // "auto" (a GPU when one is visible), "cpu" or "cuda"
 };
 
-/// The [parallel] section: how the model is split over the devices (DESIGN.md "Partitioning").
+/// The [parallel] section: how the model is split over the devices (docs/configuration.md §[parallel]).
 struct ParallelConfig {
   std::string planner = "rannc";         // rannc, ideals, dpl, ip, capslog, merak, uniform, manual
   std::int64_t world_size = 0;           // devices to plan for; 0: the MPI world size (plan: 1)

@@ -1,9 +1,9 @@
 #pragma once
-// The Plan: what every planner returns and what the runtime executes (DESIGN.md "Partitioning",
-// "Runtime"). Ordered pipeline stages (their forward task ids and a readable summary), replicas per
-// stage, pipeline copies, microbatch count and size, schedule, recompute policy per stage, the rank
-// map, and the predicted time and memory of each stage. Saved as JSON; validated against its graph.
-// Partitioners and the runtime meet only through Graph, ProfileDB and this Plan.
+// The Plan: what every planner returns and what the runtime executes (docs/planning.md,
+// docs/architecture.md §Runtime). Ordered pipeline stages (their forward task ids and a readable
+// summary), replicas per stage, pipeline copies, microbatch count and size, schedule, recompute policy
+// per stage, the rank map, and the predicted time and memory of each stage. Saved as JSON; validated
+// against its graph. Partitioners and the runtime meet only through Graph, ProfileDB and this Plan.
 #include <cstdint>
 #include <string>
 #include <utility>

@@ -1,10 +1,10 @@
 #pragma once
-// Pipeline schedules as data (DESIGN.md "Runtime"), the schedule IR of the plan layer. A generator
-// (schedule_generator.cpp) turns a Plan (its stages, replicas, pipeline copies, microbatch count,
-// schedule kind and recompute policies) into one list of actions per rank; the executor runs a
-// rank's list, the checker (schedule_checker.h) runs all lists together to prove them deadlock-free
-// and complete, and the timeline simulator (schedule_simulator.h) runs them with per-stage costs to
-// predict the step time and the bubble fraction.
+// Pipeline schedules as data (docs/parallelism.md §Pipeline schedules), the schedule IR of the plan
+// layer. A generator (schedule_generator.cpp) turns a Plan (its stages, replicas, pipeline copies,
+// microbatch count, schedule kind and recompute policies) into one list of actions per rank; the
+// executor runs a rank's list, the checker (schedule_checker.h) runs all lists together to prove them
+// deadlock-free and complete, and the timeline simulator (schedule_simulator.h) runs them with
+// per-stage costs to predict the step time and the bubble fraction.
 //
 // Communication semantics the lists are written for: sends are non-blocking (buffered: posting one
 // never waits for the receiver), receives block until the matching send was posted, and AllReduce is

@@ -1,5 +1,5 @@
 #pragma once
-// Measured communication costs (DESIGN.md "Predictions checked against measurement"): before
+// Measured communication costs (docs/planning.md §Cost models): before
 // planning, the ranks time point-to-point transfers (two ranks of one node, and of two nodes when
 // the run spans several) and all-reduces over groups of 2, 4, 8, ... ranks on the real
 // Communicator (MPI on CPUs, NCCL on GPUs), each fit as latency + bytes / bandwidth from two

@@ -1,7 +1,7 @@
 #pragma once
-// Distributed profiling (DESIGN.md "Profiling"): rank 0 decides what to measure, every rank measures
-// its share on its own device, rank 0 gathers the results into the ProfileDB and every rank gets the
-// merged DB.
+// Distributed profiling (docs/planning.md §Profiling): rank 0 decides what to measure, every rank
+// measures its share on its own device, rank 0 gathers the results into the ProfileDB and every rank
+// gets the merged DB.
 #include <cstdint>
 #include <functional>
 #include <span>

@@ -1,5 +1,5 @@
 #pragma once
-// Memory of one device holding a pipeline stage (DESIGN.md "Partitioning"): parameters + gradients
+// Memory of one device holding a pipeline stage (docs/planning.md §Memory): parameters + gradients
 // + optimizer state (+ fp32 master weights in mixed precision) + the activations of the microbatches
 // in flight under the schedule + working memory + communication buffers. Sizes in bytes.
 #include "profile/profile_db.h"

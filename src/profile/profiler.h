@@ -1,5 +1,5 @@
 #pragma once
-// Measures one convex task set at one microbatch size on one backend (DESIGN.md "Profiling"): the
+// Measures one convex task set at one microbatch size on one backend (docs/planning.md §Profiling): the
 // trimmed model (only the subgraph under test, as a standalone graph) is instantiated with inputs of
 // the right shape, run with warm-up and repeats, and its time and memory recorded as a
 // profile::Measurement. Distributed profiling (profile/distributed_profiler.h) calls this on every

@@ -1,6 +1,6 @@
 #pragma once
-// Learning-rate schedules (DESIGN.md "Runtime"): linear warm-up from 0 to the peak rate, then a
-// cosine or linear decay to the minimum rate at the last step, or a constant rate — the shapes of
+// Learning-rate schedules (docs/architecture.md §Runtime): linear warm-up from 0 to the peak rate, then
+// a cosine or linear decay to the minimum rate at the last step, or a constant rate — the shapes of
 // Hugging Face's get_{cosine,linear,constant}_schedule_with_warmup with Megatron's min_lr floor.
 #include <cstdint>
 #include <string>

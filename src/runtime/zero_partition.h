@@ -1,6 +1,6 @@
 #pragma once
-// ZeRO stage 1 (Rajbhandari et al., SC'20, §5.1 "Optimizer State Partitioning"; DESIGN.md
-// "Parallelism in three dimensions") over one stage's data-parallel group of D ranks. The stage's
+// ZeRO stage 1 (Rajbhandari et al., SC'20, §5.1 "Optimizer State Partitioning"; docs/parallelism.md
+// §ZeRO-1) over one stage's data-parallel group of D ranks. The stage's
 // parameters are grouped into segments (the gradient buckets of the overlapped reduction, or one
 // segment of all of them); each segment's parameters are laid end to end in one flat f32 run of
 // N_k elements, padded to D·p_k (p_k = ⌈N_k / D⌉), and rank r owns elements [r·p_k, (r+1)·p_k) of

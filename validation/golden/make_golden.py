@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden files from the libraries' own models (DESIGN.md §5 "Validation", llm.c's method).
+"""Golden files from the libraries' own models (docs/validation.md §Golden files, llm.c's method).
 
 For bert-tiny, gpt-tiny and resnet-tiny (made smaller by GOLDEN_SETTINGS) this script
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CPU training benchmark (issue 18, item 1; DESIGN.md §6 "Performance"): partrain's single-rank
+# CPU training benchmark (issue 18, item 1; docs/validation.md §Benchmarks): partrain's single-rank
 # training step on the CPU against PyTorch eager on the same machine, in the same run, with the same
 # architecture, batch, optimizer (AdamW, or SGD with momentum for ResNet), dropout and thread count.
 # A program, not a test: it asserts nothing.

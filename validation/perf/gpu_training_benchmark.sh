@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU training benchmark (issue 7, item 6; DESIGN.md §6 "Performance"): partrain's training step
+# GPU training benchmark (issue 7, item 6; docs/validation.md §Benchmarks): partrain's training step
 # against plain PyTorch (eager and torch.compile) on the same machine in the same run, with the same
 # model, precision, batch and optimizer settings. A program, not a test: it asserts nothing.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Plan accuracy benchmark: predicted vs measured step time and peak memory over a set of plans,
-and the rannc planner's regret (DESIGN.md "Predictions checked against measurement").
+and the rannc planner's regret (docs/planning.md §Predictions).
 
     validation/perf/plan_accuracy.py [--ranks 2|4] [--steps 12] [--models bert,gpt,resnet]
                                      [--cold] [--out runs/plan-accuracy] [--binary build/cpu/bin/partrain]

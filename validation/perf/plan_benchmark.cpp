@@ -1,4 +1,4 @@
-// Planning benchmark (DESIGN.md §6 "Performance", planning). Not a test: it prints wall times and
+// Planning benchmark (docs/validation.md §Benchmarks). Not a test: it prints wall times and
 // ratios against a peer measured in the same run.
 //   1. The dnn-partitioning workloads (Tarnawski et al., NeurIPS 2020; ctest/data/dnn-partitioning):
 //      the ideal DP (partition_ideals) and DPL (partition_linearised) with each file's own device

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale benchmark (issue 13 item 6; DESIGN.md §6 "Performance", planning): planning in three
+# Scale benchmark (issue 13 item 6; docs/validation.md §Benchmarks, planning): planning in three
 # dimensions at the sizes the papers target, on the analytic cost model.
 #   1. GPT-3 175B on 1,024 devices of 80 GiB, 8 per node (configs/gpt3-175b.toml: t, zero, stages,
 #      replicas and microbatches left to the planner) against Megatron-LM's published layout of the
