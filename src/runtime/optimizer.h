@@ -1,9 +1,8 @@
 #pragma once
 // Optimizers over f32 tensors on one backend (docs/architecture.md §Runtime): AdamW and SGD with
-// momentum, with the update equations of torch.optim.AdamW and torch.optim.SGD, plus the
-// gradient-clipping helpers of torch.nn.utils.clip_grad_norm_. Each rank's optimizer holds only its
-// stage's parameters; the state is reachable by parameter name for checkpoints (/optim/<param
-// name>/{exp_avg,exp_avg_sq}).
+// momentum, with the update equations of torch.optim.AdamW and torch.optim.SGD, plus the clipping
+// helpers of torch.nn.utils.clip_grad_norm_. Each rank's optimizer holds only its stage's parameters;
+// the state is reachable by parameter name for checkpoints (/optim/<param name>/{exp_avg,exp_avg_sq}).
 #include <cstdint>
 #include <map>
 #include <memory>
