@@ -105,7 +105,7 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     if (action.kind != ActionKind::Forward && action.kind != ActionKind::SendActivation &&
         action.kind != ActionKind::ReceiveActivation)
       continue;
-    action.recomputed = false;
+    action.activations_recomputed = false;
     evaluation_actions_.push_back(action);
   }
   active_data_ = &data_;
@@ -415,7 +415,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
         state.kept.push_back(value);
       }
       const bool free_during = training_ && evaluation_ == nullptr;  // evaluation reads values afterwards
-      const std::unordered_set<int> keep = free_during ? forward_keep(program, action.recomputed ? &state.kept : nullptr)
+      const std::unordered_set<int> keep = free_during ? forward_keep(program, action.activations_recomputed ? &state.kept : nullptr)
                                                        : std::unordered_set<int>{};
       forward(state, action.microbatch, program.subgraph, free_during ? &keep : nullptr);
       for (int value : program.sent) {  // relayed values came whole; the stage's own are in the halves
@@ -436,7 +436,7 @@ void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::
             if (std::find(program.subgraph.tasks.begin(), program.subgraph.tasks.end(), task) != program.subgraph.tasks.end())
               accumulate_loss_term(graph_, task, sub_pipelined_ ? state.halves[h] : state.values, backend_,
                                    evaluation_top1_, evaluation_->terms[term]);
-      if (action.recomputed) {  // keep only what the recomputation starts from (and the kept layers')
+      if (action.activations_recomputed) {  // keep only what the recomputation starts from (and the kept layers')
         TensorMap kept;
         for (int value : state.kept) kept[value] = state.values.at(value);
         if (partial_recompute)
