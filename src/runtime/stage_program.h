@@ -1,5 +1,5 @@
 #pragma once
-// What one pipeline stage runs (DESIGN.md "Runtime"): its forward subgraph, the autodiff backward of
+// What one pipeline stage runs (docs/architecture.md, the runtime layer): its forward subgraph, the autodiff backward of
 // that subgraph, its parameters and buffers, the data inputs it reads, and the activations that
 // cross the stage boundaries. An activation produced in stage p and read in stage q > p + 1 is
 // relayed by the stages between them, so stages only talk to their neighbours (the schedules'
