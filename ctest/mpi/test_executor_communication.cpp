@@ -84,15 +84,14 @@ TEST(ExecutorCommunication, AllReduceLeavesTheSumOfTheReplicasGradients) {
   PipelineExecutor executor(model.graph, plan, *pair, cpu_backend(), data, model.initial_values(), RuntimeOptions{});
   ASSERT_NE(executor.gradient_buckets(), nullptr);  // the overlapped all-reduce
 
-  // This replica's half of each microbatch, the last backward handing its gradients to the buckets
-  // as train_step does.
+  // This replica's half of each microbatch. Not marked as the step's last backward (as train_step
+  // marks it): the buckets' reductions would start during it and change the gradients in place
+  // while this test reads them; so the AllReduce action starts every bucket itself.
   const auto [begin, end] = plan.replica_samples(0, pair->rank());
   PipelineExecutor::Pass pass = executor.begin_training_pass(0);
   for (int microbatch = 0; microbatch < 2; ++microbatch) {
     executor.run_action(Action::forward(microbatch, begin, end, false), pass);
-    pass.in_last_backward = microbatch == 1;
     executor.run_action(Action::backward(microbatch, begin, end), pass);
-    pass.in_last_backward = false;
   }
   // Each replica's gradients before the reduction, exchanged as bytes (not through the collective
   // under test); every parameter of this stage is untied, so all are reduced.

@@ -1,10 +1,10 @@
 #pragma once
-// The executor (docs/architecture.md, the runtime layer): runs one rank's schedule — forward, backward and recompute of
-// its stage on its samples of each microbatch, non-blocking sends and blocking receives of
-// activations and gradients (with RaNNC's redistribution of sample ranges between stages of unequal
-// replica counts, and relaying of activations that skip stages), the gradient all-reduce over the
-// stage's data-parallel group and over the stages sharing a tied parameter, global-norm clipping
-// across all ranks, and the optimizer step.
+// The executor (docs/architecture.md, the runtime layer): runs one rank's schedule — forward,
+// backward and recompute of its stage on its samples of each microbatch, non-blocking sends and
+// blocking receives of activations and gradients (with RaNNC's redistribution of sample ranges
+// between stages of unequal replica counts, and relaying of activations that skip stages), the
+// gradient all-reduce over the stage's data-parallel group and over the stages sharing a tied
+// parameter, global-norm clipping across all ranks, and the optimizer step.
 //
 // Numerics are independent of the plan: sample g of a step draws the same dropout masks wherever it
 // runs, and the step loss is Σ over loss pieces of (samples in the piece / global batch) × the
