@@ -148,13 +148,13 @@ TEST(Schedule, RecomputeComesRightBeforeBackward) {
         ASSERT_GT(backward, 0u);
         EXPECT_EQ(list[backward - 1].kind, ActionKind::Recompute);
         EXPECT_EQ(list[backward - 1].microbatch, mb);
-        EXPECT_TRUE(list[find_action(list, ActionKind::Forward, mb)].recomputed);
+        EXPECT_TRUE(list[find_action(list, ActionKind::Forward, mb)].activations_recomputed);
       }
   }
   const Plan none = make_plan({1, 1}, 1, 3, ScheduleKind::OneForwardOneBackward);
   for (const auto& list : partrain::generate_schedule(none)) {
     EXPECT_EQ(find_action(list, ActionKind::Recompute, 0), list.size());
-    EXPECT_FALSE(list[find_action(list, ActionKind::Forward, 0)].recomputed);
+    EXPECT_FALSE(list[find_action(list, ActionKind::Forward, 0)].activations_recomputed);
   }
 }
 
@@ -169,7 +169,7 @@ TEST(Schedule, RecomputeFollowsEachStagesOwnPolicy) {
       const bool recomputes = plan.placement_of(rank).stage == 0;
       const std::vector<partrain::Action>& list = schedule[rank];
       EXPECT_EQ(find_action(list, ActionKind::Recompute, 0) < list.size(), recomputes) << "rank " << rank;
-      EXPECT_EQ(list[find_action(list, ActionKind::Forward, 0)].recomputed, recomputes) << "rank " << rank;
+      EXPECT_EQ(list[find_action(list, ActionKind::Forward, 0)].activations_recomputed, recomputes) << "rank " << rank;
     }
   }
 }
@@ -181,7 +181,7 @@ TEST(Schedule, ShiftedCriticalPathMovesRecomputeOffTheCriticalPath) {
   const Schedule schedule = partrain::generate_schedule(plan);
   // The last stage keeps its activations; the others recompute before waiting for the gradient.
   EXPECT_EQ(find_action(schedule[S - 1], ActionKind::Recompute, 0), schedule[S - 1].size());
-  EXPECT_FALSE(schedule[S - 1][find_action(schedule[S - 1], ActionKind::Forward, 0)].recomputed);
+  EXPECT_FALSE(schedule[S - 1][find_action(schedule[S - 1], ActionKind::Forward, 0)].activations_recomputed);
   for (int s = 0; s < S - 1; ++s)
     for (int mb = 0; mb < M; ++mb) {
       const std::size_t recompute = find_action(schedule[s], ActionKind::Recompute, mb);

@@ -47,14 +47,15 @@ struct Action {
   std::int64_t sample_begin = 0; // send/receive: the samples that move; compute: the rank's samples
   std::int64_t sample_end = 0;
   /// Forward only: true when the forward keeps just its boundary inputs (the stage's inputs) and a
-  /// Recompute of the same microbatch rebuilds the activations before its Backward.
-  bool recomputed = false;
+  /// Recompute of the same microbatch rebuilds the activations before its Backward (to_string
+  /// shows it as ", recomputed").
+  bool activations_recomputed = false;
   /// AllReduce only: the ranks of the group, ascending (the stage's replicas in every pipeline copy,
   /// this rank included).
   std::vector<int> group;
 
   /// Compute actions on the rank's samples [begin, end) of a microbatch.
-  static Action forward(int microbatch, std::int64_t begin, std::int64_t end, bool recomputed);
+  static Action forward(int microbatch, std::int64_t begin, std::int64_t end, bool activations_recomputed);
   static Action backward(int microbatch, std::int64_t begin, std::int64_t end);
   static Action recompute(int microbatch, std::int64_t begin, std::int64_t end);
   /// A send or receive kind with its peer rank and sample range; throws partrain::Error for another kind.
@@ -97,7 +98,7 @@ using Schedule = std::vector<std::vector<Action>>;
 ///    one forward and one backward step, then the remaining backward steps. The last chunk of stage
 ///    S-1 sends to the next chunk on stage 0. With v = 1 it is 1f1b. Needs M a multiple of S.
 /// Every stage whose policy is StageBoundaries or StageAware gets Recompute(mb) right before
-/// Backward(mb) (scp: before its gradient receives) and Forward(mb).recomputed set; which layers a
+/// Backward(mb) (scp: before its gradient receives) and Forward(mb).activations_recomputed set; which layers a
 /// StageAware stage really recomputes is the executor's business. Receives are placed right before
 /// the compute that needs them, sends right after the compute that produces them. With unequal
 /// replica counts each replica handles plan.replica_samples(stage, replica) of every microbatch and

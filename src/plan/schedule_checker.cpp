@@ -32,7 +32,7 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
 
   struct State {
     int forwards = 0, backwards = 0, recomputes = 0;
-    bool recomputed = false;
+    bool activations_recomputed = false;  // its Forward left the activations to a Recompute
     std::vector<int> sent_activation, received_activation, sent_gradient, received_gradient;  // peers
   };
   std::vector<State> states(static_cast<std::size_t>(M) * v);  // [chunk · M + microbatch]
@@ -88,10 +88,10 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
                        "schedule: " << at(plan, schedule, rank, index) << " comes before receiving all its inputs ("
                                     << state.received_activation.size() << " of " << previous.size() << ")");
         ++state.forwards;
-        state.recomputed = action.recomputed;
+        state.activations_recomputed = action.activations_recomputed;
         break;
       case ActionKind::Recompute:
-        PARTRAIN_CHECK(state.forwards == 1 && state.recomputed,
+        PARTRAIN_CHECK(state.forwards == 1 && state.activations_recomputed,
                        "schedule: " << at(plan, schedule, rank, index) << " without a recomputed Forward before it");
         PARTRAIN_CHECK(state.backwards == 0 && state.recomputes == 0,
                        "schedule: " << at(plan, schedule, rank, index) << " is repeated or after Backward");
@@ -100,7 +100,7 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
       case ActionKind::Backward:
         PARTRAIN_CHECK(state.forwards == 1, "schedule: " << at(plan, schedule, rank, index) << " before its Forward");
         PARTRAIN_CHECK(state.backwards == 0, "schedule: " << at(plan, schedule, rank, index) << " is repeated");
-        PARTRAIN_CHECK(!state.recomputed || state.recomputes == 1,
+        PARTRAIN_CHECK(!state.activations_recomputed || state.recomputes == 1,
                        "schedule: " << at(plan, schedule, rank, index) << " of a recomputed Forward has no Recompute");
         PARTRAIN_CHECK(state.received_gradient.size() == next.size(),
                        "schedule: " << at(plan, schedule, rank, index) << " comes before receiving all its gradients ("

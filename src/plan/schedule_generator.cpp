@@ -26,13 +26,13 @@ const char* action_kind_name(ActionKind kind) {
   return "?";
 }
 
-Action Action::forward(int microbatch, std::int64_t begin, std::int64_t end, bool recomputed) {
+Action Action::forward(int microbatch, std::int64_t begin, std::int64_t end, bool activations_recomputed) {
   Action action;
   action.kind = ActionKind::Forward;
   action.microbatch = microbatch;
   action.sample_begin = begin;
   action.sample_end = end;
-  action.recomputed = recomputed;
+  action.activations_recomputed = activations_recomputed;
   return action;
 }
 
@@ -89,7 +89,7 @@ std::string Action::to_string() const {
   if (is_send()) out << ", to " << peer;
   if (is_receive()) out << ", from " << peer;
   out << ", samples [" << sample_begin << "," << sample_end << ")";
-  if (kind == ActionKind::Forward && recomputed) out << ", recomputed";
+  if (kind == ActionKind::Forward && activations_recomputed) out << ", recomputed";
   out << ")";
   return out.str();
 }

@@ -37,20 +37,11 @@ Tensor copy_to(const Tensor& tensor, Backend& backend) {
   return copy;
 }
 
-}  // namespace
+// Appends `value` to `values` unless it is there already.
+void add_once(std::vector<int>& values, int value) {
+  if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
+}
 
-// Everything one microbatch holds on this rank between its forward and its backward.
-struct PipelineExecutor::MicrobatchState {
-  TensorMap values;               // forward values (only the inputs while a recomputed forward waits)
-  TensorMap received;             // assembled activations from the previous stage
-  TensorMap outputs;              // activations to send to the next stage
-  TensorMap received_gradients;   // assembled gradients from the next stage
-  TensorMap outgoing_gradients;   // gradients to send to the previous stage
-  std::vector<int> kept;          // value ids kept for recomputation (data inputs and received)
-  std::array<TensorMap, 2> halves;  // sub-pipelined TMP: each sub-microbatch's forward values
-};
-
-namespace {
 // What a training forward of the stage must not free while it runs (ExecutionOptions::keep): the
 // saved tensors, the outputs to send, the loss and, when the forward will be recomputed, the inputs
 // the recomputation starts from.
@@ -77,7 +68,24 @@ void keep_saved_tensors(const Graph& graph, const StageProgram& program, TensorM
     for (auto it = received->begin(); it != received->end();)
       it = keep.count(it->first) ? std::next(it) : received->erase(it);
 }
+
+// Parameter -> the pipeline stages reading it (ascending, each once). Parameters read by several
+// stages (tied embeddings) are reduced over every rank of those stages.
+std::map<int, std::vector<int>> stages_reading_parameters(const Plan& plan, const std::vector<StageProgram>& programs) {
+  std::map<int, std::vector<int>> stages_of;
+  for (const StageProgram& program : programs)
+    for (int value : program.parameters) {
+      std::vector<int>& stages = stages_of[value];
+      const int stage = plan.stage_of_chunk(program.stage);  // chunks of one stage share the rank's tensor
+      add_once(stages, stage);
+      std::sort(stages.begin(), stages.end());
+    }
+  return stages_of;
+}
+
 }  // namespace
+
+// ---- Construction ----
 
 PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::Communicator& world, Backend& backend,
                                    const io::BatchSource& data, const std::unordered_map<int, Tensor>& initial_values,
@@ -87,71 +95,90 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   PARTRAIN_CHECK(world.size() == plan.world_size,
                  "the plan is for " << plan.world_size << " ranks, but " << world.size() << " are running");
   placement_ = plan.placement_of(world.rank());
+  samples_ = plan.replica_samples(placement_.stage, placement_.replica);
   const std::vector<StageProgram> programs = build_stage_programs(graph, plan);
+  select_chunks(programs);
+  schedule_actions();
+  active_data_ = &data_;
+  load_initial_values(initial_values);
+  const std::map<int, std::vector<int>> stages_of = stages_reading_parameters(plan, programs);
+  create_groups(stages_of);
+  // DDP's overlapped reduction (when the schedule reduces over a data-parallel group): buckets of
+  // the untied gradients in the order the backward completes them, each reduced during the step's
+  // last backward as soon as it is complete — an all-reduce, or under ZeRO-1 a reduce-scatter of
+  // the partition's segment that is the bucket.
+  const bool data_parallel = std::any_of(actions_.begin(), actions_.end(),
+                                         [](const Action& action) { return action.kind == ActionKind::AllReduce; });
+  // An interleaved stage runs several model chunks, whose gradients complete in several backwards:
+  // the overlapped buckets follow one backward's completion order, so they are for one-chunk stages
+  // (an interleaved stage reduces all its gradients at its AllReduce action, as before).
+  const bool bucketed = data_parallel && programs_.size() == 1;
+  classify_parameters(stages_of);
+  const std::vector<GradientCompletion> completion =
+      bucketed ? gradient_completion_order(graph, programs_.front().backward, untied_) : std::vector<GradientCompletion>{};
+  create_optimizer(stages_of, bucketed, completion);
+  create_gradient_buckets(bucketed, completion);
+}
+
+void PipelineExecutor::select_chunks(const std::vector<StageProgram>& programs) {
   // The rank's model chunks: its stage alone, or under the interleaved schedule chunks s, s + S, ...
   // (Action::chunk indexes this list). Their parameters are disjoint but for ties between chunks.
-  for (int chunk : plan.chunks_of_stage(placement_.stage)) programs_.push_back(programs[chunk]);
-  std::vector<int> rank_parameters, rank_buffers;  // over the rank's chunks, each once
-  for (const StageProgram& program : programs_) {
-    for (int value : program.parameters)
-      if (std::find(rank_parameters.begin(), rank_parameters.end(), value) == rank_parameters.end())
-        rank_parameters.push_back(value);
-    for (int value : program.buffers)
-      if (std::find(rank_buffers.begin(), rank_buffers.end(), value) == rank_buffers.end()) rank_buffers.push_back(value);
+  for (int chunk : plan_.chunks_of_stage(placement_.stage)) programs_.push_back(programs[chunk]);
+  for (const StageProgram& program : programs_) {  // over the rank's chunks, each once
+    for (int value : program.parameters) add_once(parameter_order_, value);
+    for (int value : program.buffers) add_once(rank_buffers_, value);
   }
-  rank_buffers_ = rank_buffers;
-  actions_ = generate_schedule(plan)[world.rank()];
+}
+
+void PipelineExecutor::schedule_actions() {
+  actions_ = generate_schedule(plan_)[world_.rank()];
   for (Action action : actions_) {
     if (action.kind != ActionKind::Forward && action.kind != ActionKind::SendActivation &&
         action.kind != ActionKind::ReceiveActivation)
       continue;
-    action.recomputed = false;
+    action.activations_recomputed = false;
     evaluation_actions_.push_back(action);
   }
-  active_data_ = &data_;
+  for (std::size_t i = 0; i < actions_.size(); ++i)
+    if (actions_[i].kind == ActionKind::Backward) last_backward_ = i;
+  // The Step action finishes the step (optimizer_step): it must come last, after every send.
+  PARTRAIN_CHECK(!actions_.empty() && actions_.back().kind == ActionKind::Step,
+                 "executor: rank " << world_.rank() << "'s action list does not end with its Step");
+}
 
-  for (int value : rank_parameters) {
+void PipelineExecutor::load_initial_values(const std::unordered_map<int, Tensor>& initial_values) {
+  for (int value : parameter_order_) {
     auto found = initial_values.find(value);
-    PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for parameter " << graph.value(value).name);
+    PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for parameter " << graph_.value(value).name);
     state_[value] = copy_to(found->second, backend_);
     gradients_[value] = backend_.zeros(found->second.shape());  // f32 master gradients
   }
-  for (int value : rank_buffers) {
+  for (int value : rank_buffers_) {
     auto found = initial_values.find(value);
-    PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for buffer " << graph.value(value).name);
+    PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for buffer " << graph_.value(value).name);
     state_[value] = copy_to(found->second, backend_);
   }
-  mixed_precision_ = plan.precision == Precision::Bf16;
+  mixed_precision_ = plan_.precision == Precision::Bf16;
   refresh_working_parameters();
   // Merak's sub-pipelined TMP splits the rank's rows of a microbatch in two; values that cross the
   // stage's boundary whole (a loss piece) cannot be split, so such a stage runs microbatches whole.
-  {
-    const std::pair<std::int64_t, std::int64_t> own = plan.replica_samples(placement_.stage, placement_.replica);
-    sub_pipelined_ = plan.sub_pipelined_tmp && plan.tensor_parallel > 1 && own.second - own.first >= 2;
-    for (const StageProgram& program : programs_)
-      for (const std::vector<int>* values : {&program.received, &program.sent, &program.data_inputs})
-        for (int value : *values) sub_pipelined_ = sub_pipelined_ && has_batch_dim(graph.value(value).type.shape);
-  }
+  sub_pipelined_ = plan_.sub_pipelined_tmp && plan_.tensor_parallel > 1 && rows() >= 2;
+  for (const StageProgram& program : programs_)
+    for (const std::vector<int>* values : {&program.received, &program.sent, &program.data_inputs})
+      for (int value : *values) sub_pipelined_ = sub_pipelined_ && has_batch_dim(graph_.value(value).type.shape);
   // Constants (position ids) copied to the device once, not at every use.
-  for (const Value& value : graph.values())
-    if (value.kind == ValueKind::Const) constants_[value.id] = to_backend(graph.constant_data(value.id), backend_);
+  for (const Value& value : graph_.values())
+    if (value.kind == ValueKind::Const) constants_[value.id] = to_backend(graph_.constant_data(value.id), backend_);
+}
 
-  // Parameters read by several stages (tied embeddings) are reduced over every rank of those stages.
-  std::map<int, std::vector<int>> stages_of;  // parameter -> pipeline stages reading it (ascending, each once)
-  for (const StageProgram& program : programs)
-    for (int value : program.parameters) {
-      std::vector<int>& stages = stages_of[value];
-      const int stage = plan.stage_of_chunk(program.stage);  // chunks of one stage share the rank's tensor
-      if (std::find(stages.begin(), stages.end(), stage) == stages.end()) stages.push_back(stage);
-      std::sort(stages.begin(), stages.end());
-    }
+void PipelineExecutor::create_groups(const std::map<int, std::vector<int>>& stages_of) {
   // Data-parallel and tied groups join the ranks holding the same part of a tensor-parallel stage.
   auto ranks_of_stages = [&](const std::vector<int>& stages) {
     std::vector<int> ranks;
-    for (int copy = 0; copy < plan.pipeline_copies; ++copy)
+    for (int copy = 0; copy < plan_.pipeline_copies; ++copy)
       for (int stage : stages)
-        for (int replica = 0; replica < plan.stages[stage].replicas; ++replica)
-          ranks.push_back(plan.rank_of({copy, stage, replica, placement_.tensor_rank}));
+        for (int replica = 0; replica < plan_.stages[stage].replicas; ++replica)
+          ranks.push_back(plan_.rank_of({copy, stage, replica, placement_.tensor_rank}));
     std::sort(ranks.begin(), ranks.end());
     return ranks;
   };
@@ -162,50 +189,44 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
   std::sort(tied_sets.begin(), tied_sets.end());
   for (const std::vector<int>& stages : tied_sets) {  // collective over the world, same order everywhere
     const std::vector<int> ranks = ranks_of_stages(stages);
-    std::unique_ptr<comm::Communicator> group = world.group(ranks);
+    std::unique_ptr<comm::Communicator> group = world_.group(ranks);
     if (!group) continue;
     PARTRAIN_CHECK(!tied_group_, "executor: stage " << placement_.stage
                                                     << " shares parameters with two different sets of stages; "
                                                        "this is not supported");
     tied_group_ = std::move(group);
   }
-  stage_group_ = world.group(ranks_of_stages({placement_.stage}));
-  if (plan.tensor_parallel > 1) {
-    tensor_group_ = world.group(tensor_group(plan, placement_));
+  stage_group_ = world_.group(ranks_of_stages({placement_.stage}));
+  if (plan_.tensor_parallel > 1) {
+    tensor_group_ = world_.group(tensor_group(plan_, placement_));
     tensor_parallel_ = std::make_unique<comm::CommunicatorTensorParallelGroup>(*tensor_group_);
   }
+}
 
-  std::vector<OptimizerParameter> parameters;
-  std::vector<OptimizerParameter> tied_parameters;  // after the ZeRO pieces
-  for (int value : rank_parameters) {
-    parameter_order_.push_back(value);
+void PipelineExecutor::classify_parameters(const std::map<int, std::vector<int>>& stages_of) {
+  for (int value : parameter_order_) {
+    const std::vector<int>& stages = stages_of.at(value);
     // A replicated parameter of a tensor-parallel stage (LayerNorm, row-parallel bias) has the same
     // gradient on the t ranks of its group; a sharded one is a different part on each.
-    double holders = graph.value(value).sharding.sharded() ? 1 : plan.tensor_parallel;
+    double holders = graph_.value(value).sharding.sharded() ? 1 : plan_.tensor_parallel;
     double replicas = 0;
-    for (int stage : stages_of[value]) replicas += plan.stages[stage].replicas * plan.pipeline_copies;
+    for (int stage : stages) replicas += plan_.stages[stage].replicas * plan_.pipeline_copies;
     holders *= replicas;
     holders_.push_back(holders);
-    (stages_of[value].size() > 1 ? tied_ : untied_).push_back(value);
-    // No weight decay for biases and normalisation weights (1-D), as in Hugging Face and Megatron.
-    OptimizerParameter parameter{graph.value(value).name, state_[value], state_[value].rank() > 1};
-    (plan.zero == 1 && stages_of[value].size() > 1 ? tied_parameters : parameters).push_back(parameter);
+    (stages.size() > 1 ? tied_ : untied_).push_back(value);
   }
-  // DDP's overlapped reduction (when the schedule reduces over a data-parallel group): buckets of
-  // the untied gradients in the order the backward completes them, each reduced during the step's
-  // last backward as soon as it is complete — an all-reduce, or under ZeRO-1 a reduce-scatter of
-  // the partition's segment that is the bucket.
-  const bool data_parallel = std::any_of(actions_.begin(), actions_.end(),
-                                         [](const Action& action) { return action.kind == ActionKind::AllReduce; });
-  for (std::size_t i = 0; i < actions_.size(); ++i)
-    if (actions_[i].kind == ActionKind::Backward) last_backward_ = i;
-  // An interleaved stage runs several model chunks, whose gradients complete in several backwards:
-  // the overlapped buckets follow one backward's completion order, so they are for one-chunk stages
-  // (an interleaved stage reduces all its gradients at its AllReduce action, as before).
-  const bool bucketed = data_parallel && programs_.size() == 1;
-  const std::vector<GradientCompletion> completion =
-      bucketed ? gradient_completion_order(graph, programs_.front().backward, untied_) : std::vector<GradientCompletion>{};
-  if (plan.zero == 1) {
+}
+
+void PipelineExecutor::create_optimizer(const std::map<int, std::vector<int>>& stages_of, bool bucketed,
+                                        const std::vector<GradientCompletion>& completion) {
+  std::vector<OptimizerParameter> parameters;
+  std::vector<OptimizerParameter> tied_parameters;  // after the ZeRO pieces
+  for (int value : parameter_order_) {
+    // No weight decay for biases and normalisation weights (1-D), as in Hugging Face and Megatron.
+    OptimizerParameter parameter{graph_.value(value).name, state_[value], state_[value].rank() > 1};
+    (plan_.zero == 1 && stages_of.at(value).size() > 1 ? tied_parameters : parameters).push_back(parameter);
+  }
+  if (plan_.zero == 1) {
     // ZeRO-1: the optimizer updates this rank's pieces of the untied parameters (tied ones, reduced
     // over stages, stay whole). Each piece's elements are held by this rank alone in the
     // data-parallel group, and by the t ranks of the tensor-parallel group when not split there.
@@ -218,7 +239,7 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
       std::vector<std::int64_t> bytes;
       for (const GradientCompletion& gradient : completion)
         bytes.push_back(static_cast<std::int64_t>(gradients_.at(gradient.parameter).nbytes()));
-      for (const std::vector<std::size_t>& bucket : assign_buckets(bytes, options.bucket_bytes)) {
+      for (const std::vector<std::size_t>& bucket : assign_buckets(bytes, options_.bucket_bytes)) {
         segments.emplace_back();
         for (std::size_t i : bucket) segments.back().push_back(index.at(completion[i].parameter));
       }
@@ -227,19 +248,23 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
     std::vector<OptimizerParameter> pieces;
     for (const ZeroPartition::Piece& piece : zero_->pieces()) {
       const int value = untied_[piece.parameter];
-      pieces.push_back({graph.value(value).name, ZeroPartition::view(state_[value], piece), state_[value].rank() > 1});
-      piece_weights_.push_back(graph.value(value).sharding.sharded() ? 1.0 : 1.0 / plan.tensor_parallel);
+      pieces.push_back({graph_.value(value).name, ZeroPartition::view(state_[value], piece), state_[value].rank() > 1});
+      piece_weights_.push_back(graph_.value(value).sharding.sharded() ? 1.0 : 1.0 / plan_.tensor_parallel);
     }
     parameters = std::move(pieces);
     for (OptimizerParameter& parameter : tied_parameters) parameters.push_back(std::move(parameter));
   }
-  optimizer_ = make_optimizer(plan.optimizer, options.optimizer, std::move(parameters), backend_);
+  optimizer_ = make_optimizer(plan_.optimizer, options_.optimizer, std::move(parameters), backend_);
+}
 
+void PipelineExecutor::create_gradient_buckets(bool bucketed, const std::vector<GradientCompletion>& completion) {
   if (bucketed && !untied_.empty())
     buckets_ = zero_ ? std::make_unique<BucketedAllReduce>(*zero_, untied_, completion, gradients_, backend_)
-                     : std::make_unique<BucketedAllReduce>(completion, gradients_, options.bucket_bytes, *stage_group_,
+                     : std::make_unique<BucketedAllReduce>(completion, gradients_, options_.bucket_bytes, *stage_group_,
                                                            backend_);
 }
+
+PipelineExecutor::~PipelineExecutor() = default;
 
 DType PipelineExecutor::compute_dtype(DType dtype) const {
   return mixed_precision_ && dtype == DType::F32 ? DType::BF16 : dtype;
@@ -259,15 +284,7 @@ Tensor PipelineExecutor::to_compute(const Tensor& host) const {
   return to_dtype(to_backend(host, backend_), compute_dtype(host.dtype()), backend_);
 }
 
-PipelineExecutor::~PipelineExecutor() = default;
-
-void PipelineExecutor::release_sent_outputs(std::vector<comm::Request>& pending) {
-  for (auto it = sending_.begin(); it != sending_.end();) {
-    const bool done = std::all_of(it->requests.begin(), it->requests.end(),
-                                  [&](std::size_t request) { return pending[request].test(); });
-    it = done ? sending_.erase(it) : std::next(it);
-  }
-}
+// ---- Helpers of the action methods ----
 
 std::size_t PipelineExecutor::state_index(const Action& action) const {
   return static_cast<std::size_t>(action.chunk) * plan_.microbatches + action.microbatch;
@@ -279,7 +296,7 @@ int PipelineExecutor::peer_chunk(const Action& action) const {
 }
 
 Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const Action& action) const {
-  const auto [begin, end] = plan_.replica_samples(placement_.stage, placement_.replica);
+  const auto [begin, end] = samples_;
   if (has_batch_dim(graph_.value(value).type.shape))
     return tensor.slice_rows(action.sample_begin - begin, action.sample_end - begin);
   // An unbatched value (a loss piece) travels whole; Plan::validate allows it only between replicas
@@ -291,255 +308,372 @@ Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const
   return tensor;
 }
 
-void PipelineExecutor::run_action(const Action& action, std::int64_t step, std::vector<MicrobatchState>& microbatches,
-                                  std::vector<comm::Request>& pending, double& loss_sum) {
-  // The model chunk the action runs (the rank's only one except under the interleaved schedule).
-  const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
-  // Plain variables, not a structured binding: lambdas below capture them (clang < 16 cannot).
-  const std::pair<std::int64_t, std::int64_t> own = plan_.replica_samples(placement_.stage, placement_.replica);
-  const std::int64_t own_begin = own.first, rows = own.second - own.first;
+RandomContext PipelineExecutor::random_context(std::int64_t step, int microbatch) const {
   const std::int64_t per_copy = plan_.global_batch / plan_.pipeline_copies;
-  auto random_context = [&](int microbatch) {
-    RandomContext random;
-    random.seed = options_.seed;
-    random.step = static_cast<std::uint32_t>(step);
-    // Keyed by the sample's index in the step, so any plan draws the same masks for it.
-    random.first_sample = static_cast<std::uint32_t>(placement_.copy * per_copy + microbatch * plan_.microbatch_size() + own_begin);
-    return random;
-  };
+  RandomContext random;
+  random.seed = options_.seed;
+  random.step = static_cast<std::uint32_t>(step);
+  // Keyed by the sample's index in the step, so any plan draws the same masks for it.
+  random.first_sample =
+      static_cast<std::uint32_t>(placement_.copy * per_copy + microbatch * plan_.microbatch_size() + samples_.first);
+  return random;
+}
+
+std::pair<std::int64_t, std::int64_t> PipelineExecutor::half_rows(int half) const {
   // Sub-pipelined TMP: the two sub-microbatches are rows [0, half) and [half, rows) of the rank's part.
-  const std::int64_t half = rows / 2;
-  auto half_rows = [&](int h) { return h == 0 ? std::pair<std::int64_t, std::int64_t>{0, half} : std::pair<std::int64_t, std::int64_t>{half, rows}; };
-  auto half_options = [&](int microbatch) {
-    std::array<ExecutionOptions, 2> options;
-    for (int h = 0; h < 2; ++h) {
-      options[h] = {training_, random_context(microbatch), tensor_parallel_.get(), {}};
-      options[h].random.first_sample += static_cast<std::uint32_t>(half_rows(h).first);
-    }
-    return options;
-  };
-  // A tensor of the rank's whole part of the microbatch from the two halves' (rows concatenated).
-  auto concatenated = [&](const std::array<TensorMap, 2>& halves, int value) {
-    const Tensor& first = halves[0].at(value);
-    Shape shape = first.shape();
-    shape[0] = rows;
-    Tensor whole = backend_.empty(shape, first.dtype());
-    for (int h = 0; h < 2; ++h)
-      backend_.copy(whole.slice_rows(half_rows(h).first, half_rows(h).second), halves[h].at(value));
-    return whole;
-  };
+  const std::int64_t middle = rows() / 2;
+  return half == 0 ? std::pair<std::int64_t, std::int64_t>{0, middle} : std::pair<std::int64_t, std::int64_t>{middle, rows()};
+}
+
+std::array<ExecutionOptions, 2> PipelineExecutor::half_options(std::int64_t step, int microbatch) const {
+  std::array<ExecutionOptions, 2> options;
+  for (int h = 0; h < 2; ++h) {
+    options[h] = {training_, random_context(step, microbatch), tensor_parallel_.get(), {}};
+    options[h].random.first_sample += static_cast<std::uint32_t>(half_rows(h).first);
+  }
+  return options;
+}
+
+Tensor PipelineExecutor::concatenated(const std::array<TensorMap, 2>& halves, int value) const {
+  const Tensor& first = halves[0].at(value);
+  Shape shape = first.shape();
+  shape[0] = rows();
+  Tensor whole = backend_.empty(shape, first.dtype());
+  for (int h = 0; h < 2; ++h)
+    backend_.copy(whole.slice_rows(half_rows(h).first, half_rows(h).second), halves[h].at(value));
+  return whole;
+}
+
+bool PipelineExecutor::partial_recompute(const StageProgram& program) const {
   // Stage-aware recomputation keeps the activations of the stage's later tasks and recomputes only
   // its first ones (the whole microbatch at once: sub-pipelined TMP recomputes the whole stage).
-  const bool partial_recompute = !program.recomputed.tasks.empty() && !sub_pipelined_;
-  // `keep`: free every other value as soon as the forward no longer needs it (nullptr: keep all).
-  auto forward = [&](MicrobatchState& state, int microbatch, const Subgraph& subgraph,
-                     const std::unordered_set<int>* keep) {
-    if (!sub_pipelined_) {
-      for (const auto& [value, tensor] : working_) state.values[value] = tensor;
-      for (const auto& [value, tensor] : constants_) state.values[value] = tensor;
-      ExecutionOptions options{training_, random_context(microbatch), tensor_parallel_.get(), {}};
-      options.keep = keep;
-      run_forward(graph_, subgraph, state.values, backend_, options);
-      return;
-    }
-    for (int h = 0; h < 2; ++h) {
-      TensorMap& values = state.halves[h];
-      values = working_;
-      for (const auto& [value, tensor] : constants_) values[value] = tensor;
-      for (int value : state.kept) values[value] = state.values.at(value).slice_rows(half_rows(h).first, half_rows(h).second);
-    }
-    run_forward_overlapped(graph_, subgraph, {&state.halves[0], &state.halves[1]}, backend_, half_options(microbatch));
-  };
+  return !program.recomputed.tasks.empty() && !sub_pipelined_;
+}
 
-  switch (action.kind) {
-    case ActionKind::ReceiveActivation:
-    case ActionKind::ReceiveGradient: {
-      const bool gradient = action.kind == ActionKind::ReceiveGradient;
-      MicrobatchState& state = microbatches[state_index(action)];
-      const std::vector<int>& values = gradient ? program.gradients_received : program.received;
-      TensorMap& into = gradient ? state.received_gradients : state.received;
-      std::vector<comm::Request> requests;
-      for (int value : values) {
-        Tensor& tensor = into[value];
-        if (!tensor.defined())
-          tensor = backend_.empty(with_batch(graph_.value(value).type.shape, rows), compute_dtype(graph_.value(value).type.dtype));
-        requests.push_back(world_.receive(transferred_part(tensor, value, action), action.peer,
-                                          message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
-      }
-      comm::wait_all(requests);
-      return;
-    }
-    case ActionKind::SendActivation:
-    case ActionKind::SendGradient: {
-      const bool gradient = action.kind == ActionKind::SendGradient;
-      MicrobatchState& state = microbatches[state_index(action)];
-      const std::vector<int>& values = gradient ? program.gradients_sent : program.sent;
-      const TensorMap& from = gradient ? state.outgoing_gradients : state.outputs;
-      const bool tracked = !gradient && training_ && !activation_sends_left_.empty();
-      const std::size_t index = state_index(action);
-      for (int value : values) {
-        const Tensor& tensor = from.at(value);
-        pending.push_back(world_.send(transferred_part(tensor, value, action), action.peer,
-                                      message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
-        if (tracked) activation_requests_[index].push_back(pending.size() - 1);
-      }
-      if (tracked && --activation_sends_left_[index] == 0) {
-        // The microbatch's last send: its outputs the backward does not read go once sent.
-        SendingOutputs sent;
-        sent.requests = std::move(activation_requests_[index]);
-        for (int value : program.sent) {
-          if (std::binary_search(program.saved.begin(), program.saved.end(), value)) continue;
-          auto found = state.outputs.find(value);
-          if (found == state.outputs.end()) continue;
-          sent.tensors.push_back(found->second);
-          state.outputs.erase(found);
-        }
-        sending_.push_back(std::move(sent));
-      }
-      return;
-    }
-    case ActionKind::Forward: {
-      MicrobatchState& state = microbatches[state_index(action)];
-      const std::int64_t first = step * plan_.global_batch + placement_.copy * per_copy +
-                                 action.microbatch * plan_.microbatch_size() + own_begin;
-      const io::NamedTensors batch = active_data_->samples(first, rows);
-      for (int value : program.data_inputs) {
-        auto found = batch.find(graph_.value(value).name);
-        PARTRAIN_CHECK(found != batch.end(),
-                       active_data_->path() << ": the data has no input '" << graph_.value(value).name << "'");
-        state.values[value] = to_compute(found->second);
-        state.kept.push_back(value);
-      }
-      for (const auto& [value, tensor] : state.received) {
-        state.values[value] = tensor;
-        state.kept.push_back(value);
-      }
-      const bool free_during = training_ && evaluation_ == nullptr;  // evaluation reads values afterwards
-      const std::unordered_set<int> keep = free_during ? forward_keep(program, action.recomputed ? &state.kept : nullptr)
-                                                       : std::unordered_set<int>{};
-      forward(state, action.microbatch, program.subgraph, free_during ? &keep : nullptr);
-      for (int value : program.sent) {  // relayed values came whole; the stage's own are in the halves
-        auto whole = state.values.find(value);
-        state.outputs[value] = whole != state.values.end() ? whole->second : concatenated(state.halves, value);
-      }
-      if (program.loss >= 0 && placement_.tensor_rank == 0) {  // the t ranks of a group share one loss
-        for (int h = 0; h < (sub_pipelined_ ? 2 : 1); ++h) {  // each sub-microbatch is its own loss piece
-          const std::int64_t piece = sub_pipelined_ ? half_rows(h).second - half_rows(h).first : rows;
-          const TensorMap& values = sub_pipelined_ ? state.halves[h] : state.values;
-          loss_sum += static_cast<double>(piece) / plan_.global_batch *
-                      to_host(values.at(program.loss), backend_).to_float_vector().at(0);
-        }
-      }
-      if (evaluation_ != nullptr)  // per loss piece: the rank's rows, or each sub-microbatch
-        for (int h = 0; h < (sub_pipelined_ ? 2 : 1); ++h)
-          for (const auto& [term, task] : evaluation_terms_)
-            if (std::find(program.subgraph.tasks.begin(), program.subgraph.tasks.end(), task) != program.subgraph.tasks.end())
-              accumulate_loss_term(graph_, task, sub_pipelined_ ? state.halves[h] : state.values, backend_,
-                                   evaluation_top1_, evaluation_->terms[term]);
-      if (action.recomputed) {  // keep only what the recomputation starts from (and the kept layers')
-        TensorMap kept;
-        for (int value : state.kept) kept[value] = state.values.at(value);
-        if (partial_recompute)
-          for (int value : program.kept_values)
-            if (auto found = state.values.find(value); found != state.values.end()) kept[value] = found->second;
-        state.values = std::move(kept);
-        state.halves = {};
-      } else if (training_) {  // keep only what the backward reads
-        keep_saved_tensors(graph_, program, state.values, state.halves, &state.received);
-      }
-      return;
-    }
-    case ActionKind::Recompute: {
-      MicrobatchState& state = microbatches[state_index(action)];
-      // BatchNorm updated its running statistics in the first forward: keep them from changing twice.
-      std::vector<std::pair<Tensor, Tensor>> saved;
-      for (int value : program.buffers) saved.emplace_back(state_.at(value), copy_to(state_.at(value), backend_));
-      const std::unordered_set<int> keep = forward_keep(program, nullptr);
-      forward(state, action.microbatch, partial_recompute ? program.recomputed : program.subgraph, &keep);
-      for (auto& [live, copy] : saved) backend_.copy(live, copy);
-      // One microbatch's saved tensors until its backward; the inputs it started from are no longer
-      // needed unless the backward reads them.
-      keep_saved_tensors(graph_, program, state.values, state.halves, nullptr);
-      return;
-    }
-    case ActionKind::Backward: {
-      MicrobatchState& state = microbatches[state_index(action)];
-      // One backward per loss piece: the rank's rows, or the two sub-microbatches of sub-pipelined TMP.
-      const int pieces = sub_pipelined_ ? 2 : 1;
-      std::array<TensorMap, 2> grads;
-      for (int p = 0; p < pieces; ++p) {
-        const TensorMap& values = sub_pipelined_ ? state.halves[p] : state.values;
-        const std::pair<std::int64_t, std::int64_t> range = sub_pipelined_ ? half_rows(p) : std::pair<std::int64_t, std::int64_t>{0, rows};
-        for (int value : program.backward.parameter_grads) grads[p][value] = gradients_.at(value);
-        for (int value : program.backward.output_grads) {
-          const Tensor& output = values.at(value);
-          if (value == program.loss) {
-            const double weight = static_cast<double>(range.second - range.first) / plan_.global_batch;
-            grads[p][value] = to_backend(Tensor::full(output.shape(), weight, output.dtype()), backend_);
-          } else if (auto found = state.received_gradients.find(value); found != state.received_gradients.end()) {
-            grads[p][value] = sub_pipelined_ ? found->second.slice_rows(range.first, range.second) : found->second;
-          } else {
-            grads[p][value] = backend_.zeros(output.shape(), output.dtype());
-          }
-        }
-      }
-      // In the step's last backward each completed gradient may start its bucket's all-reduce.
-      std::function<void(int)> on_gradient;
-      if (buckets_ && in_last_backward_) on_gradient = [this](int parameter) { buckets_->gradient_ready(parameter); };
-      if (sub_pipelined_) {
-        const std::array<ExecutionOptions, 2> options = half_options(action.microbatch);
-        std::array<ExecutionOptions, 2> backward_options = options;
-        for (ExecutionOptions& option : backward_options) {
-          option.training = true;
-          option.on_parameter_gradient = on_gradient;
-        }
-        run_backward_overlapped(graph_, program.backward, {&state.halves[0], &state.halves[1]}, {&grads[0], &grads[1]},
-                                backend_, backward_options);
-      } else {
-        run_backward(graph_, program.backward, state.values, grads[0], backend_,
-                     {true, random_context(action.microbatch), tensor_parallel_.get(), on_gradient});
-      }
-      for (int value : program.gradients_sent) {
-        Tensor gradient;
-        if (auto own = grads[0].find(value); own != grads[0].end() && own->second.defined())
-          gradient = sub_pipelined_ ? concatenated(grads, value) : own->second;
-        if (auto relayed = state.received_gradients.find(value); relayed != state.received_gradients.end()) {
-          if (gradient.defined()) {
-            backend_.accumulate(gradient, relayed->second);
-          } else {
-            gradient = relayed->second;
-          }
-        }
-        if (!gradient.defined())
-          gradient = backend_.zeros(with_batch(graph_.value(value).type.shape, rows), compute_dtype(graph_.value(value).type.dtype));
-        state.outgoing_gradients[value] = gradient;
-      }
-      state.values.clear();
-      state.halves = {};
-      state.received.clear();
-      state.outputs.clear();
-      state.received_gradients.clear();
-      return;
-    }
-    case ActionKind::AllReduce: {  // the stage's gradient reduction: an all-reduce, or ZeRO-1's reduce-scatter
-      if (buckets_) {  // started during the last backward: wait for the rest
-        buckets_->finish(step, clock_origin_, trace_);
-        if (zero_) zero_gradients_ = zero_->reduced_parts();
-        return;
-      }
-      std::vector<Tensor> tensors;
-      for (int value : untied_) tensors.push_back(gradients_.at(value));
-      if (zero_) {
-        zero_gradients_ = zero_->reduce_scatter(tensors);
-      } else if (!tensors.empty()) {
-        stage_group_->all_reduce_coalesced(tensors);
-      }
-      return;
-    }
-    case ActionKind::Step:
-      return;  // train_step finishes the step after the list (it needs the sends completed first)
+void PipelineExecutor::run_forward_of(MicrobatchState& state, std::int64_t step, int microbatch,
+                                      const Subgraph& subgraph, const std::unordered_set<int>* keep) {
+  if (!sub_pipelined_) {
+    for (const auto& [value, tensor] : working_) state.values[value] = tensor;
+    for (const auto& [value, tensor] : constants_) state.values[value] = tensor;
+    ExecutionOptions options{training_, random_context(step, microbatch), tensor_parallel_.get(), {}};
+    options.keep = keep;
+    run_forward(graph_, subgraph, state.values, backend_, options);
+    return;
+  }
+  for (int h = 0; h < 2; ++h) {
+    TensorMap& values = state.halves[h];
+    values = working_;
+    for (const auto& [value, tensor] : constants_) values[value] = tensor;
+    for (int value : state.kept) values[value] = state.values.at(value).slice_rows(half_rows(h).first, half_rows(h).second);
+  }
+  run_forward_overlapped(graph_, subgraph, {&state.halves[0], &state.halves[1]}, backend_, half_options(step, microbatch));
+}
+
+void PipelineExecutor::release_sent_outputs(Pass& pass) {
+  for (auto it = pass.sending.begin(); it != pass.sending.end();) {
+    const bool done = std::all_of(it->requests.begin(), it->requests.end(),
+                                  [&](std::size_t request) { return pass.pending[request].test(); });
+    it = done ? pass.sending.erase(it) : std::next(it);
   }
 }
+
+// ---- The actions ----
+
+PipelineExecutor::Pass PipelineExecutor::new_pass(std::int64_t step) const {
+  Pass pass;
+  pass.step = step;
+  pass.microbatches.resize(static_cast<std::size_t>(plan_.microbatches) * programs_.size());
+  return pass;
+}
+
+PipelineExecutor::Pass PipelineExecutor::begin_training_pass(std::int64_t step) {
+  for (auto& [value, gradient] : gradients_) backend_.fill_zero(gradient);
+  Pass pass = new_pass(step);
+  if (buckets_) buckets_->begin(sub_pipelined_ ? 2 : 1);
+  pass.activation_sends_left.assign(pass.microbatches.size(), 0);
+  pass.activation_requests.assign(pass.microbatches.size(), {});
+  for (const Action& action : actions_)
+    if (action.kind == ActionKind::SendActivation) ++pass.activation_sends_left[state_index(action)];
+  return pass;
+}
+
+void PipelineExecutor::run_action(const Action& action, Pass& pass) {
+  switch (action.kind) {
+    case ActionKind::Forward:
+      return forward(action, pass);
+    case ActionKind::Backward:
+      return backward(action, pass);
+    case ActionKind::Recompute:
+      return recompute(action, pass);
+    case ActionKind::SendActivation:
+    case ActionKind::SendGradient:
+      return send(action, pass);
+    case ActionKind::ReceiveActivation:
+    case ActionKind::ReceiveGradient:
+      return receive(action, pass);
+    case ActionKind::AllReduce:
+      return all_reduce_gradients(pass);
+    case ActionKind::Step:
+      return optimizer_step(pass);
+  }
+}
+
+void PipelineExecutor::receive(const Action& action, Pass& pass) {
+  // The model chunk the action runs (the rank's only one except under the interleaved schedule).
+  const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
+  const bool gradient = action.kind == ActionKind::ReceiveGradient;
+  MicrobatchState& state = pass.microbatches[state_index(action)];
+  const std::vector<int>& values = gradient ? program.gradients_received : program.received;
+  TensorMap& into = gradient ? state.received_gradients : state.received;
+  std::vector<comm::Request> requests;
+  for (int value : values) {
+    Tensor& tensor = into[value];
+    if (!tensor.defined())
+      tensor = backend_.empty(with_batch(graph_.value(value).type.shape, rows()), compute_dtype(graph_.value(value).type.dtype));
+    requests.push_back(world_.receive(transferred_part(tensor, value, action), action.peer,
+                                      message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
+  }
+  comm::wait_all(requests);
+}
+
+void PipelineExecutor::send(const Action& action, Pass& pass) {
+  const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
+  const bool gradient = action.kind == ActionKind::SendGradient;
+  const std::size_t index = state_index(action);
+  MicrobatchState& state = pass.microbatches[index];
+  const std::vector<int>& values = gradient ? program.gradients_sent : program.sent;
+  const TensorMap& from = gradient ? state.outgoing_gradients : state.outputs;
+  const bool tracked = !gradient && training_ && !pass.activation_sends_left.empty();
+  for (int value : values) {
+    const Tensor& tensor = from.at(value);
+    pass.pending.push_back(world_.send(transferred_part(tensor, value, action), action.peer,
+                                       message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
+    if (tracked) pass.activation_requests[index].push_back(pass.pending.size() - 1);
+  }
+  if (tracked && --pass.activation_sends_left[index] == 0) {
+    // The microbatch's last send: its outputs the backward does not read go once sent.
+    Pass::SendingOutputs sent;
+    sent.requests = std::move(pass.activation_requests[index]);
+    for (int value : program.sent) {
+      if (std::binary_search(program.saved.begin(), program.saved.end(), value)) continue;
+      auto found = state.outputs.find(value);
+      if (found == state.outputs.end()) continue;
+      sent.tensors.push_back(found->second);
+      state.outputs.erase(found);
+    }
+    pass.sending.push_back(std::move(sent));
+  }
+}
+
+void PipelineExecutor::forward(const Action& action, Pass& pass) {
+  const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
+  MicrobatchState& state = pass.microbatches[state_index(action)];
+  load_inputs(program, state, pass.step, action.microbatch);
+  const bool free_during = training_ && evaluation_ == nullptr;  // evaluation reads values afterwards
+  const std::unordered_set<int> keep =
+      free_during ? forward_keep(program, action.activations_recomputed ? &state.kept : nullptr) : std::unordered_set<int>{};
+  run_forward_of(state, pass.step, action.microbatch, program.subgraph, free_during ? &keep : nullptr);
+  for (int value : program.sent) {  // relayed values came whole; the stage's own are in the halves
+    auto whole = state.values.find(value);
+    state.outputs[value] = whole != state.values.end() ? whole->second : concatenated(state.halves, value);
+  }
+  add_losses(program, state, pass);
+  if (action.activations_recomputed) {  // keep only what the recomputation starts from (and the kept layers')
+    TensorMap kept;
+    for (int value : state.kept) kept[value] = state.values.at(value);
+    if (partial_recompute(program))
+      for (int value : program.kept_values)
+        if (auto found = state.values.find(value); found != state.values.end()) kept[value] = found->second;
+    state.values = std::move(kept);
+    state.halves = {};
+  } else if (training_) {  // keep only what the backward reads
+    keep_saved_tensors(graph_, program, state.values, state.halves, &state.received);
+  }
+}
+
+void PipelineExecutor::load_inputs(const StageProgram& program, MicrobatchState& state, std::int64_t step,
+                                   int microbatch) {
+  const std::int64_t per_copy = plan_.global_batch / plan_.pipeline_copies;
+  const std::int64_t first =
+      step * plan_.global_batch + placement_.copy * per_copy + microbatch * plan_.microbatch_size() + samples_.first;
+  const io::NamedTensors batch = active_data_->samples(first, rows());
+  for (int value : program.data_inputs) {
+    auto found = batch.find(graph_.value(value).name);
+    PARTRAIN_CHECK(found != batch.end(),
+                   active_data_->path() << ": the data has no input '" << graph_.value(value).name << "'");
+    state.values[value] = to_compute(found->second);
+    state.kept.push_back(value);
+  }
+  for (const auto& [value, tensor] : state.received) {
+    state.values[value] = tensor;
+    state.kept.push_back(value);
+  }
+}
+
+void PipelineExecutor::add_losses(const StageProgram& program, const MicrobatchState& state, Pass& pass) {
+  const int pieces = sub_pipelined_ ? 2 : 1;  // each sub-microbatch is its own loss piece
+  if (program.loss >= 0 && placement_.tensor_rank == 0) {  // the t ranks of a group share one loss
+    for (int h = 0; h < pieces; ++h) {
+      const std::int64_t piece = sub_pipelined_ ? half_rows(h).second - half_rows(h).first : rows();
+      const TensorMap& values = sub_pipelined_ ? state.halves[h] : state.values;
+      pass.loss_sum += static_cast<double>(piece) / plan_.global_batch *
+                       to_host(values.at(program.loss), backend_).to_float_vector().at(0);
+    }
+  }
+  if (evaluation_ != nullptr)  // per loss piece: the rank's rows, or each sub-microbatch
+    for (int h = 0; h < pieces; ++h)
+      for (const auto& [term, task] : evaluation_terms_)
+        if (std::find(program.subgraph.tasks.begin(), program.subgraph.tasks.end(), task) != program.subgraph.tasks.end())
+          accumulate_loss_term(graph_, task, sub_pipelined_ ? state.halves[h] : state.values, backend_,
+                               evaluation_top1_, evaluation_->terms[term]);
+}
+
+void PipelineExecutor::recompute(const Action& action, Pass& pass) {
+  const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
+  MicrobatchState& state = pass.microbatches[state_index(action)];
+  // BatchNorm updated its running statistics in the first forward: keep them from changing twice.
+  std::vector<std::pair<Tensor, Tensor>> saved;
+  for (int value : program.buffers) saved.emplace_back(state_.at(value), copy_to(state_.at(value), backend_));
+  const std::unordered_set<int> keep = forward_keep(program, nullptr);
+  run_forward_of(state, pass.step, action.microbatch, partial_recompute(program) ? program.recomputed : program.subgraph,
+                 &keep);
+  for (auto& [live, copy] : saved) backend_.copy(live, copy);
+  // One microbatch's saved tensors until its backward; the inputs it started from are no longer
+  // needed unless the backward reads them.
+  keep_saved_tensors(graph_, program, state.values, state.halves, nullptr);
+}
+
+void PipelineExecutor::backward(const Action& action, Pass& pass) {
+  const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
+  MicrobatchState& state = pass.microbatches[state_index(action)];
+  std::array<TensorMap, 2> grads = seed_gradients(program, state);
+  // In the step's last backward each completed gradient may start its bucket's all-reduce.
+  std::function<void(int)> on_gradient;
+  if (buckets_ && pass.in_last_backward) on_gradient = [this](int parameter) { buckets_->gradient_ready(parameter); };
+  if (sub_pipelined_) {
+    std::array<ExecutionOptions, 2> backward_options = half_options(pass.step, action.microbatch);
+    for (ExecutionOptions& option : backward_options) {
+      option.training = true;
+      option.on_parameter_gradient = on_gradient;
+    }
+    run_backward_overlapped(graph_, program.backward, {&state.halves[0], &state.halves[1]}, {&grads[0], &grads[1]},
+                            backend_, backward_options);
+  } else {
+    run_backward(graph_, program.backward, state.values, grads[0], backend_,
+                 {true, random_context(pass.step, action.microbatch), tensor_parallel_.get(), on_gradient});
+  }
+  collect_outgoing_gradients(program, state, grads);
+  state.values.clear();
+  state.halves = {};
+  state.received.clear();
+  state.outputs.clear();
+  state.received_gradients.clear();
+}
+
+std::array<TensorMap, 2> PipelineExecutor::seed_gradients(const StageProgram& program, const MicrobatchState& state) {
+  // One backward per loss piece: the rank's rows, or the two sub-microbatches of sub-pipelined TMP.
+  const int pieces = sub_pipelined_ ? 2 : 1;
+  std::array<TensorMap, 2> grads;
+  for (int p = 0; p < pieces; ++p) {
+    const TensorMap& values = sub_pipelined_ ? state.halves[p] : state.values;
+    const std::pair<std::int64_t, std::int64_t> range = sub_pipelined_ ? half_rows(p) : std::pair<std::int64_t, std::int64_t>{0, rows()};
+    for (int value : program.backward.parameter_grads) grads[p][value] = gradients_.at(value);
+    for (int value : program.backward.output_grads) {
+      const Tensor& output = values.at(value);
+      if (value == program.loss) {
+        const double weight = static_cast<double>(range.second - range.first) / plan_.global_batch;
+        grads[p][value] = to_backend(Tensor::full(output.shape(), weight, output.dtype()), backend_);
+      } else if (auto found = state.received_gradients.find(value); found != state.received_gradients.end()) {
+        grads[p][value] = sub_pipelined_ ? found->second.slice_rows(range.first, range.second) : found->second;
+      } else {
+        grads[p][value] = backend_.zeros(output.shape(), output.dtype());
+      }
+    }
+  }
+  return grads;
+}
+
+void PipelineExecutor::collect_outgoing_gradients(const StageProgram& program, MicrobatchState& state,
+                                                  const std::array<TensorMap, 2>& grads) {
+  for (int value : program.gradients_sent) {
+    Tensor gradient;
+    if (auto own = grads[0].find(value); own != grads[0].end() && own->second.defined())
+      gradient = sub_pipelined_ ? concatenated(grads, value) : own->second;
+    if (auto relayed = state.received_gradients.find(value); relayed != state.received_gradients.end()) {
+      if (gradient.defined()) {
+        backend_.accumulate(gradient, relayed->second);
+      } else {
+        gradient = relayed->second;
+      }
+    }
+    if (!gradient.defined())
+      gradient = backend_.zeros(with_batch(graph_.value(value).type.shape, rows()), compute_dtype(graph_.value(value).type.dtype));
+    state.outgoing_gradients[value] = gradient;
+  }
+}
+
+void PipelineExecutor::all_reduce_gradients(Pass& pass) {
+  // The stage's gradient reduction: an all-reduce, or ZeRO-1's reduce-scatter.
+  if (buckets_) {  // started during the last backward: wait for the rest
+    buckets_->finish(pass.step, clock_origin_, trace_);
+    if (zero_) zero_gradients_ = zero_->reduced_parts();
+    return;
+  }
+  std::vector<Tensor> tensors;
+  for (int value : untied_) tensors.push_back(gradients_.at(value));
+  if (zero_) {
+    zero_gradients_ = zero_->reduce_scatter(tensors);
+  } else if (!tensors.empty()) {
+    stage_group_->all_reduce_coalesced(tensors);
+  }
+}
+
+void PipelineExecutor::optimizer_step(Pass& pass) {
+  // The step's last action: its sends must have completed first (every rank's list ends with it).
+  comm::wait_all(pass.pending);
+  pass.sending.clear();
+
+  // Tied parameters, global-norm clipping, optimizer.
+  const double step_start = now_us();
+  if (tied_group_ && !tied_.empty()) {
+    std::vector<Tensor> tensors;
+    for (int value : tied_) tensors.push_back(gradients_.at(value));
+    tied_group_->all_reduce_coalesced(tensors);
+  }
+  // Every holder of a parameter has the same reduced gradient: count it once over the world. The
+  // gradients are in the optimizer's order.
+  std::vector<Tensor> gradients;
+  std::vector<double> weights;
+  if (zero_) {
+    if (zero_gradients_.empty() && !zero_->pieces().empty()) {  // a data-parallel group of one: no AllReduce action
+      std::vector<Tensor> tensors;
+      for (int value : untied_) tensors.push_back(gradients_.at(value));
+      zero_gradients_ = zero_->reduce_scatter(tensors);
+    }
+    gradients = zero_gradients_;
+    weights = piece_weights_;
+  }
+  for (std::size_t i = 0; i < parameter_order_.size(); ++i) {
+    const bool tied = std::find(tied_.begin(), tied_.end(), parameter_order_[i]) != tied_.end();
+    if (zero_ && !tied) continue;
+    gradients.push_back(gradients_.at(parameter_order_[i]));
+    weights.push_back(1.0 / holders_[i]);
+  }
+  pass.grad_norm = std::sqrt(world_.all_reduce_scalar(backend_.sum_of_squares(gradients, weights)));
+  pass.lr = lr_schedule_.at(pass.step);
+  optimizer_->step(gradients, pass.lr, clip_scale(pass.grad_norm, options_.grad_clip));
+  if (zero_) {  // every rank's updated elements to every rank of the group
+    std::vector<Tensor> values;
+    for (int value : untied_) values.push_back(state_.at(value));
+    zero_->all_gather(values);
+    zero_gradients_.clear();
+  }
+  if (mixed_precision_) refresh_working_parameters();
+  backend_.synchronise();  // the step's time includes the device's work
+  trace_.push_back({"Step", "optimizer", step_start - clock_origin_, now_us() - step_start, pass.step});
+}
+
+// ---- Passes ----
 
 EvaluationResult PipelineExecutor::evaluate(const io::BatchSource& heldout, std::int64_t batches, bool top1) {
   // Every rank lists the same terms in the same order; each accumulates those its stage computes.
@@ -571,13 +705,12 @@ EvaluationResult PipelineExecutor::evaluate(const io::BatchSource& heldout, std:
     training_ = true;
     evaluation_ = nullptr;
   };
-  double loss_sum = 0;  // the training loss's per-piece weighting: not what evaluation reports
   try {
     for (std::int64_t batch = 0; batch < batches; ++batch) {
-      std::vector<MicrobatchState> microbatches(static_cast<std::size_t>(plan_.microbatches) * programs_.size());
-      std::vector<comm::Request> pending;
-      for (const Action& action : evaluation_actions_) run_action(action, batch, microbatches, pending, loss_sum);
-      comm::wait_all(pending);
+      // The pass's loss sum is the training loss's per-piece weighting: not what evaluation reports.
+      Pass pass = new_pass(batch);
+      for (const Action& action : evaluation_actions_) run_action(action, pass);
+      comm::wait_all(pass.pending);
     }
   } catch (...) {
     restore();
@@ -597,78 +730,27 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   const double start = now_us();
   CachingAllocator& allocator = backend_.allocator();
   allocator.reset_peak();
-  for (auto& [value, gradient] : gradients_) backend_.fill_zero(gradient);
-  std::vector<MicrobatchState> microbatches(static_cast<std::size_t>(plan_.microbatches) * programs_.size());
-  std::vector<comm::Request> pending;
-  double loss_sum = 0;
-  if (buckets_) buckets_->begin(sub_pipelined_ ? 2 : 1);
-  activation_sends_left_.assign(microbatches.size(), 0);
-  activation_requests_.assign(microbatches.size(), {});
-  sending_.clear();
-  for (const Action& action : actions_)
-    if (action.kind == ActionKind::SendActivation) ++activation_sends_left_[state_index(action)];
+  Pass pass = begin_training_pass(step);
   for (std::size_t index = 0; index < actions_.size(); ++index) {
     const Action& action = actions_[index];
     const double action_start = now_us();
-    in_last_backward_ = index == last_backward_;
-    release_sent_outputs(pending);
-    run_action(action, step, microbatches, pending, loss_sum);
-    in_last_backward_ = false;
-    const char* category = action.is_compute() ? "compute"
-                           : action.kind == ActionKind::Step ? "optimizer" : "communication";
+    pass.in_last_backward = index == last_backward_;
+    release_sent_outputs(pass);
+    run_action(action, pass);
+    pass.in_last_backward = false;
+    if (action.kind == ActionKind::Step) continue;  // optimizer_step records its own trace event
+    const char* category = action.is_compute() ? "compute" : "communication";
     std::string name = action_kind_name(action.kind);
     if (action.microbatch >= 0) name += " mb " + std::to_string(action.microbatch);
     if (plan_.virtual_stages > 1 && action.microbatch >= 0) name += " chunk " + std::to_string(action.chunk);
-    if (action.kind != ActionKind::Step) trace_.push_back({name, category, action_start - clock_origin_, now_us() - action_start, step});
+    trace_.push_back({name, category, action_start - clock_origin_, now_us() - action_start, step});
   }
-  comm::wait_all(pending);
-  sending_.clear();
-  activation_sends_left_.clear();  // evaluation passes do not track their sends
-
-  // ---- Step: tied parameters, global-norm clipping, optimizer ----
-  const double step_start = now_us();
-  if (tied_group_ && !tied_.empty()) {
-    std::vector<Tensor> tensors;
-    for (int value : tied_) tensors.push_back(gradients_.at(value));
-    tied_group_->all_reduce_coalesced(tensors);
-  }
-  // Every holder of a parameter has the same reduced gradient: count it once over the world. The
-  // gradients are in the optimizer's order.
-  std::vector<Tensor> gradients;
-  std::vector<double> weights;
-  if (zero_) {
-    if (zero_gradients_.empty() && !zero_->pieces().empty()) {  // a data-parallel group of one: no AllReduce action
-      std::vector<Tensor> tensors;
-      for (int value : untied_) tensors.push_back(gradients_.at(value));
-      zero_gradients_ = zero_->reduce_scatter(tensors);
-    }
-    gradients = zero_gradients_;
-    weights = piece_weights_;
-  }
-  for (std::size_t i = 0; i < parameter_order_.size(); ++i) {
-    const bool tied = std::find(tied_.begin(), tied_.end(), parameter_order_[i]) != tied_.end();
-    if (zero_ && !tied) continue;
-    gradients.push_back(gradients_.at(parameter_order_[i]));
-    weights.push_back(1.0 / holders_[i]);
-  }
-  const double grad_norm = std::sqrt(world_.all_reduce_scalar(backend_.sum_of_squares(gradients, weights)));
-  const double lr = lr_schedule_.at(step);
-  optimizer_->step(gradients, lr, clip_scale(grad_norm, options_.grad_clip));
-  if (zero_) {  // every rank's updated elements to every rank of the group
-    std::vector<Tensor> values;
-    for (int value : untied_) values.push_back(state_.at(value));
-    zero_->all_gather(values);
-    zero_gradients_.clear();
-  }
-  if (mixed_precision_) refresh_working_parameters();
-  backend_.synchronise();  // the step's time includes the device's work
-  trace_.push_back({"Step", "optimizer", step_start - clock_origin_, now_us() - step_start, step});
 
   StepResult result;
   result.step = step;
-  result.loss = world_.all_reduce_scalar(loss_sum);
-  result.grad_norm = grad_norm;
-  result.lr = lr;
+  result.loss = world_.all_reduce_scalar(pass.loss_sum);
+  result.grad_norm = pass.grad_norm;
+  result.lr = pass.lr;
   result.seconds = world_.all_reduce_scalar((now_us() - start) * 1e-6, comm::ReduceOp::Max);
   result.rank_peak_memory_bytes = static_cast<double>(allocator.peak_bytes());
   result.peak_memory_bytes = world_.all_reduce_scalar(result.rank_peak_memory_bytes, comm::ReduceOp::Max);

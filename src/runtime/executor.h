@@ -1,20 +1,28 @@
 #pragma once
-// The executor (DESIGN.md "Runtime"): runs one rank's schedule — forward, backward and recompute of
-// its stage on its samples of each microbatch, non-blocking sends and blocking receives of
-// activations and gradients (with RaNNC's redistribution of sample ranges between stages of unequal
-// replica counts, and relaying of activations that skip stages), the gradient all-reduce over the
-// stage's data-parallel group and over the stages sharing a tied parameter, global-norm clipping
-// across all ranks, and the optimizer step.
+// The executor (docs/architecture.md §Runtime): runs one rank's schedule — forward,
+// backward and recompute of its stage on its samples of each microbatch, non-blocking sends and
+// blocking receives of activations and gradients (with RaNNC's redistribution of sample ranges
+// between stages of unequal replica counts, and relaying of activations that skip stages), the
+// gradient all-reduce over the stage's data-parallel group and over the stages sharing a tied
+// parameter, global-norm clipping across all ranks, and the optimizer step.
 //
 // Numerics are independent of the plan: sample g of a step draws the same dropout masks wherever it
 // runs, and the step loss is Σ over loss pieces of (samples in the piece / global batch) × the
 // piece's mean loss, so a single-device run with the same pieces as microbatches computes the same
 // losses and gradients up to floating-point summation order.
+//
+// Structure (as torch.distributed.pipelining's stage methods): run_action dispatches each action
+// of the rank's list (plan/schedule.h) to one method per action kind — forward, backward,
+// recompute, send, receive, all_reduce_gradients, optimizer_step — which share the state of the
+// running pass (Pass: the microbatches, pending sends, loss sum).
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -92,6 +100,8 @@ class PipelineExecutor {
   Optimizer& optimizer() { return *optimizer_; }
   const Optimizer& optimizer() const { return *optimizer_; }
   const std::vector<io::TraceEvent>& trace() const { return trace_; }
+  /// The rank's action list (generate_schedule(plan)[rank]), what train_step runs.
+  const std::vector<Action>& actions() const { return actions_; }
 
   /// The optimizer state this rank holds, by parameter value id: the state tensors
   /// (optimizer().state_names() order, f32 on the host, zeros before the first update) of elements
@@ -113,8 +123,47 @@ class PipelineExecutor {
   /// state_names() order and its update count; under ZeRO-1 the rank keeps its elements only.
   void restore_optimizer_state(int value, const std::vector<Tensor>& states, std::int64_t steps);
 
+  /// Everything one microbatch (of one model chunk) holds on this rank between its forward and
+  /// its backward.
+  struct MicrobatchState {
+    TensorMap values;               // forward values (only the inputs while a recomputed forward waits)
+    TensorMap received;             // assembled activations from the previous stage
+    TensorMap outputs;              // activations to send to the next stage
+    TensorMap received_gradients;   // assembled gradients from the next stage
+    TensorMap outgoing_gradients;   // gradients to send to the previous stage
+    std::vector<int> kept;          // value ids kept for recomputation (data inputs and received)
+    std::array<TensorMap, 2> halves;  // sub-pipelined TMP: each sub-microbatch's forward values
+  };
+  /// The state one pass over an action list (a training step, or one batch of an evaluation)
+  /// threads through its actions.
+  struct Pass {
+    std::int64_t step = 0;                      // training step or evaluation batch: which samples, which dropout masks
+    std::vector<MicrobatchState> microbatches;  // by state_index: chunk-major, then microbatch
+    std::vector<comm::Request> pending;         // the pass's non-blocking sends
+    double loss_sum = 0;                        // this rank's Σ (piece samples / global batch) × piece mean loss
+    bool in_last_backward = false;              // the action running is the step's last Backward
+    // A stage's outputs that its backward does not read are dropped once they have been sent
+    // (Korthikanti et al. 2022 §4: only the saved tensors wait for the backward). Per microbatch
+    // state: SendActivation actions still to come and the requests already issued; empty when the
+    // pass does not track its sends (evaluation, or a test running single actions).
+    std::vector<int> activation_sends_left;
+    std::vector<std::vector<std::size_t>> activation_requests;
+    struct SendingOutputs {
+      std::vector<std::size_t> requests;  // indices into pending
+      std::vector<Tensor> tensors;        // held until every request has completed
+    };
+    std::vector<SendingOutputs> sending;
+    double grad_norm = 0;                       // set by the Step action: global L2 norm before clipping
+    double lr = 0;                              // set by the Step action
+  };
+  /// The pass of training step `step`: the gradients zeroed, the overlapped all-reduce's buckets
+  /// armed, the activation sends counted (so that sent outputs are dropped once sent).
+  Pass begin_training_pass(std::int64_t step);
+  /// Runs one action of the rank's list on `pass`: dispatches to the action kind's method. train_step
+  /// and evaluate run their lists through it; tests run single actions of a one-stage plan.
+  void run_action(const Action& action, Pass& pass);
+
  private:
-  struct MicrobatchState;
   const Graph& graph_;
   const Plan& plan_;
   comm::Communicator& world_;
@@ -122,6 +171,7 @@ class PipelineExecutor {
   const io::BatchSource& data_;
   RuntimeOptions options_;
   Placement placement_;
+  std::pair<std::int64_t, std::int64_t> samples_;  // this replica's samples [begin, end) of each microbatch
   std::vector<StageProgram> programs_;          // the rank's model chunks (one without interleaving)
   std::vector<int> rank_buffers_;               // Buffer values of all the rank's chunks
   std::vector<Action> actions_;
@@ -137,7 +187,7 @@ class PipelineExecutor {
   bool mixed_precision_ = false;                // the plan's precision is bf16
   bool sub_pipelined_ = false;                  // Merak's sub-pipelined TMP on this rank's stage
   std::unordered_map<int, Tensor> gradients_;   // param value id -> accumulated gradient
-  std::vector<int> parameter_order_;            // optimizer order (param value ids)
+  std::vector<int> parameter_order_;            // optimizer order (param value ids): the rank's chunks' parameters, each once
   std::vector<double> holders_;                 // per parameter_order_: ranks holding the parameter
   std::vector<int> tied_;                       // parameters shared with other stages
   std::vector<int> untied_;
@@ -155,37 +205,86 @@ class PipelineExecutor {
   // stage group, when the schedule has an AllReduce; it starts during the step's last Backward.
   std::unique_ptr<BucketedAllReduce> buckets_;
   std::size_t last_backward_ = 0;               // index in actions_ of the step's last Backward
-  bool in_last_backward_ = false;               // train_step is running that action
   LearningRateSchedule lr_schedule_;
   std::vector<io::TraceEvent> trace_;
   double clock_origin_ = 0;
 
+  // ---- Construction steps, in the constructor's order (the collective ones in the same order on every rank) ----
+  // The rank's model chunks among every stage's `programs`, and their parameters and buffers.
+  void select_chunks(const std::vector<StageProgram>& programs);
+  // The rank's action list, its forward part (evaluation) and the index of its last Backward.
+  void schedule_actions();
+  // This rank's copies of its parameters and buffers, the zeroed gradients, the working copies,
+  // the constants, and whether the stage runs sub-pipelined TMP.
+  void load_initial_values(const std::unordered_map<int, Tensor>& initial_values);
+  // The communicators of the tied, data-parallel and tensor-parallel groups (collective over the
+  // world). `stages_of`: parameter -> pipeline stages reading it.
+  void create_groups(const std::map<int, std::vector<int>>& stages_of);
+  // The tied and untied parameters, and how many ranks hold each.
+  void classify_parameters(const std::map<int, std::vector<int>>& stages_of);
+  // The optimizer over the rank's parameters, under ZeRO-1 over its pieces of the untied ones (the
+  // partition, collective over the stage group, has the overlapped buckets of `completion` as
+  // segments when `bucketed`).
+  void create_optimizer(const std::map<int, std::vector<int>>& stages_of, bool bucketed,
+                        const std::vector<GradientCompletion>& completion);
+  // DDP's overlapped reduction of the untied gradients in buckets of `completion` order (when
+  // `bucketed`: the schedule reduces over a data-parallel group and the stage runs one chunk).
+  void create_gradient_buckets(bool bucketed, const std::vector<GradientCompletion>& completion);
+
+  // ---- One method per action kind (run_action dispatches) ----
+  void forward(const Action& action, Pass& pass);
+  void backward(const Action& action, Pass& pass);
+  void recompute(const Action& action, Pass& pass);
+  void send(const Action& action, Pass& pass);      // SendActivation, SendGradient
+  void receive(const Action& action, Pass& pass);   // ReceiveActivation, ReceiveGradient
+  void all_reduce_gradients(Pass& pass);
+  void optimizer_step(Pass& pass);
+
+  // ---- Helpers of the action methods ----
+  // A pass over step (or evaluation batch) `step` with an empty state per (model chunk, microbatch).
+  Pass new_pass(std::int64_t step) const;
   /// The dtype a value of graph dtype `dtype` has at run time (f32 -> bf16 under mixed precision).
   DType compute_dtype(DType dtype) const;
   /// A host data tensor on the device in its compute dtype.
   Tensor to_compute(const Tensor& host) const;
+  // Rows of this replica's part of a microbatch.
+  std::int64_t rows() const { return samples_.second - samples_.first; }
+  // The dropout masks of microbatch `microbatch` of step `step`, keyed by the global sample index.
+  RandomContext random_context(std::int64_t step, int microbatch) const;
+  // Sub-pipelined TMP: rows [begin, end) of sub-microbatch `half` (0 or 1) of the rank's part.
+  std::pair<std::int64_t, std::int64_t> half_rows(int half) const;
+  // Sub-pipelined TMP: the execution options of the two sub-microbatches.
+  std::array<ExecutionOptions, 2> half_options(std::int64_t step, int microbatch) const;
+  // A tensor of the rank's whole part of the microbatch from the two halves' (rows concatenated).
+  Tensor concatenated(const std::array<TensorMap, 2>& halves, int value) const;
+  // Stage-aware recomputation of `program` recomputes only its first tasks.
+  bool partial_recompute(const StageProgram& program) const;
+  // Runs `subgraph` forward on `state` (whole, or as two sub-microbatches). `keep`: free every other
+  // value as soon as the forward no longer needs it (nullptr: keep all).
+  void run_forward_of(MicrobatchState& state, std::int64_t step, int microbatch, const Subgraph& subgraph,
+                      const std::unordered_set<int>* keep);
   // The part of `tensor` (this replica's rows of `value`) that `action` sends or receives: its rows
   // [sample_begin, sample_end), or the whole tensor for a value without a batch dimension.
   Tensor transferred_part(const Tensor& tensor, int value, const Action& action) const;
-  // Index of the (chunk, microbatch) state of `action` in a step's MicrobatchState list.
+  // Index of the (chunk, microbatch) state of `action` in Pass::microbatches.
   std::size_t state_index(const Action& action) const;
   // The receiving model chunk of a send or receive, as an index among its rank's chunks.
   int peer_chunk(const Action& action) const;
-  void run_action(const Action& action, std::int64_t step, std::vector<MicrobatchState>& microbatches,
-                  std::vector<comm::Request>& pending, double& loss_sum);
-
-  // A stage's outputs that its backward does not read are dropped once they have been sent
-  // (Korthikanti et al. 2022 §4: only the saved tensors wait for the backward). Per microbatch state
-  // of the step being trained: SendActivation actions still to come and the requests already issued.
-  std::vector<int> activation_sends_left_;
-  std::vector<std::vector<std::size_t>> activation_requests_;
-  struct SendingOutputs {
-    std::vector<std::size_t> requests;  // indices into the step's pending requests
-    std::vector<Tensor> tensors;        // held until every request has completed
-  };
-  std::vector<SendingOutputs> sending_;
+  // Forward: the microbatch's data inputs (this replica's rows of the step's samples) and received
+  // activations into its values (and its kept list, what a recomputation starts from).
+  void load_inputs(const StageProgram& program, MicrobatchState& state, std::int64_t step, int microbatch);
+  // Forward: adds the microbatch's loss pieces to the pass's loss sum, and in an evaluation its
+  // loss terms to the result.
+  void add_losses(const StageProgram& program, const MicrobatchState& state, Pass& pass);
+  // Backward: per loss piece, the gradients the backward starts from — the accumulated parameter
+  // gradients, the loss's weight (piece samples / global batch), the received output gradients.
+  std::array<TensorMap, 2> seed_gradients(const StageProgram& program, const MicrobatchState& state);
+  // Backward: the input gradients to send to the previous stage (the stage's own plus the relayed
+  // ones) into state.outgoing_gradients.
+  void collect_outgoing_gradients(const StageProgram& program, MicrobatchState& state,
+                                  const std::array<TensorMap, 2>& grads);
   // Drops the sent outputs whose requests have all completed (polls, never blocks).
-  void release_sent_outputs(std::vector<comm::Request>& pending);
+  void release_sent_outputs(Pass& pass);
 };
 
 }  // namespace partrain::runtime
