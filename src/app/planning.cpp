@@ -163,6 +163,11 @@ std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, c
                       graph, tensor_rank);
 }
 
+LearningRateSchedule learning_rate_schedule(const TrainConfig& train) {
+  return LearningRateSchedule(train.lr, train.min_lr, train.warmup_steps, train.steps,
+                              LearningRateSchedule::parse_decay(train.lr_schedule));
+}
+
 runtime::RuntimeOptions runtime_options(const TrainConfig& train, const ParallelConfig& parallel) {
   runtime::RuntimeOptions options;
   options.seed = static_cast<std::uint64_t>(train.seed);
@@ -171,7 +176,7 @@ runtime::RuntimeOptions runtime_options(const TrainConfig& train, const Parallel
   options.optimizer.eps = train.eps;
   options.optimizer.weight_decay = train.weight_decay;
   options.optimizer.momentum = train.momentum;
-  options.lr_schedule = LearningRateSchedule(train);
+  options.lr_schedule = learning_rate_schedule(train);
   options.grad_clip = train.grad_clip;
   options.bucket_bytes = parallel.bucket_mb * (1 << 20);
   return options;

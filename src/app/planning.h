@@ -75,6 +75,11 @@ std::string format_device_throughput(const Plan& plan, const Graph& model, const
 /// copies, or why it does not fit (first line of the reason), and the chosen one marked.
 std::string format_layout_candidates(const partition::ThreeDimensionalPlan& result);
 
+/// The learning-rate schedule of [train]: lr (peak), min_lr, warmup_steps, lr_schedule ("cosine",
+/// "linear", "constant") and steps (where the decay reaches min_lr). Throws partrain::Error for an
+/// unknown lr_schedule, negative rates, min_lr > lr or negative step counts.
+LearningRateSchedule learning_rate_schedule(const TrainConfig& train);
+
 /// The executor's run settings from the [train] section (seed, optimizer hyper-parameters, learning
 /// rate schedule, clipping) and [parallel] bucket_mb (default: 25 MiB). Throws partrain::Error for a
 /// bad learning-rate schedule.
