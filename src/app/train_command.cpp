@@ -101,9 +101,9 @@ void save_tensors(const std::string& path, const std::string& group, const Graph
 
 // Rank 0 writes what an independent reference needs to redo the first steps (validation/golden):
 // every initial parameter and buffer as /model/<name> (f32) and the samples of every step (samples
-// [0, steps * global_batch) of the run's stream, step k's global batch being rows [k * B, (k + 1) * B))
-// as /batch/<input or label name> (f32 or i64), with the config TOML as the attribute "config".
-void save_initial(const std::string& path, const ExperimentConfig& config, const Graph& graph,
+// [0, steps * global_batch) of the run's stream, step k's global batch being rows [k * B, (k + 1) * B),
+// B the plan's) as /batch/<input or label name> (f32 or i64), with the config TOML as the attribute "config".
+void save_initial(const std::string& path, const ExperimentConfig& config, const Plan& plan, const Graph& graph,
                   const io::BatchSource& data) {
   io::Hdf5File file = io::Hdf5File::create(path);
   file.write_string_attribute("/", "config", config.text);
@@ -111,7 +111,7 @@ void save_initial(const std::string& path, const ExperimentConfig& config, const
       initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range);
   for (const auto& [value, tensor] : initial)
     file.write("model/" + graph.value(value).name, graph.value(value).type.shape, tensor.to_float_vector());
-  io::write_batches(file, data.samples(0, config.train.steps * config.train.global_batch));
+  io::write_batches(file, data.samples(0, config.train.steps * plan.global_batch));
 }
 
 // Writes checkpoint `step` collectively (parallel HDF5; each tensor by the first replica of the first
@@ -120,13 +120,13 @@ void save_checkpoint(const ExperimentConfig& config, const std::string& director
                      const Plan& plan, const runtime::PipelineExecutor& executor, comm::Communicator& world) {
   io::CheckpointInfo info;
   info.step = step;
-  info.consumed_samples = step * config.train.global_batch;
+  info.consumed_samples = step * plan.global_batch;
   info.data_cursor = info.consumed_samples;
   info.seed = static_cast<std::uint64_t>(config.train.seed);
   info.lr_step = step;
   info.config_toml = config.text;
   info.plan_json = plan.to_json().dump();
-  info.optimizer = config.train.optimizer;
+  info.optimizer = plan.optimizer;
   const std::string path = io::write_checkpoint(world, directory, info, runtime::checkpoint_tensors(graph, plan, executor),
                                                 static_cast<int>(config.checkpoint.keep), config.checkpoint.write_timeout);
   if (world.rank() == 0) {
@@ -237,15 +237,17 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const std::vector<io::RunLock> locks =
       lock_run_directories(directory, checkpoint_directory, checkpoint_elsewhere, world);
   const std::string checkpoint_path = resume.empty() ? "" : resume_path(resume, checkpoint_directory, world);
-  const Graph model = build_model(config.model);
+  PlannedGraphs graphs(config);
+  const Graph& model = graphs.model();
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
   // Every rank computes on its node's GPU (one per rank, NCCL between them) or on the CPU (MPI).
   Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
   const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
   comm::Communicator& run_world = device_world ? *device_world : world;
-  const Plan plan = agree_on_plan(config, model, arguments.plan_file, true, world, run_world, backend);
+  // From here on the plan, not the config, says the global batch, degree, precision and optimizer.
+  const Plan plan = agree_on_plan(config, graphs, arguments.plan_file, true, world, run_world, backend);
   // The graph the plan's stages index: the model, or its tensor_parallel_graph for the plan's degree.
-  const Graph graph = planned_graph(config, plan.tensor_parallel);
+  const Graph& graph = graphs.of_degree(plan.tensor_parallel);
 
   PARTRAIN_CHECK(!(config.log.save_gradients && plan.zero == 1),
                  "[log] save_gradients = true (" << config.path << ") needs whole reduced gradients, which ZeRO-1 "
@@ -261,7 +263,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
     std::fflush(stdout);
   }
 
-  if (leader && config.log.save_initial) save_initial(directory + "/initial_parameters.h5", config, model, *data);
+  if (leader && config.log.save_initial) save_initial(directory + "/initial_parameters.h5", config, plan, model, *data);
   // What the process holds before the stage exists (graphs' constants, data, profiles): the
   // planners predict the stage's own memory, so the end-of-run check and the metrics' net peaks
   // (rank_peak_memory_bytes − rank_baseline_bytes) leave it out — as CAPSlog's trimmed runs do.
@@ -336,7 +338,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
       if (checkpoint_or_warn(config, checkpoint_directory, step + 1, graph, plan, executor, world))
         checkpointed_step = step + 1;
     if (!leader) continue;
-    const double samples_per_second = config.train.global_batch / result.seconds;
+    const double samples_per_second = plan.global_batch / result.seconds;
     const double tokens_per_second = samples_per_second * data->tokens_per_sample();
     const double tflops = samples_per_second * flops_per_sample / 1e12;
     nlohmann::json record{{"step", step + 1},
