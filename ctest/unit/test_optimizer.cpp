@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "app/planning.h"
 #include "io/config.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/lr_schedule.h"
@@ -243,15 +244,15 @@ TEST(LearningRateSchedule, FromTrainConfig) {
   config.warmup_steps = 20;
   config.steps = 220;
   config.lr_schedule = "cosine";
-  const LearningRateSchedule schedule(config);
+  const LearningRateSchedule schedule = partrain::app::learning_rate_schedule(config);
   EXPECT_DOUBLE_EQ(schedule.at(20), 6e-4);
   EXPECT_NEAR(schedule.at(120), 3.3e-4, 1e-15);
   EXPECT_DOUBLE_EQ(schedule.at(220), 6e-5);
   config.lr_schedule = "step";
-  EXPECT_THROW(LearningRateSchedule{config}, partrain::Error);
+  EXPECT_THROW(partrain::app::learning_rate_schedule(config), partrain::Error);
   config.lr_schedule = "linear";
   config.min_lr = 1e-3;  // above lr
-  EXPECT_THROW(LearningRateSchedule{config}, partrain::Error);
+  EXPECT_THROW(partrain::app::learning_rate_schedule(config), partrain::Error);
 }
 
 }  // namespace

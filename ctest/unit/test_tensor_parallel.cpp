@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "app/planning.h"
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
 #include "models/model.h"
@@ -162,6 +163,31 @@ TEST(TensorParallelGraph, ShardsRoundTripWithFusedBlocks) {
   for (int rank = 0; rank < 2; ++rank) place_shard(rebuilt, shard_of(whole, sharding, rank), sharding, rank);
   EXPECT_EQ(rebuilt.to_float_vector(), values);
   EXPECT_THROW(shard_of(whole, Sharding{1, 5, 1}, 0), Error);
+}
+
+// app::PlannedGraphs: each degree's graph built once and handed out again; a degree the model does
+// not allow is refused with the [model] key, before any graph is built.
+TEST(PlannedGraphs, EachDegreeBuiltOnce) {
+  ExperimentConfig config;
+  config.path = "small.toml";
+  config.model = testing::small_transformer_config("gpt");
+  app::PlannedGraphs graphs(config);
+  EXPECT_EQ(&graphs.of_degree(1), &graphs.model());
+  const Graph& two = graphs.of_degree(2);
+  EXPECT_EQ(&graphs.of_degree(2), &two);
+  EXPECT_EQ(two.hash(), tensor_parallel_graph(graphs.model(), 2).hash());
+  graphs.adopt(2, build_model(config.model));  // a degree already kept stays as it is
+  EXPECT_EQ(&graphs.of_degree(2), &two);
+  graphs.adopt(4, tensor_parallel_graph(graphs.model(), 4));
+  EXPECT_EQ(graphs.of_degree(4).hash(), tensor_parallel_graph(graphs.model(), 4).hash());
+  try {
+    graphs.of_degree(8);  // 4 heads
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(error.message().find("small.toml: [model] heads = 4 is not a multiple of [parallel] tensor_parallel = 8"),
+              std::string::npos)
+        << error.message();
+  }
 }
 
 }  // namespace

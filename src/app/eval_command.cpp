@@ -90,10 +90,10 @@ std::unique_ptr<io::BatchSource> evaluation_data(const ExperimentConfig& config,
   return io::make_batch_source(with_data, true);
 }
 
-// The number of global batches: --batches (at most what the data holds), or every whole batch.
-std::int64_t evaluation_batches(const io::BatchSource& data, const ExperimentConfig& config, bool batch_file,
-                                long requested) {
-  const std::int64_t batch = config.train.global_batch, available = data.samples_per_epoch();
+// The number of global batches of the plan: --batches (at most what the data holds), or every whole batch.
+std::int64_t evaluation_batches(const io::BatchSource& data, const Plan& plan, const ExperimentConfig& config,
+                                bool batch_file, long requested) {
+  const std::int64_t batch = plan.global_batch, available = data.samples_per_epoch();
   const std::string what = data.path() + (batch_file ? "" : "'s held-out split");
   PARTRAIN_CHECK(available >= batch, what << " holds " << available << " samples, fewer than one global batch of "
                                           << batch << " ([train] global_batch in " << config.path << ")");
@@ -109,18 +109,20 @@ int evaluate(const EvalArguments& arguments, comm::Communicator& world, bool& di
   const bool leader = world.rank() == 0;
   const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
   check_eval_request(arguments, world);
-  const Graph model = build_model(config.model);
+  PlannedGraphs graphs(config);
+  const Graph& model = graphs.model();
   const std::string checkpoint = resume_path(arguments.resume, checkpoint_directory(config), world);
   check_checkpoint_model(checkpoint, config, model, world);
   const std::unique_ptr<io::BatchSource> data = evaluation_data(config, model, arguments.data);
   const bool batch_file = dynamic_cast<const io::BatchFile*>(data.get()) != nullptr;
-  const std::int64_t batches = evaluation_batches(*data, config, batch_file, arguments.batches);
   Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
   const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
   comm::Communicator& run_world = device_world ? *device_world : world;
-  const Plan plan = agree_on_plan(config, model, arguments.plan_file, false, world, run_world, backend);
+  // From here on the plan, not the config, says the global batch, degree, precision and optimizer.
+  const Plan plan = agree_on_plan(config, graphs, arguments.plan_file, false, world, run_world, backend);
+  const std::int64_t batches = evaluation_batches(*data, plan, config, batch_file, arguments.batches);
   // The graph the plan indexes: the model's, or one tensor-parallel rank's part of it.
-  const Graph graph = planned_graph(config, plan.tensor_parallel);
+  const Graph& graph = graphs.of_degree(plan.tensor_parallel);
 
   runtime::PipelineExecutor executor(
       graph, plan, run_world, backend, *data,
@@ -132,8 +134,8 @@ int evaluate(const EvalArguments& arguments, comm::Communicator& world, bool& di
   if (leader && !arguments.save_batches.empty()) {
     io::Hdf5File file = io::Hdf5File::create(arguments.save_batches);
     file.write_string_attribute("/", "config", config.text);
-    io::write_batches(file, data->samples(0, batches * config.train.global_batch));
-    std::printf("eval: wrote the %lld samples to %s\n", static_cast<long long>(batches * config.train.global_batch),
+    io::write_batches(file, data->samples(0, batches * plan.global_batch));
+    std::printf("eval: wrote the %lld samples to %s\n", static_cast<long long>(batches * plan.global_batch),
                 arguments.save_batches.c_str());
   }
   if (leader) {
@@ -141,7 +143,7 @@ int evaluate(const EvalArguments& arguments, comm::Communicator& world, bool& di
                 "%d microbatches\n",
                 static_cast<long long>(step), checkpoint.c_str(), data->path().c_str(),
                 batch_file ? "batch file" : "held-out split", static_cast<long long>(batches),
-                static_cast<long long>(config.train.global_batch), world.size(), plan.stages.size(),
+                static_cast<long long>(plan.global_batch), world.size(), plan.stages.size(),
                 plan.tensor_parallel, plan.microbatches);
     std::fflush(stdout);
   }

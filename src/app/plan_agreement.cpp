@@ -19,7 +19,6 @@
 #include "comm/mpi_communicator.h"
 #include "core/backend_registry.h"
 #include "core/error.h"
-#include "graph/tensor_parallel.h"
 #include "io/progress_bar.h"
 #include "partition/calibrated_cost_model.h"
 #include "partition/capslog_profiling.h"
@@ -106,19 +105,17 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
 
 }  // namespace
 
-Plan agree_on_plan(const ExperimentConfig& config, const Graph& model, const std::string& plan_file, bool profile,
+Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const std::string& plan_file, bool profile,
                    comm::Communicator& world, comm::Communicator& device_world, Backend& backend) {
+  const Graph& model = graphs.model();
   const bool profiling = profile && config.profile.enabled && plan_file.empty();
   // The graphs the planner may choose among, each with its measurements (the same list on every
   // rank, so the collective profiling matches up).
-  std::vector<std::unique_ptr<Graph>> graphs;
   std::map<std::uint64_t, profile::ProfileDB> databases;
   if (profiling) {
     const PlanningSetup setup = planning_setup(config, world.size());
-    check_tensor_parallel(config, setup.options.tensor_parallel);
     for (int t : partition::tensor_parallel_candidates(model, setup.device, setup.options)) {
-      graphs.push_back(std::make_unique<Graph>(t == 1 ? model : tensor_parallel_graph(model, t)));
-      const Graph& graph = *graphs.back();
+      const Graph& graph = graphs.of_degree(t);
       databases.emplace(graph.hash(), profile_layers(config, graph, world, device_world, backend));
     }
   }
@@ -150,7 +147,7 @@ Plan agree_on_plan(const ExperimentConfig& config, const Graph& model, const std
         };
         ProgressBar progress("planning (" + setup.options.planner + ")");
         setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
-        const partition::ThreeDimensionalPlan result = plan_experiment(config, model, setup, costs);
+        partition::ThreeDimensionalPlan result = plan_experiment(config, model, setup, costs);
         progress.finish();
         jobs = measurements.take_requests();
         if (!jobs.empty() && round < kCapslogRounds) return std::string("measure");
@@ -158,13 +155,14 @@ Plan agree_on_plan(const ExperimentConfig& config, const Graph& model, const std
           std::printf("capslog: %zu profiling GPUs still unmeasured after %d rounds: their peaks are analytic\n",
                       jobs.size(), round);
         if (result.candidates.size() > 1) std::fputs(format_layout_candidates(result).c_str(), stdout);
-        plan = result.plan;
+        plan = std::move(result.plan);
+        graphs.adopt(plan.tensor_parallel, std::move(result.graph));  // the planner built it: not again
       }
       PARTRAIN_CHECK(plan.world_size == world.size(), (plan_file.empty() ? "the plan" : plan_file)
                                                           << " is for " << plan.world_size << " ranks, but "
                                                           << world.size() << " are running");
       if (!plan_file.empty()) check_plan_matches_config(plan, config, plan_file);
-      plan.validate(planned_graph(config, plan.tensor_parallel));
+      plan.validate(graphs.of_degree(plan.tensor_parallel));
       return plan.to_json().dump();
     });
     if (text != "measure") break;

@@ -3,6 +3,7 @@
 // loads a saved plan, every rank gets the same Plan. Shared by `partrain train` and `partrain eval`.
 #include <string>
 
+#include "app/planning.h"
 #include "comm/communicator.h"
 #include "core/backend.h"
 #include "graph/graph.h"
@@ -12,15 +13,16 @@
 namespace partrain::app {
 
 /// Rank 0 loads `plan_file` (when non-empty; checked against `config` and the world size) or plans
-/// `model` (build_model(config.model)) in three dimensions with [parallel] planner for world.size()
+/// graphs.model() in three dimensions with [parallel] planner for world.size()
 /// ranks (plan_experiment: [parallel] tensor_parallel and zero fixed or "auto"), on the layers
 /// profiled over every rank (when `profile` and [profile] enabled: the graph of every tensor-parallel
 /// degree the planner may choose is profiled; the ProfileDB cache in [profile] cache_dir is reused
 /// and extended) or on the analytic cost model, and broadcasts the plan. The plan's stages index
-/// planned_graph(config, plan.tensor_parallel). A planning error on rank 0 becomes the same
+/// graphs.of_degree(plan.tensor_parallel), which this builds (once) where it needs it: on rank 0,
+/// and on every rank for the degrees profiled. A planning error on rank 0 becomes the same
 /// partrain::Error on every rank. Collective over `world` (and `device_world`, the communicator
 /// training runs on, whose costs profiling measures).
-Plan agree_on_plan(const ExperimentConfig& config, const Graph& model, const std::string& plan_file, bool profile,
+Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const std::string& plan_file, bool profile,
                    comm::Communicator& world, comm::Communicator& device_world, Backend& backend);
 
 }  // namespace partrain::app

@@ -65,11 +65,18 @@ void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config,
                            << " sets [train] microbatches = " << train.microbatches);
 }
 
-Graph planned_graph(const ExperimentConfig& config, int tensor_parallel) {
-  Graph graph = build_model(config.model);
-  if (tensor_parallel == 1) return graph;
-  check_tensor_parallel(config, tensor_parallel);
-  return tensor_parallel_graph(graph, tensor_parallel);
+PlannedGraphs::PlannedGraphs(const ExperimentConfig& config) : config_(config), model_(build_model(config.model)) {}
+
+const Graph& PlannedGraphs::of_degree(int tensor_parallel) {
+  if (tensor_parallel == 1) return model_;
+  auto found = parallel_.find(tensor_parallel);
+  if (found != parallel_.end()) return found->second;
+  check_tensor_parallel(config_, tensor_parallel);
+  return parallel_.emplace(tensor_parallel, tensor_parallel_graph(model_, tensor_parallel)).first->second;
+}
+
+void PlannedGraphs::adopt(int tensor_parallel, Graph graph) {
+  if (tensor_parallel != 1) parallel_.try_emplace(tensor_parallel, std::move(graph));
 }
 
 void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel) {
@@ -163,6 +170,11 @@ std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, c
                       graph, tensor_rank);
 }
 
+LearningRateSchedule learning_rate_schedule(const TrainConfig& train) {
+  return LearningRateSchedule(train.lr, train.min_lr, train.warmup_steps, train.steps,
+                              LearningRateSchedule::parse_decay(train.lr_schedule));
+}
+
 runtime::RuntimeOptions runtime_options(const TrainConfig& train, const ParallelConfig& parallel) {
   runtime::RuntimeOptions options;
   options.seed = static_cast<std::uint64_t>(train.seed);
@@ -171,7 +183,7 @@ runtime::RuntimeOptions runtime_options(const TrainConfig& train, const Parallel
   options.optimizer.eps = train.eps;
   options.optimizer.weight_decay = train.weight_decay;
   options.optimizer.momentum = train.momentum;
-  options.lr_schedule = LearningRateSchedule(train);
+  options.lr_schedule = learning_rate_schedule(train);
   options.grad_clip = train.grad_clip;
   options.bucket_bytes = parallel.bucket_mb * (1 << 20);
   return options;

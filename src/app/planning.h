@@ -1,6 +1,7 @@
 #pragma once
 // From an experiment file to planner inputs: the devices (DeviceSpec) and the PlannerOptions, shared
 // by `partrain plan` and `partrain train` so both plan the same way.
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -31,20 +32,46 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
 /// than `config` asks for: the plan's memory and time predictions hold only for what it recorded.
 void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config, const std::string& plan_file);
 
-/// The graph a plan of tensor-parallel degree `tensor_parallel` indexes: the model of [model], and
-/// for a degree above 1 its tensor_parallel_graph (graph/tensor_parallel.h). Throws partrain::Error
-/// naming the config file and the [model] key (heads, hidden, intermediate, vocab) that the degree
-/// does not divide, or saying that the model type has no tensor-parallel layers (resnet).
-Graph planned_graph(const ExperimentConfig& config, int tensor_parallel);
+/// The model of an experiment and the graph a plan of each tensor-parallel degree indexes, each
+/// built once per process (the model at construction, a tensor-parallel graph when first asked
+/// for) and handed to whoever needs it: profiling, planning, the plan's validation, the executor.
+/// References stay valid as long as the PlannedGraphs does. Not thread-safe.
+class PlannedGraphs {
+ public:
+  /// Builds the model of config.model (build_model); keeps a reference to `config`.
+  explicit PlannedGraphs(const ExperimentConfig& config);
+  PlannedGraphs(const PlannedGraphs&) = delete;
+  PlannedGraphs& operator=(const PlannedGraphs&) = delete;
+
+  /// The model of [model] (tensor-parallel degree 1).
+  const Graph& model() const { return model_; }
+
+  /// The graph of a plan of degree `tensor_parallel`: the model for 1, else its
+  /// tensor_parallel_graph (graph/tensor_parallel.h), built the first time it is asked for. Throws
+  /// what check_tensor_parallel throws for a degree the model does not allow.
+  const Graph& of_degree(int tensor_parallel);
+
+  /// Keeps `graph`, tensor_parallel_graph(model(), tensor_parallel) already built elsewhere (the
+  /// graph make_3d_plan returns with its plan), as the graph of that degree unless one is kept.
+  void adopt(int tensor_parallel, Graph graph);
+
+ private:
+  const ExperimentConfig& config_;
+  Graph model_;
+  std::map<int, Graph> parallel_;  // by degree > 1 (map nodes do not move: references stay valid)
+};
 
 /// The executor's initial parameters and buffers for rank `tensor_rank` of its tensor-parallel group:
 /// the whole `model`'s initialisation from [train] seed (the same numbers under any plan), cut to the
-/// rank's parts of `graph` (planned_graph: the model itself when not tensor parallel), by value id
+/// rank's parts of `graph` (PlannedGraphs::of_degree: the model itself when not tensor parallel), by value id
 /// of `graph`. Host tensors: a temporary the executor copies its stage's share from.
 std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, const Graph& model, const Graph& graph,
                                                int tensor_rank);
 
-/// The errors of planned_graph for a degree, without building the graph (nothing for degree ≤ 1).
+/// The one check of a tensor-parallel degree against the experiment, without building a graph
+/// (nothing for degree ≤ 1): throws partrain::Error naming the config file and the [model] key
+/// (heads, hidden, intermediate, vocab) that the degree does not divide, or saying that the model
+/// type has no tensor-parallel layers (resnet).
 void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel);
 
 /// The cost model the planner prices `graph` with: the calibrated model over `database` (the
@@ -74,6 +101,11 @@ std::string format_device_throughput(const Plan& plan, const Graph& model, const
 /// One line per layout make_3d_plan tried: t, zero, and the predicted samples/s with stages x
 /// copies, or why it does not fit (first line of the reason), and the chosen one marked.
 std::string format_layout_candidates(const partition::ThreeDimensionalPlan& result);
+
+/// The learning-rate schedule of [train]: lr (peak), min_lr, warmup_steps, lr_schedule ("cosine",
+/// "linear", "constant") and steps (where the decay reaches min_lr). Throws partrain::Error for an
+/// unknown lr_schedule, negative rates, min_lr > lr or negative step counts.
+LearningRateSchedule learning_rate_schedule(const TrainConfig& train);
 
 /// The executor's run settings from the [train] section (seed, optimizer hyper-parameters, learning
 /// rate schedule, clipping) and [parallel] bucket_mb (default: 25 MiB). Throws partrain::Error for a

@@ -99,11 +99,26 @@ void save_tensors(const std::string& path, const std::string& group, const Graph
   }
 }
 
+// What the run's parts share once the plan and the executor exist. After planning the plan, not
+// the config, says the global batch, the tensor-parallel degree, the precision and the optimizer.
+struct TrainingRun {
+  const ExperimentConfig& config;
+  const Plan& plan;
+  const Graph& model;  // the whole model
+  const Graph& graph;  // the graph the plan's stages index (the model, or its tensor-parallel graph)
+  runtime::PipelineExecutor& executor;
+  const io::BatchSource& data;
+  const io::BatchSource* heldout;  // the held-out split when [train] eval_every > 0, else null
+  comm::Communicator& world;
+  std::string directory;             // the run's outputs
+  std::string checkpoint_directory;  // where checkpoints go and are looked for
+};
+
 // Rank 0 writes what an independent reference needs to redo the first steps (validation/golden):
 // every initial parameter and buffer as /model/<name> (f32) and the samples of every step (samples
-// [0, steps * global_batch) of the run's stream, step k's global batch being rows [k * B, (k + 1) * B))
-// as /batch/<input or label name> (f32 or i64), with the config TOML as the attribute "config".
-void save_initial(const std::string& path, const ExperimentConfig& config, const Graph& graph,
+// [0, steps * global_batch) of the run's stream, step k's global batch being rows [k * B, (k + 1) * B),
+// B the plan's) as /batch/<input or label name> (f32 or i64), with the config TOML as the attribute "config".
+void save_initial(const std::string& path, const ExperimentConfig& config, const Plan& plan, const Graph& graph,
                   const io::BatchSource& data) {
   io::Hdf5File file = io::Hdf5File::create(path);
   file.write_string_attribute("/", "config", config.text);
@@ -111,25 +126,27 @@ void save_initial(const std::string& path, const ExperimentConfig& config, const
       initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range);
   for (const auto& [value, tensor] : initial)
     file.write("model/" + graph.value(value).name, graph.value(value).type.shape, tensor.to_float_vector());
-  io::write_batches(file, data.samples(0, config.train.steps * config.train.global_batch));
+  io::write_batches(file, data.samples(0, config.train.steps * plan.global_batch));
 }
 
 // Writes checkpoint `step` collectively (parallel HDF5; each tensor by the first replica of the first
 // stage holding it) and keeps the newest [checkpoint] keep.
-void save_checkpoint(const ExperimentConfig& config, const std::string& directory, std::int64_t step, const Graph& graph,
-                     const Plan& plan, const runtime::PipelineExecutor& executor, comm::Communicator& world) {
+void save_checkpoint(const TrainingRun& run, std::int64_t step) {
+  const ExperimentConfig& config = run.config;
   io::CheckpointInfo info;
   info.step = step;
-  info.consumed_samples = step * config.train.global_batch;
+  info.consumed_samples = step * run.plan.global_batch;
   info.data_cursor = info.consumed_samples;
   info.seed = static_cast<std::uint64_t>(config.train.seed);
   info.lr_step = step;
   info.config_toml = config.text;
-  info.plan_json = plan.to_json().dump();
-  info.optimizer = config.train.optimizer;
-  const std::string path = io::write_checkpoint(world, directory, info, runtime::checkpoint_tensors(graph, plan, executor),
-                                                static_cast<int>(config.checkpoint.keep), config.checkpoint.write_timeout);
-  if (world.rank() == 0) {
+  info.plan_json = run.plan.to_json().dump();
+  info.optimizer = run.plan.optimizer;
+  const std::string path =
+      io::write_checkpoint(run.world, run.checkpoint_directory, info,
+                           runtime::checkpoint_tensors(run.graph, run.plan, run.executor),
+                           static_cast<int>(config.checkpoint.keep), config.checkpoint.write_timeout);
+  if (run.world.rank() == 0) {
     std::printf("checkpoint: %s\n", path.c_str());
     std::fflush(stdout);
   }
@@ -138,15 +155,13 @@ void save_checkpoint(const ExperimentConfig& config, const std::string& director
 // save_checkpoint under [checkpoint] on_error: a write that failed on any rank (the same
 // CollectiveError on every rank) stops the run ("stop"), or is a warning on rank 0 and training goes
 // on ("continue"). Returns whether the checkpoint was written.
-bool checkpoint_or_warn(const ExperimentConfig& config, const std::string& directory, std::int64_t step,
-                        const Graph& graph, const Plan& plan, const runtime::PipelineExecutor& executor,
-                        comm::Communicator& world) {
+bool checkpoint_or_warn(const TrainingRun& run, std::int64_t step) {
   try {
-    save_checkpoint(config, directory, step, graph, plan, executor, world);
+    save_checkpoint(run, step);
     return true;
   } catch (const CollectiveError& error) {
-    if (config.checkpoint.on_error != "continue") throw;
-    if (world.rank() == 0) {
+    if (run.config.checkpoint.on_error != "continue") throw;
+    if (run.world.rank() == 0) {
       std::printf("warning: %s; training goes on ([checkpoint] on_error = \"continue\")\n", error.message().c_str());
       std::fflush(stdout);
     }
@@ -220,6 +235,172 @@ void print_op_profiles(const OpProfile& profile, double step_seconds, const Plan
   std::fflush(stdout);
 }
 
+// What the step loop leaves for the end of the run.
+struct StepLoopResult {
+  double first_loss = NAN, last_loss = NAN;      // of the steps this run trained
+  std::vector<double> step_seconds;              // on rank 0: every step's time
+  std::vector<double> measured_peak_bytes;       // on rank 0: every rank's peak net of its baseline
+  int stop_signal = 0;                           // SIGUSR1 or SIGTERM that stopped the run, or 0
+};
+
+// Rank 0 prints the model, the data and the plan table, and saves the plan as plan.json.
+void announce_run(const ExperimentConfig& config, const Graph& model, const io::BatchSource& data, const Plan& plan,
+                  const std::string& directory) {
+  std::printf("model: %s (%s, %lld parameters), data: %s (%lld samples per epoch)\n", config.path.c_str(),
+              config.model.type.c_str(), static_cast<long long>(model.parameter_count()), data.path().c_str(),
+              static_cast<long long>(data.samples_per_epoch()));
+  std::fputs(format_plan_table(plan).c_str(), stdout);
+  plan.save(directory + "/plan.json");
+  std::printf("outputs: %s/ (plan.json, metrics.jsonl%s)\n", directory.c_str(),
+              config.log.trace.empty() ? "" : (", " + config.log.trace).c_str());
+  std::fflush(stdout);
+}
+
+// On rank 0 the run's metrics.jsonl, open for the rows of the steps from `first_step` on: a resumed
+// run appends to the metrics of the run it continues, less the steps it redoes. Closed elsewhere.
+std::ofstream open_metrics(const std::string& directory, std::int64_t first_step, comm::Communicator& world) {
+  std::ofstream metrics;
+  if (world.rank() != 0) return metrics;
+  if (first_step > 0) {
+    const std::int64_t dropped = io::drop_metrics_after(directory + "/metrics.jsonl", first_step);
+    if (dropped > 0)
+      std::printf("resume: dropped %lld rows of %s/metrics.jsonl past step %lld\n", static_cast<long long>(dropped),
+                  directory.c_str(), static_cast<long long>(first_step));
+  }
+  metrics.open(directory + "/metrics.jsonl", first_step > 0 ? std::ios::app : std::ios::trunc);
+  PARTRAIN_CHECK(metrics, directory << "/metrics.jsonl: cannot write");
+  return metrics;
+}
+
+// SIGUSR1/SIGTERM on any rank: every rank stops at the same step boundary (one all-reduce) before
+// step `step`, after a checkpoint of it when the newest on disk (`checkpointed_step`) is older.
+// Returns the signal, or 0 to go on. Collective.
+int stop_for_signal(const TrainingRun& run, std::int64_t step, std::int64_t checkpointed_step) {
+  const int signal = static_cast<int>(run.world.all_reduce_scalar(received_stop_signal(), comm::ReduceOp::Max));
+  if (signal == 0) return 0;
+  const std::string path = (std::filesystem::path(run.checkpoint_directory) / io::checkpoint_file_name(step)).string();
+  if (checkpointed_step != step) save_checkpoint(run, step);
+  if (run.world.rank() == 0) {
+    std::printf("stopped by %s after step %lld of %lld: checkpoint %s; resume with --resume latest (exit code %d)\n",
+                stop_signal_name(signal), static_cast<long long>(step), static_cast<long long>(run.config.train.steps),
+                path.c_str(), kExitStoppedBySignal);
+    std::fflush(stdout);
+  }
+  return signal;
+}
+
+// Rank 0's record of step `step` (0-based): its metrics.jsonl row and, every [log] every steps, the
+// log line (samples/s of the plan's global batch), and the evaluation line when it evaluated.
+void record_step(const TrainingRun& run, std::int64_t step, const runtime::StepResult& result,
+                 std::optional<double> eval_loss,
+                 const std::vector<double>& rank_peak_bytes, const std::vector<double>& rank_baseline_bytes,
+                 double flops_per_sample, std::ofstream& metrics) {
+  const ExperimentConfig& config = run.config;
+  const double samples_per_second = run.plan.global_batch / result.seconds;
+  const double tokens_per_second = samples_per_second * run.data.tokens_per_sample();
+  const double tflops = samples_per_second * flops_per_sample / 1e12;
+  nlohmann::json record{{"step", step + 1},
+                        {"loss", result.loss},
+                        {"lr", result.lr},
+                        {"grad_norm", result.grad_norm},
+                        {"seconds", result.seconds},
+                        {"samples_per_second", samples_per_second},
+                        {"tokens_per_second", tokens_per_second},
+                        {"tflops", tflops},
+                        {"peak_memory_bytes", result.peak_memory_bytes},
+                        {"predicted_seconds", run.plan.predicted_step_seconds},
+                        {"rank_peak_memory_bytes", rank_peak_bytes},
+                        {"rank_baseline_bytes", rank_baseline_bytes}};
+  if (eval_loss) record["eval_loss"] = *eval_loss;
+  metrics << record.dump() << '\n';
+  metrics.flush();
+  if ((step + 1) % config.log.every == 0 || step + 1 == config.train.steps) {
+    std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.1f samples/s | %.0f tokens/s | "
+                "%.4f TFLOP/s | peak %.1f MiB | predicted %.3f s/step\n",
+                static_cast<long long>(step + 1), static_cast<long long>(config.train.steps), result.loss, result.lr,
+                result.grad_norm, samples_per_second, tokens_per_second, tflops,
+                result.peak_memory_bytes / (1 << 20), run.plan.predicted_step_seconds);
+    std::fflush(stdout);
+  }
+  if (eval_loss) {
+    std::printf("eval after step %lld | held-out loss %.6f over %lld batches\n", static_cast<long long>(step + 1),
+                *eval_loss, static_cast<long long>(config.train.eval_batches));
+    std::fflush(stdout);
+  }
+}
+
+// The step loop from `first_step` to [train] steps (or a stop signal): each step trained, its
+// gradients saved ([log] save_gradients, step 0), evaluated and checkpointed when due, recorded
+// by rank 0; then, with [log] op_profile, the loop's kernel times. Collective.
+StepLoopResult run_steps(const TrainingRun& run, std::int64_t first_step, const std::vector<double>& rank_baseline_bytes,
+                         std::ofstream& metrics) {
+  const ExperimentConfig& config = run.config;
+  comm::Communicator& world = run.world;
+  const double flops_per_sample = training_flops_per_sample(run.model);  // the whole model's, not one rank's part
+  StepLoopResult loop;
+  loop.measured_peak_bytes.assign(static_cast<std::size_t>(world.size()), 0.0);
+  std::int64_t checkpointed_step = first_step;  // the step of the newest checkpoint on disk
+  OpProfile op_profile;  // [log] op_profile: this rank's kernel times over the training steps
+  double op_profiled_seconds = 0.0;
+  std::optional<ScopedOpProfile> op_profile_scope;
+  if (config.log.op_profile) op_profile_scope.emplace(&op_profile);
+  for (std::int64_t step = first_step; step < config.train.steps; ++step) {
+    if (step > first_step) {
+      loop.stop_signal = stop_for_signal(run, step, checkpointed_step);
+      if (loop.stop_signal != 0) break;
+    }
+    const runtime::StepResult result = run.executor.train_step(step);
+    op_profiled_seconds += result.seconds;
+    // Every rank's own peak (collective), for the row and the end-of-run prediction check.
+    std::vector<double> rank_peak_bytes;
+    for (const std::string& peak : world.gather_bytes(std::to_string(result.rank_peak_memory_bytes), 0))
+      rank_peak_bytes.push_back(std::stod(peak));
+    if (config.log.save_gradients && step == 0)
+      save_tensors(run.directory + "/gradients.h5", "grad", run.graph, run.executor.gradients(), run.executor, world);
+    PARTRAIN_CHECK(std::isfinite(result.loss), "step " << step << ": the loss is not finite (" << result.loss << ")");
+    if (step == first_step) loop.first_loss = result.loss;
+    loop.last_loss = result.loss;
+    const bool evaluate = run.heldout && ((step + 1) % config.train.eval_every == 0 || step + 1 == config.train.steps);
+    std::optional<double> eval_loss;
+    if (evaluate) eval_loss = run.executor.evaluate(*run.heldout, config.train.eval_batches).loss();
+    if (config.checkpoint.every > 0 && ((step + 1) % config.checkpoint.every == 0 || step + 1 == config.train.steps))
+      if (checkpoint_or_warn(run, step + 1)) checkpointed_step = step + 1;
+    if (world.rank() != 0) continue;
+    loop.step_seconds.push_back(result.seconds);
+    for (std::size_t rank = 0; rank < rank_peak_bytes.size(); ++rank)
+      loop.measured_peak_bytes[rank] =
+          std::max(loop.measured_peak_bytes[rank], rank_peak_bytes[rank] - rank_baseline_bytes[rank]);
+    record_step(run, step, result, eval_loss, rank_peak_bytes, rank_baseline_bytes, flops_per_sample, metrics);
+  }
+  op_profile_scope.reset();
+  if (config.log.op_profile) print_op_profiles(op_profile, op_profiled_seconds, run.plan, world);
+  return loop;
+}
+
+// After the steps: the Chrome trace ([log] trace), the final parameters ([log] save_parameters),
+// and on rank 0 the first and last loss and the prediction's error. Collective.
+void finish_run(const TrainingRun& run, std::int64_t first_step, const StepLoopResult& loop) {
+  const ExperimentConfig& config = run.config;
+  const bool leader = run.world.rank() == 0;
+  if (!config.log.trace.empty()) {
+    const std::vector<std::string> parts =
+        run.world.gather_bytes(io::trace_events_to_json(run.executor.trace()).dump(), 0);
+    if (leader) {
+      std::vector<std::vector<io::TraceEvent>> events;
+      for (const std::string& part : parts) events.push_back(io::trace_events_from_json(nlohmann::json::parse(part)));
+      io::write_chrome_trace(run.directory + "/" + config.log.trace, events);
+    }
+  }
+  if (config.log.save_parameters)
+    save_tensors(run.directory + "/parameters.h5", "model", run.graph, run.executor.state(), run.executor, run.world);
+  if (leader && config.train.steps > first_step && loop.stop_signal == 0)
+    std::printf("first loss %.6f, last loss %.6f after %lld steps\n", loop.first_loss, loop.last_loss,
+                static_cast<long long>(config.train.steps));
+  if (leader && !loop.step_seconds.empty())
+    std::printf("%s\n", prediction_error_line(run.plan, loop.step_seconds,
+                                              stage_peak_bytes(run.plan, loop.measured_peak_bytes)).c_str());
+}
+
 int train(const TrainArguments& arguments, comm::Communicator& world, bool& training_started) {
   const bool leader = world.rank() == 0;
   const ExperimentConfig config = load_experiment(arguments.config, arguments.overrides);
@@ -237,31 +418,24 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const std::vector<io::RunLock> locks =
       lock_run_directories(directory, checkpoint_directory, checkpoint_elsewhere, world);
   const std::string checkpoint_path = resume.empty() ? "" : resume_path(resume, checkpoint_directory, world);
-  const Graph model = build_model(config.model);
+  PlannedGraphs graphs(config);
+  const Graph& model = graphs.model();
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
   // Every rank computes on its node's GPU (one per rank, NCCL between them) or on the CPU (MPI).
   Backend& backend = select_backend(config.train.device, comm::MpiCommunicator::node_local_rank());
   const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
   comm::Communicator& run_world = device_world ? *device_world : world;
-  const Plan plan = agree_on_plan(config, model, arguments.plan_file, true, world, run_world, backend);
+  // From here on the plan, not the config, says the global batch, degree, precision and optimizer.
+  const Plan plan = agree_on_plan(config, graphs, arguments.plan_file, true, world, run_world, backend);
   // The graph the plan's stages index: the model, or its tensor_parallel_graph for the plan's degree.
-  const Graph graph = planned_graph(config, plan.tensor_parallel);
+  const Graph& graph = graphs.of_degree(plan.tensor_parallel);
 
   PARTRAIN_CHECK(!(config.log.save_gradients && plan.zero == 1),
                  "[log] save_gradients = true (" << config.path << ") needs whole reduced gradients, which ZeRO-1 "
                                                    "(the plan's zero = 1) keeps only in parts; use zero = 0");
-  if (leader) {
-    std::printf("model: %s (%s, %lld parameters), data: %s (%lld samples per epoch)\n", config.path.c_str(),
-                config.model.type.c_str(), static_cast<long long>(model.parameter_count()), data->path().c_str(),
-                static_cast<long long>(data->samples_per_epoch()));
-    std::fputs(format_plan_table(plan).c_str(), stdout);
-    plan.save(directory + "/plan.json");
-    std::printf("outputs: %s/ (plan.json, metrics.jsonl%s)\n", directory.c_str(),
-                config.log.trace.empty() ? "" : (", " + config.log.trace).c_str());
-    std::fflush(stdout);
-  }
-
-  if (leader && config.log.save_initial) save_initial(directory + "/initial_parameters.h5", config, model, *data);
+  if (leader) announce_run(config, model, *data, plan, directory);
+  if (leader && config.log.save_initial)
+    save_initial(directory + "/initial_parameters.h5", config, plan, model, *data);
   // What the process holds before the stage exists (graphs' constants, data, profiles): the
   // planners predict the stage's own memory, so the end-of-run check and the metrics' net peaks
   // (rank_peak_memory_bytes − rank_baseline_bytes) leave it out — as CAPSlog's trimmed runs do.
@@ -283,113 +457,11 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const std::int64_t first_step = checkpoint_path.empty() ? 0 : resume_from(checkpoint_path, graph, executor, world);
   training_started = true;
 
-  std::ofstream metrics;
-  if (leader) {  // a resumed run appends to the metrics of the run it continues, less the steps it redoes
-    if (first_step > 0) {
-      const std::int64_t dropped = io::drop_metrics_after(directory + "/metrics.jsonl", first_step);
-      if (dropped > 0)
-        std::printf("resume: dropped %lld rows of %s/metrics.jsonl past step %lld\n", static_cast<long long>(dropped),
-                    directory.c_str(), static_cast<long long>(first_step));
-    }
-    metrics.open(directory + "/metrics.jsonl", first_step > 0 ? std::ios::app : std::ios::trunc);
-    PARTRAIN_CHECK(metrics, directory << "/metrics.jsonl: cannot write");
-  }
-  const double flops_per_sample = training_flops_per_sample(model);  // the whole model's, not one rank's part
-  double first_loss = NAN, last_loss = NAN;
-  std::vector<double> step_seconds, measured_peak_bytes(static_cast<std::size_t>(world.size()), 0.0);
-  std::int64_t checkpointed_step = first_step;  // the step of the newest checkpoint on disk
-  int stop_signal = 0;
-  OpProfile op_profile;  // [log] op_profile: this rank's kernel times over the training steps
-  double op_profiled_seconds = 0.0;
-  std::optional<ScopedOpProfile> op_profile_scope;
-  if (config.log.op_profile) op_profile_scope.emplace(&op_profile);
-  for (std::int64_t step = first_step; step < config.train.steps; ++step) {
-    // SIGUSR1/SIGTERM on any rank: every rank stops at the same step boundary (one all-reduce).
-    if (step > first_step) {
-      stop_signal = static_cast<int>(world.all_reduce_scalar(received_stop_signal(), comm::ReduceOp::Max));
-      if (stop_signal != 0) {
-        const std::string path = (std::filesystem::path(checkpoint_directory) / io::checkpoint_file_name(step)).string();
-        if (checkpointed_step != step) save_checkpoint(config, checkpoint_directory, step, graph, plan, executor, world);
-        if (leader) {
-          std::printf("stopped by %s after step %lld of %lld: checkpoint %s; resume with --resume latest (exit code %d)\n",
-                      stop_signal_name(stop_signal), static_cast<long long>(step),
-                      static_cast<long long>(config.train.steps), path.c_str(), kExitStoppedBySignal);
-          std::fflush(stdout);
-        }
-        break;
-      }
-    }
-    const runtime::StepResult result = executor.train_step(step);
-    op_profiled_seconds += result.seconds;
-    // Every rank's own peak (collective), for the row and the end-of-run prediction check.
-    const std::vector<std::string> rank_peaks = world.gather_bytes(std::to_string(result.rank_peak_memory_bytes), 0);
-    std::vector<double> rank_peak_bytes;
-    for (const std::string& peak : rank_peaks) rank_peak_bytes.push_back(std::stod(peak));
-    if (config.log.save_gradients && step == 0)
-      save_tensors(directory + "/gradients.h5", "grad", graph, executor.gradients(), executor, world);
-    PARTRAIN_CHECK(std::isfinite(result.loss), "step " << step << ": the loss is not finite (" << result.loss << ")");
-    if (step == first_step) first_loss = result.loss;
-    last_loss = result.loss;
-    const bool evaluate = heldout && ((step + 1) % config.train.eval_every == 0 || step + 1 == config.train.steps);
-    const double eval_loss = evaluate ? executor.evaluate(*heldout, config.train.eval_batches).loss() : NAN;
-    if (config.checkpoint.every > 0 && ((step + 1) % config.checkpoint.every == 0 || step + 1 == config.train.steps))
-      if (checkpoint_or_warn(config, checkpoint_directory, step + 1, graph, plan, executor, world))
-        checkpointed_step = step + 1;
-    if (!leader) continue;
-    const double samples_per_second = config.train.global_batch / result.seconds;
-    const double tokens_per_second = samples_per_second * data->tokens_per_sample();
-    const double tflops = samples_per_second * flops_per_sample / 1e12;
-    nlohmann::json record{{"step", step + 1},
-                              {"loss", result.loss},
-                              {"lr", result.lr},
-                              {"grad_norm", result.grad_norm},
-                              {"seconds", result.seconds},
-                              {"samples_per_second", samples_per_second},
-                              {"tokens_per_second", tokens_per_second},
-                              {"tflops", tflops},
-                              {"peak_memory_bytes", result.peak_memory_bytes},
-                              {"predicted_seconds", plan.predicted_step_seconds},
-                              {"rank_peak_memory_bytes", rank_peak_bytes},
-                              {"rank_baseline_bytes", rank_baseline_bytes}};
-    step_seconds.push_back(result.seconds);
-    for (std::size_t rank = 0; rank < rank_peak_bytes.size(); ++rank)
-      measured_peak_bytes[rank] = std::max(measured_peak_bytes[rank], rank_peak_bytes[rank] - rank_baseline_bytes[rank]);
-    if (evaluate) record["eval_loss"] = eval_loss;
-    metrics << record.dump() << '\n';
-    metrics.flush();
-    if ((step + 1) % config.log.every == 0 || step + 1 == config.train.steps) {
-      std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.1f samples/s | %.0f tokens/s | "
-                  "%.4f TFLOP/s | peak %.1f MiB | predicted %.3f s/step\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(config.train.steps), result.loss, result.lr,
-                  result.grad_norm, samples_per_second, tokens_per_second, tflops,
-                  result.peak_memory_bytes / (1 << 20), plan.predicted_step_seconds);
-      std::fflush(stdout);
-    }
-    if (evaluate) {
-      std::printf("eval after step %lld | held-out loss %.6f over %lld batches\n", static_cast<long long>(step + 1),
-                  eval_loss, static_cast<long long>(config.train.eval_batches));
-      std::fflush(stdout);
-    }
-  }
-
-  op_profile_scope.reset();
-  if (config.log.op_profile) print_op_profiles(op_profile, op_profiled_seconds, plan, world);
-  if (!config.log.trace.empty()) {
-    const std::vector<std::string> parts = world.gather_bytes(io::trace_events_to_json(executor.trace()).dump(), 0);
-    if (leader) {
-      std::vector<std::vector<io::TraceEvent>> events;
-      for (const std::string& part : parts) events.push_back(io::trace_events_from_json(nlohmann::json::parse(part)));
-      io::write_chrome_trace(directory + "/" + config.log.trace, events);
-    }
-  }
-  if (config.log.save_parameters)
-    save_tensors(directory + "/parameters.h5", "model", graph, executor.state(), executor, world);
-  if (leader && config.train.steps > first_step && stop_signal == 0)
-    std::printf("first loss %.6f, last loss %.6f after %lld steps\n", first_loss, last_loss,
-                static_cast<long long>(config.train.steps));
-  if (leader && !step_seconds.empty())
-    std::printf("%s\n", prediction_error_line(plan, step_seconds, stage_peak_bytes(plan, measured_peak_bytes)).c_str());
-  return stop_signal != 0 ? kExitStoppedBySignal : 0;
+  const TrainingRun run{config, plan, model, graph, executor, *data, heldout.get(), world, directory, checkpoint_directory};
+  std::ofstream metrics = open_metrics(directory, first_step, world);
+  const StepLoopResult loop = run_steps(run, first_step, rank_baseline_bytes, metrics);
+  finish_run(run, first_step, loop);
+  return loop.stop_signal != 0 ? kExitStoppedBySignal : 0;
 }
 
 }  // namespace

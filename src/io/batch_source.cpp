@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "io/config.h"
 #include "io/image_dataset.h"
 #include "io/text_dataset.h"
 

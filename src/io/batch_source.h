@@ -9,7 +9,10 @@
 #include <unordered_map>
 
 #include "core/tensor.h"
-#include "io/config.h"
+
+namespace partrain {
+struct ExperimentConfig;  // io/config.h: only make_batch_source reads it (runtime/ sees no config)
+}  // namespace partrain
 
 namespace partrain::io {
 

@@ -460,17 +460,12 @@ std::vector<Box> part_boxes(const Shape& shape, const CheckpointPart& part) {
 
 // ---------------------------------------------------------------- writing
 
-std::string write_checkpoint(comm::Communicator& world, const std::string& directory, const CheckpointInfo& info,
-                             const std::vector<CheckpointTensor>& tensors, int keep, double write_timeout_seconds) {
-  PARTRAIN_CHECK(write_timeout_seconds > 0, "write_checkpoint: write timeout " << write_timeout_seconds << " s");
-  silence_hdf5_errors();
-  auto* mpi = dynamic_cast<comm::MpiCommunicator*>(&world);
-  PARTRAIN_CHECK(mpi != nullptr, "write_checkpoint needs an MPI communicator (parallel HDF5), not '"
-                                     << world.backend_name() << "'");
-  const std::string final_path = (fs::path(directory) / checkpoint_file_name(info.step)).string();
-  const std::string temporary_path = final_path + ".tmp";
+namespace {
 
-  // 1. Agree on the tensor list and on who writes what before touching the file.
+// Step 1 of write_checkpoint, this rank's side: "<digest>|<counts>|<error>", the digest of the
+// tensor list (names and shapes), the elements this rank writes of each tensor (comma-separated)
+// and the first problem found in its part of the list ("" when none), for every rank to compare.
+std::string describe_tensor_list(const std::vector<CheckpointTensor>& tensors) {
   std::string local_error;
   std::string counts;  // elements this rank writes of each tensor, comma-separated
   std::uint64_t digest = 14695981039346656037ull;
@@ -509,11 +504,15 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
         local_error = "tensor '" + tensors[i].name + "' is listed twice";
         break;
       }
-  const std::vector<std::string> gathered = world.all_gather_bytes(hex64(digest) + "|" + counts + "|" + local_error);
-  // Every rank parses the same gathered strings and compares with rank 0's list, so every rank
-  // reaches the same verdict (and throws the same message) without another collective.
+  return hex64(digest) + "|" + counts + "|" + local_error;
+}
+
+// Step 1, the verdict on every rank's describe_tensor_list (`gathered`, by rank): "" or what is
+// wrong (a rank's own problem, a rank with another list than rank 0's, a tensor whose writers'
+// parts do not add up to it). Every rank parses the same gathered strings and compares with rank
+// 0's list, so every rank reaches the same verdict without another collective.
+std::string tensor_list_problem(const std::vector<std::string>& gathered, const std::vector<CheckpointTensor>& tensors) {
   std::string error;
-  const std::string prefix = final_path + ": ";
   const std::string reference_digest = gathered[0].substr(0, 16);
   std::vector<std::vector<std::int64_t>> written(gathered.size());  // per rank, per tensor
   for (std::size_t r = 0; r < gathered.size() && error.empty(); ++r) {
@@ -551,9 +550,11 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
               " elements (exactly one rank must write each element)";
     }
   }
-  if (!error.empty()) PARTRAIN_FAIL_COLLECTIVE("cannot write checkpoint " << prefix << error);
+  return error;
+}
 
-  // 2. The directory (rank 0), then the file, collectively.
+// Step 2a: rank 0 creates the checkpoint directory; a failure is the same CollectiveError on every rank.
+void create_checkpoint_directory(comm::Communicator& world, const std::string& directory) {
   std::string directory_error;
   if (world.rank() == 0) {
     std::error_code code;
@@ -562,26 +563,25 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
   }
   world.broadcast_bytes(directory_error, 0);
   if (!directory_error.empty()) PARTRAIN_FAIL_COLLECTIVE(directory_error);
+}
 
-  // Every HDF5 step below that can fail on one rank alone (a full disk shows up on whichever rank
-  // writes the block that does not fit) is followed by agree(): all ranks learn the first failing
-  // rank's message and skip the remaining steps together, so no rank waits in a collective that
-  // another has left. Then every rank closes the file in the same order.
-  std::string error_text;  // agreed: identical on every rank
-  // An error inside a collective HDF5 or MPI-IO call on one rank leaves the others waiting in it,
-  // where no agreement can reach them: each step is bounded, and a step that does not end ends the
-  // process (first removing the half-written file, which every rank sees), so that mpiexec or srun ends the job.
-  const auto stalled_step = [&] {
-    return Watchdog(write_timeout_seconds,
-                    "cannot write checkpoint " + final_path + ": a collective step of the write did not end within " +
-                        std::to_string(static_cast<int>(write_timeout_seconds)) + " s on rank " +
-                        std::to_string(world.rank()) +
-                        " (an I/O error on some rank inside HDF5 or MPI-IO; [checkpoint] write_timeout)",
-                    1, [temporary_path] { ::unlink(temporary_path.c_str()); });
-  };
-  auto step = [&](const std::function<void()>& body) {
-    if (!error_text.empty()) return;
-    const Watchdog watchdog = stalled_step();
+// The steps of the collective write. Every HDF5 step that can fail on one rank alone (a full disk
+// shows up on whichever rank writes the block that does not fit) is followed by an agreement: all
+// ranks learn the first failing rank's message and skip the remaining steps together, so no rank
+// waits in a collective that another has left. An error inside a collective HDF5 or MPI-IO call on
+// one rank leaves the others waiting in it, where no agreement can reach them: each step is
+// bounded, and a step that does not end ends the process (first removing the half-written file,
+// which every rank sees), so that mpiexec or srun ends the job.
+class AgreedSteps {
+ public:
+  AgreedSteps(comm::Communicator& world, std::string final_path, std::string temporary_path, double timeout_seconds)
+      : world_(world), final_path_(std::move(final_path)), temporary_path_(std::move(temporary_path)),
+        timeout_seconds_(timeout_seconds) {}
+
+  // Runs `body` on every rank, bounded, unless an error was agreed on; then agrees on its error.
+  void run(const std::function<void()>& body) {
+    if (!error_.empty()) return;
+    const Watchdog watchdog = bound();
     std::string local;
     try {
       errno = 0;
@@ -589,118 +589,132 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
     } catch (const Error& caught) {
       local = caught.message();
     }
-    error_text = agree_on_error(world, local);
-  };
-  const int injected_rank = injected_fault_rank("checkpoint_write", info.step);
-  const int abandoning_rank = injected_fault_rank("checkpoint_write_abandon", info.step);
-  Hdf5Handle access, file, link_create, transfer;
-  step([&] {
-    access = Hdf5Handle(H5Pcreate(H5P_FILE_ACCESS));
-    PARTRAIN_CHECK(H5Pset_fapl_mpio(access.get(), mpi->native(), MPI_INFO_NULL) >= 0,
-                   with_detail(temporary_path + ": H5Pset_fapl_mpio failed"));
-    // Format >= 1.8: attributes larger than 64 KiB (config, plan) go to dense storage.
-    H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V110);
-    file = Hdf5Handle(H5Fcreate(temporary_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()));
-    PARTRAIN_CHECK(file.valid(), with_os_detail(temporary_path + ": cannot create the checkpoint file"));
-  });
-  step([&] {
-    if (world.rank() == 0) {
-      const std::string problem = reserve_space(temporary_path, reserved_bytes(tensors, info));
-      PARTRAIN_CHECK(problem.empty(), problem);
-    }
-  });
-  step([&] {
-    write_info(file.get(), info, temporary_path);
-    link_create = Hdf5Handle(H5Pcreate(H5P_LINK_CREATE));
-    H5Pset_create_intermediate_group(link_create.get(), 1);
-    transfer = Hdf5Handle(H5Pcreate(H5P_DATASET_XFER));
-    H5Pset_dxpl_mpio(transfer.get(), H5FD_MPIO_COLLECTIVE);
-  });
-  for (std::size_t i = 0; i < tensors.size() && error_text.empty(); ++i) {
-    step([&] {
-      const CheckpointTensor& tensor = tensors[i];
-      const std::string what = temporary_path + ": dataset '" + tensor.name + "'";
-      const int rank = static_cast<int>(tensor.shape.size());
-      const std::int64_t count = numel(tensor.shape);
-      std::vector<hsize_t> dims(tensor.shape.begin(), tensor.shape.end());
-      Hdf5Handle space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), nullptr));
-      Hdf5Handle create(H5Pcreate(H5P_DATASET_CREATE));
-      H5Pset_fill_time(create.get(), H5D_FILL_TIME_NEVER);
-      if (rank > 0 && count > 0) {
-        // Chunks: whole trailing dimensions first, up to kChunkElements.
-        std::vector<hsize_t> chunk(dims.size());
-        std::int64_t budget = kChunkElements;
-        for (int d = rank - 1; d >= 0; --d) {
-          const std::int64_t extent = std::min<std::int64_t>(tensor.shape[static_cast<std::size_t>(d)],
-                                                             std::max<std::int64_t>(budget, 1));
-          chunk[static_cast<std::size_t>(d)] = static_cast<hsize_t>(extent);
-          budget /= extent;
-        }
-        PARTRAIN_CHECK(H5Pset_chunk(create.get(), rank, chunk.data()) >= 0 && H5Pset_fletcher32(create.get()) >= 0,
-                       with_detail(what + ": cannot set chunking and Fletcher32"));
-      }
-      Hdf5Handle dataset(H5Dcreate2(file.get(), tensor.name.c_str(), H5T_IEEE_F32LE, space.get(),
-                                    link_create.get(), create.get(), H5P_DEFAULT));
-      PARTRAIN_CHECK(dataset.valid(), with_os_detail(what + ": cannot create it"));
-      if (count == 0) return;
-      const bool writer = tensor.data.defined();
-      const hsize_t memory_count = static_cast<hsize_t>(writer ? tensor.data.numel() : count);
-      Hdf5Handle memory_space(H5Screate_simple(1, &memory_count, nullptr));
-      Hdf5Handle file_space(H5Dget_space(dataset.get()));
-      if (writer && !whole_tensor(tensor.part)) {
-        // The part's elements: a union of boxes of the dataset, in the same row-major order.
-        bool first = true;
-        for (const Box& box : part_boxes(tensor.shape, tensor.part)) {
-          const std::vector<hsize_t> start(box.start.begin(), box.start.end()), extent(box.count.begin(), box.count.end());
-          PARTRAIN_CHECK(H5Sselect_hyperslab(file_space.get(), first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
-                                             extent.data(), nullptr) >= 0,
-                         with_detail(what + ": cannot select this rank's part"));
-          first = false;
-        }
-      }
-      std::vector<float> converted;
-      float dummy = 0.0f;
-      const void* buffer = &dummy;
-      if (writer) {
-        if (tensor.data.dtype() == DType::F32) {
-          buffer = tensor.data.data<float>();
-        } else {
-          converted = tensor.data.to_float_vector();
-          buffer = converted.data();
-        }
-      } else {
-        H5Sselect_none(memory_space.get());
-        H5Sselect_none(file_space.get());
-      }
-      // The test hook: this rank leaves before the collective write (an error inside H5Dwrite).
-      PARTRAIN_CHECK(abandoning_rank != world.rank(),
-                     what << ": writing failed on this rank alone (fault injected by " << kFaultInjectVariable << ")");
-      const herr_t status =
-          H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), transfer.get(), buffer);
-      PARTRAIN_CHECK(status >= 0, with_os_detail(what + ": writing failed"));
-      // The test hook fails the collective write on one rank after it completed everywhere, like a
-      // disk error that only that rank's share of the write met.
-      PARTRAIN_CHECK(injected_rank != world.rank(),
-                     what << ": writing failed (fault injected by " << kFaultInjectVariable << ")");
-    });
+    agree(local);
   }
-  step([&] {
-    PARTRAIN_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, with_os_detail(temporary_path + ": flush failed"));
-  });
-  if (error_text.empty()) {
-    // Everything is on disk: closing only rewrites the superblock, collectively on every rank.
+
+  // A watchdog that ends the process when the step it guards outlasts [checkpoint] write_timeout.
+  Watchdog bound() const {
+    const std::string temporary_path = temporary_path_;
+    return Watchdog(timeout_seconds_,
+                    "cannot write checkpoint " + final_path_ + ": a collective step of the write did not end within " +
+                        std::to_string(static_cast<int>(timeout_seconds_)) + " s on rank " +
+                        std::to_string(world_.rank()) +
+                        " (an I/O error on some rank inside HDF5 or MPI-IO; [checkpoint] write_timeout)",
+                    1, [temporary_path] { ::unlink(temporary_path.c_str()); });
+  }
+
+  // Agrees on this rank's `local` error ("" when none) with every rank (collective).
+  void agree(const std::string& local) { error_ = agree_on_error(world_, local); }
+
+  // The agreed error: "" while every step succeeded; identical on every rank.
+  const std::string& error() const { return error_; }
+
+ private:
+  comm::Communicator& world_;
+  std::string final_path_, temporary_path_;
+  double timeout_seconds_;
+  std::string error_;
+};
+
+// The chunk dimensions of a dataset of `shape` (rank > 0, elements > 0): whole trailing dimensions
+// first, up to kChunkElements.
+std::vector<hsize_t> chunk_dimensions(const Shape& shape) {
+  std::vector<hsize_t> chunk(shape.size());
+  std::int64_t budget = kChunkElements;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    const std::int64_t extent =
+        std::min<std::int64_t>(shape[static_cast<std::size_t>(d)], std::max<std::int64_t>(budget, 1));
+    chunk[static_cast<std::size_t>(d)] = static_cast<hsize_t>(extent);
+    budget /= extent;
+  }
+  return chunk;
+}
+
+// The test hooks (kFaultInjectVariable) of one checkpoint's write: the rank whose write fails after
+// the collective write completed, and the rank that leaves before it; −1 for none.
+struct InjectedFaults {
+  int failing_rank = -1;
+  int abandoning_rank = -1;
+};
+
+// One dataset of the collective write (every rank, in the same order): creates `tensor`'s f32
+// dataset in `file` (chunked with Fletcher32), and writes this rank's part of it (none when it holds
+// no data). Throws partrain::Error naming the dataset.
+void write_dataset(hid_t file, hid_t link_create, hid_t transfer, const CheckpointTensor& tensor,
+                   const std::string& temporary_path, int this_rank, const InjectedFaults& faults) {
+  const std::string what = temporary_path + ": dataset '" + tensor.name + "'";
+  const int rank = static_cast<int>(tensor.shape.size());
+  const std::int64_t count = numel(tensor.shape);
+  std::vector<hsize_t> dims(tensor.shape.begin(), tensor.shape.end());
+  Hdf5Handle space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), nullptr));
+  Hdf5Handle create(H5Pcreate(H5P_DATASET_CREATE));
+  H5Pset_fill_time(create.get(), H5D_FILL_TIME_NEVER);
+  if (rank > 0 && count > 0) {
+    const std::vector<hsize_t> chunk = chunk_dimensions(tensor.shape);
+    PARTRAIN_CHECK(H5Pset_chunk(create.get(), rank, chunk.data()) >= 0 && H5Pset_fletcher32(create.get()) >= 0,
+                   with_detail(what + ": cannot set chunking and Fletcher32"));
+  }
+  Hdf5Handle dataset(H5Dcreate2(file, tensor.name.c_str(), H5T_IEEE_F32LE, space.get(), link_create, create.get(),
+                                H5P_DEFAULT));
+  PARTRAIN_CHECK(dataset.valid(), with_os_detail(what + ": cannot create it"));
+  if (count == 0) return;
+  const bool writer = tensor.data.defined();
+  const hsize_t memory_count = static_cast<hsize_t>(writer ? tensor.data.numel() : count);
+  Hdf5Handle memory_space(H5Screate_simple(1, &memory_count, nullptr));
+  Hdf5Handle file_space(H5Dget_space(dataset.get()));
+  if (writer && !whole_tensor(tensor.part)) {
+    // The part's elements: a union of boxes of the dataset, in the same row-major order.
+    bool first = true;
+    for (const Box& box : part_boxes(tensor.shape, tensor.part)) {
+      const std::vector<hsize_t> start(box.start.begin(), box.start.end()), extent(box.count.begin(), box.count.end());
+      PARTRAIN_CHECK(H5Sselect_hyperslab(file_space.get(), first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
+                                         extent.data(), nullptr) >= 0,
+                     with_detail(what + ": cannot select this rank's part"));
+      first = false;
+    }
+  }
+  std::vector<float> converted;
+  float dummy = 0.0f;
+  const void* buffer = &dummy;
+  if (writer) {
+    if (tensor.data.dtype() == DType::F32) {
+      buffer = tensor.data.data<float>();
+    } else {
+      converted = tensor.data.to_float_vector();
+      buffer = converted.data();
+    }
+  } else {
+    H5Sselect_none(memory_space.get());
+    H5Sselect_none(file_space.get());
+  }
+  // The test hook: this rank leaves before the collective write (an error inside H5Dwrite).
+  PARTRAIN_CHECK(faults.abandoning_rank != this_rank,
+                 what << ": writing failed on this rank alone (fault injected by " << kFaultInjectVariable << ")");
+  const herr_t status = H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), transfer, buffer);
+  PARTRAIN_CHECK(status >= 0, with_os_detail(what + ": writing failed"));
+  // The test hook fails the collective write on one rank after it completed everywhere, like a
+  // disk error that only that rank's share of the write met.
+  PARTRAIN_CHECK(faults.failing_rank != this_rank,
+                 what << ": writing failed (fault injected by " << kFaultInjectVariable << ")");
+}
+
+// Closes `file` on every rank in the same order. After a successful write everything is on disk:
+// closing only rewrites the superblock, collectively, and its failure is agreed on. After a
+// failure HDF5 still holds unwritten metadata that closing tries to write: rank 0 frees the file's
+// blocks first (a full disk then has room for it), and a close that still hangs inside HDF5 ends
+// the process rather than the job waiting.
+void close_file(Hdf5Handle& file, AgreedSteps& steps, comm::Communicator& world, const std::string& final_path,
+                const std::string& temporary_path) {
+  if (steps.error().empty()) {
     std::string local;
-    const Watchdog watchdog = stalled_step();
+    const Watchdog watchdog = steps.bound();
     if (H5Fclose(file.get()) < 0) local = with_os_detail(temporary_path + ": closing failed");
     (void)file.release();
-    error_text = agree_on_error(world, local);
+    steps.agree(local);
   } else if (file.valid()) {
-    // After a failure HDF5 still holds unwritten metadata that closing tries to write. Rank 0 frees
-    // the file's blocks first (a full disk then has room for it); every rank closes in the same
-    // order; and a close that still hangs inside HDF5 ends the process rather than the job waiting.
     if (world.rank() == 0) ::truncate(temporary_path.c_str(), 0);
     world.barrier();
-    const Watchdog watchdog(kCloseSeconds, "cannot write checkpoint " + final_path + ": " + error_text +
+    const Watchdog watchdog(kCloseSeconds, "cannot write checkpoint " + final_path + ": " + steps.error() +
                                                "; closing the damaged file did not end within " +
                                                std::to_string(static_cast<int>(kCloseSeconds)) + " s on rank " +
                                                std::to_string(world.rank()));
@@ -709,38 +723,113 @@ std::string write_checkpoint(comm::Communicator& world, const std::string& direc
     H5Eclear2(H5E_DEFAULT);
     world.barrier();
   }
+}
+
+// Step 2b: `info` and `tensors` into a new file at `temporary_path` with parallel HDF5 over `mpi`
+// (every rank its part of each dataset), flushed and closed on every rank. Returns "" or the agreed
+// error (the same on every rank; the file is then closed but not removed).
+std::string write_file(comm::MpiCommunicator& mpi, const std::string& final_path, const std::string& temporary_path,
+                       const CheckpointInfo& info, const std::vector<CheckpointTensor>& tensors,
+                       double write_timeout_seconds) {
+  comm::Communicator& world = mpi;
+  AgreedSteps steps(world, final_path, temporary_path, write_timeout_seconds);
+  const InjectedFaults faults{injected_fault_rank("checkpoint_write", info.step),
+                              injected_fault_rank("checkpoint_write_abandon", info.step)};
+  Hdf5Handle access, file, link_create, transfer;
+  steps.run([&] {
+    access = Hdf5Handle(H5Pcreate(H5P_FILE_ACCESS));
+    PARTRAIN_CHECK(H5Pset_fapl_mpio(access.get(), mpi.native(), MPI_INFO_NULL) >= 0,
+                   with_detail(temporary_path + ": H5Pset_fapl_mpio failed"));
+    // Format >= 1.8: attributes larger than 64 KiB (config, plan) go to dense storage.
+    H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V110);
+    file = Hdf5Handle(H5Fcreate(temporary_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()));
+    PARTRAIN_CHECK(file.valid(), with_os_detail(temporary_path + ": cannot create the checkpoint file"));
+  });
+  steps.run([&] {
+    if (world.rank() == 0) {
+      const std::string problem = reserve_space(temporary_path, reserved_bytes(tensors, info));
+      PARTRAIN_CHECK(problem.empty(), problem);
+    }
+  });
+  steps.run([&] {
+    write_info(file.get(), info, temporary_path);
+    link_create = Hdf5Handle(H5Pcreate(H5P_LINK_CREATE));
+    H5Pset_create_intermediate_group(link_create.get(), 1);
+    transfer = Hdf5Handle(H5Pcreate(H5P_DATASET_XFER));
+    H5Pset_dxpl_mpio(transfer.get(), H5FD_MPIO_COLLECTIVE);
+  });
+  for (std::size_t i = 0; i < tensors.size() && steps.error().empty(); ++i)
+    steps.run([&] {
+      write_dataset(file.get(), link_create.get(), transfer.get(), tensors[i], temporary_path, world.rank(), faults);
+    });
+  steps.run([&] {
+    PARTRAIN_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, with_os_detail(temporary_path + ": flush failed"));
+  });
+  close_file(file, steps, world, final_path, temporary_path);
   transfer.reset();
   link_create.reset();
   access.reset();
+  return steps.error();
+}
 
-  // 3. Every rank has closed the file: rank 0 renames and cleans up.
-  std::string final_error = error_text;
-  if (world.rank() == 0) {
-    std::error_code code;
-    if (!final_error.empty()) {
-      fs::remove(temporary_path, code);
-    } else {
-      trim_reserved_space(temporary_path);
-      fs::rename(temporary_path, final_path, code);
-      if (code) {
-        final_error = "cannot rename " + temporary_path + " to " + final_path + ": " + code.message();
-      } else {
-        // Keep the file just written and the newest keep-1 others; a newer file from an abandoned
-        // run (resumed from an older step) counts as one of those others.
-        if (keep > 0) {
-          int kept = 1;
-          for (const std::string& other : list_checkpoints(directory)) {
-            if (fs::equivalent(other, final_path, code)) continue;
-            if (kept < keep) ++kept;
-            else fs::remove(other, code);
-          }
-        }
-        static const std::regex temporary_name(R"(step_\d+\.h5\.tmp)");
-        for (const auto& entry : fs::directory_iterator(directory, code))
-          if (std::regex_match(entry.path().filename().string(), temporary_name)) fs::remove(entry.path(), code);
-      }
+// Keeps `final_path` (just written in `directory`) and the newest keep − 1 other checkpoints there;
+// a newer file from an abandoned run (resumed from an older step) counts as one of those others.
+// Removes leftover temporary files of earlier writes. keep ≤ 0 keeps every checkpoint.
+void remove_old_checkpoints(const std::string& directory, const std::string& final_path, int keep) {
+  std::error_code code;
+  if (keep > 0) {
+    int kept = 1;
+    for (const std::string& other : list_checkpoints(directory)) {
+      if (fs::equivalent(other, final_path, code)) continue;
+      if (kept < keep) ++kept;
+      else fs::remove(other, code);
     }
   }
+  static const std::regex temporary_name(R"(step_\d+\.h5\.tmp)");
+  for (const auto& entry : fs::directory_iterator(directory, code))
+    if (std::regex_match(entry.path().filename().string(), temporary_name)) fs::remove(entry.path(), code);
+}
+
+// Step 3, on rank 0 once every rank has closed the file: after a write that failed (`error`
+// non-empty) removes the temporary file and returns `error`; else renames it to `final_path`, keeps
+// the newest [checkpoint] keep, and returns "" or the rename's error.
+std::string publish_checkpoint(const std::string& directory, const std::string& temporary_path,
+                               const std::string& final_path, int keep, const std::string& error) {
+  std::error_code code;
+  if (!error.empty()) {
+    fs::remove(temporary_path, code);
+    return error;
+  }
+  trim_reserved_space(temporary_path);
+  fs::rename(temporary_path, final_path, code);
+  if (code) return "cannot rename " + temporary_path + " to " + final_path + ": " + code.message();
+  remove_old_checkpoints(directory, final_path, keep);
+  return {};
+}
+
+}  // namespace
+
+std::string write_checkpoint(comm::Communicator& world, const std::string& directory, const CheckpointInfo& info,
+                             const std::vector<CheckpointTensor>& tensors, int keep, double write_timeout_seconds) {
+  PARTRAIN_CHECK(write_timeout_seconds > 0, "write_checkpoint: write timeout " << write_timeout_seconds << " s");
+  silence_hdf5_errors();
+  auto* mpi = dynamic_cast<comm::MpiCommunicator*>(&world);
+  PARTRAIN_CHECK(mpi != nullptr, "write_checkpoint needs an MPI communicator (parallel HDF5), not '"
+                                     << world.backend_name() << "'");
+  const std::string final_path = (fs::path(directory) / checkpoint_file_name(info.step)).string();
+  const std::string temporary_path = final_path + ".tmp";
+
+  // 1. Agree on the tensor list and on who writes what before touching the file.
+  const std::string list_error = tensor_list_problem(world.all_gather_bytes(describe_tensor_list(tensors)), tensors);
+  if (!list_error.empty()) PARTRAIN_FAIL_COLLECTIVE("cannot write checkpoint " << final_path << ": " << list_error);
+
+  // 2. The directory (rank 0), then the file, collectively.
+  create_checkpoint_directory(world, directory);
+  const std::string write_error = write_file(*mpi, final_path, temporary_path, info, tensors, write_timeout_seconds);
+
+  // 3. Every rank has closed the file: rank 0 renames and cleans up.
+  std::string final_error = write_error;
+  if (world.rank() == 0) final_error = publish_checkpoint(directory, temporary_path, final_path, keep, write_error);
   world.broadcast_bytes(final_error, 0);
   if (!final_error.empty()) PARTRAIN_FAIL_COLLECTIVE("cannot write checkpoint " << final_path << ": " << final_error);
   return final_path;

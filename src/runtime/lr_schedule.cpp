@@ -5,7 +5,6 @@
 #include <numbers>
 
 #include "core/error.h"
-#include "io/config.h"
 
 namespace partrain {
 
@@ -15,10 +14,6 @@ LearningRateSchedule::Decay LearningRateSchedule::parse_decay(const std::string&
   if (name == "constant") return Decay::Constant;
   PARTRAIN_FAIL("learning-rate schedule '" << name << "' is unknown (cosine, linear, constant)");
 }
-
-LearningRateSchedule::LearningRateSchedule(const TrainConfig& config)
-    : LearningRateSchedule(config.lr, config.min_lr, config.warmup_steps, config.steps,
-                           parse_decay(config.lr_schedule)) {}
 
 LearningRateSchedule::LearningRateSchedule(double lr, double min_lr, std::int64_t warmup_steps,
                                            std::int64_t total_steps, Decay decay)

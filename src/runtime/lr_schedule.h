@@ -7,19 +7,16 @@
 
 namespace partrain {
 
-struct TrainConfig;
-
 /// The learning rate as a function of the 0-based optimizer step.
 class LearningRateSchedule {
  public:
   /// The shape after warm-up.
   enum class Decay { Cosine, Linear, Constant };
 
-  /// From TrainConfig: lr (peak), min_lr, warmup_steps, lr_schedule ("cosine", "linear",
-  /// "constant") and steps (where the decay reaches min_lr). Throws partrain::Error for an unknown
-  /// lr_schedule, negative rates, min_lr > lr or negative step counts.
-  explicit LearningRateSchedule(const TrainConfig& config);
-  /// The same from explicit values (same checks).
+  /// Peak rate `lr`, minimum rate `min_lr` (reached at `total_steps`, where the decay ends),
+  /// `warmup_steps` of linear warm-up, then `decay`. Throws partrain::Error for negative rates,
+  /// min_lr > lr or negative step counts. (app/planning.h's learning_rate_schedule builds one from
+  /// the [train] section.)
   LearningRateSchedule(double lr, double min_lr, std::int64_t warmup_steps, std::int64_t total_steps, Decay decay);
 
   /// The rate for `step` (0-based; same units as TrainConfig::lr):
