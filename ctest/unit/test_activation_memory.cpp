@@ -13,7 +13,7 @@
 #include "graph/saved_tensors.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
-#include "partition/cost_model.h"
+#include "partition/common/cost_model.h"
 #include "partition/planner.h"
 
 namespace partrain {
