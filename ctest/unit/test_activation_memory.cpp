@@ -10,6 +10,7 @@
 
 #include "graph/autodiff.h"
 #include "graph/interpreter.h"
+#include "graph/layer_names.h"
 #include "graph/saved_tensors.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "graph/graph.h"
+#include "graph/layer_names.h"
 #include "graph/subgraph.h"
 #include "models/model.h"
 #include "partition/baselines/manual.h"

@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "graph/layer_names.h"
 #include "plan/schedule.h"
 #include "plan/schedule_simulator.h"
-#include "models/model.h"
 
 namespace partrain::partition {
 

@@ -14,8 +14,8 @@
 
 namespace partrain::partition {
 
-/// Tasks grouped by layer (models' layer_of of the task name), groups in pipeline order (sorted
-/// topologically by the edges between them, ties by first task; groups on a dependency cycle are
+/// Tasks grouped by layer (graph/layer_names.h layer_of of the task name), groups in pipeline order
+/// (sorted topologically by the edges between them, ties by first task; groups on a dependency cycle are
 /// merged into one named "a+b"); constant tasks are cloned into every group that consumes them.
 /// Each group's tasks are ascending; contiguous groups joined into stages never send backwards.
 struct LayerGroup {

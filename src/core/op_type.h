@@ -1,6 +1,7 @@
 #pragma once
 // The operator set of partrain graphs (ONNX-like, operator granularity as in the RaNNC and
 // Tarnawski et al. operator graphs). Semantics of each op: see its schema in graph/ops/<family>.cpp.
+// In core/ because the Backend's kernel table (core/backend.h) is indexed by it.
 #include <cstdint>
 #include <string_view>
 

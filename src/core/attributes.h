@@ -1,5 +1,6 @@
 #pragma once
-// Op attributes: a small ordered map from name to int, float, int list or string (ONNX style).
+// Op attributes: a small ordered map from name to int, float, int list or string (ONNX style). In
+// core/ because kernels receive them (KernelContext, core/backend.h); graph tasks hold them.
 #include <cstdint>
 #include <map>
 #include <string>

@@ -30,7 +30,9 @@
 //    Destruction waits for the stream's pending work (with the same error and timeout checks), then
 //    calls ncclCommDestroy; while an exception propagates it aborts instead (the peers may be gone).
 //
-// The CudaBackend must outlive every NcclCommunicator made on it.
+// The CudaBackend must outlive every NcclCommunicator made on it. The class lives with the CUDA
+// backend (kernels/cuda/) rather than in comm/, which is below kernels/ in the layering: it queues
+// its work on CudaBackend's stream.
 #include <chrono>
 #include <memory>
 #include <span>

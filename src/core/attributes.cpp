@@ -1,4 +1,4 @@
-#include "graph/attributes.h"
+#include "core/attributes.h"
 
 #include <sstream>
 
