@@ -12,7 +12,7 @@ packages=(
   libsentencepiece-dev sentencepiece    # tokeniser
   libgtest-dev libgmock-dev             # unit tests
   libcli11-dev nlohmann-json3-dev       # command line, JSON (plans, metrics, traces)
-  coinor-libcbc-dev                     # MIP solver (CBC) for Tarnawski's integer programs (partition/integer_program)
+  coinor-libcbc-dev                     # MIP solver (CBC) for Tarnawski's integer programs (partition/tarnawski/integer_program)
   slurmctld slurmd slurm-client munge   # one-machine Slurm for the slurm CTest (jobscripts/slurm-local-cluster.sh);
                                         # srun's PMIx plugin comes with slurmd (slurm-wlm-basic-plugins)
   python3-matplotlib                    # validation/plot_run.py (loss, throughput, pipeline timeline)

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "graph/attributes.h"
-#include "graph/op_type.h"
+#include "core/attributes.h"
+#include "core/op_type.h"
 
 namespace partrain::testing {
 

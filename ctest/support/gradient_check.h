@@ -9,8 +9,8 @@
 
 #include "core/backend.h"
 #include "core/tensor.h"
-#include "graph/attributes.h"
-#include "graph/op_type.h"
+#include "core/attributes.h"
+#include "core/op_type.h"
 
 namespace partrain::testing {
 

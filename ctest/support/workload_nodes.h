@@ -2,7 +2,7 @@
 // Hand-made workload nodes for the tests of the ideal DP and the integer programs.
 #include <string>
 
-#include "partition/workload.h"
+#include "partition/tarnawski/workload.h"
 
 namespace partrain::testing {
 

@@ -10,10 +10,11 @@
 
 #include "graph/autodiff.h"
 #include "graph/interpreter.h"
+#include "graph/layer_names.h"
 #include "graph/saved_tensors.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
-#include "partition/cost_model.h"
+#include "partition/common/cost_model.h"
 #include "partition/planner.h"
 
 namespace partrain {

@@ -1,4 +1,4 @@
-// Unit tests of RaNNC's atomic subcomponents and block partitioning (src/partition/atomic, blocks):
+// Unit tests of RaNNC's atomic subcomponents and block partitioning (src/partition/rannc/atomic, blocks):
 // a hand-built graph with known components and clones, bert-tiny properties, a brute-force optimum
 // for compaction on chains, uncoarsening's communication gain, errors, and the 256-layer enlarged
 // BERT of the RaNNC paper at scale.
@@ -20,8 +20,8 @@
 #include "graph/subgraph.h"
 #include "io/config.h"
 #include "models/model.h"
-#include "partition/atomic.h"
-#include "partition/blocks.h"
+#include "partition/rannc/atomic.h"
+#include "partition/rannc/blocks.h"
 #include "support/tiny_models.h"
 
 namespace partrain {

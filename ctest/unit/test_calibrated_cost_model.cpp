@@ -3,8 +3,8 @@
 
 #include "core/error.h"
 #include "models/model.h"
-#include "partition/calibrated_cost_model.h"
-#include "partition/plan_builder.h"
+#include "partition/common/calibrated_cost_model.h"
+#include "partition/common/plan_builder.h"
 #include "support/tiny_models.h"
 
 namespace partrain::partition {

@@ -1,4 +1,4 @@
-// Unit tests of the class simplification of the ideal DP (src/partition/class_simplification):
+// Unit tests of the class simplification of the ideal DP (src/partition/tarnawski/class_simplification):
 // hand-counted ideals for mirrored backward-only classes, fused cycles and trivial classes, and
 // exactness on random workloads: the DP on the simplified classes finds the optimum of the DP on
 // the plain colour classes, with and without binding memory.
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "partition/class_simplification.h"
-#include "partition/ideals_dp.h"
-#include "partition/workload.h"
+#include "partition/tarnawski/class_simplification.h"
+#include "partition/tarnawski/ideals_dp.h"
+#include "partition/tarnawski/workload.h"
 #include "support/workload_nodes.h"
 
 namespace {

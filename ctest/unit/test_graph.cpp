@@ -1,7 +1,9 @@
 // Graph IR: shape inference with a symbolic batch, constant tasks, topological order, convexity,
-// subgraph extraction with boundary values, standalone graphs, stable hashing, task costs.
+// subgraph extraction with boundary values, standalone graphs, stable hashing, task costs, layer
+// names.
 #include <gtest/gtest.h>
 
+#include "graph/layer_names.h"
 #include "graph/subgraph.h"
 
 namespace partrain {
@@ -140,6 +142,21 @@ TEST(Graph, TaskCosts) {
   EXPECT_EQ(task.cost.activation_bytes, 16 * 8 * 4);
   EXPECT_EQ(task.cost.parameter_bytes, 8 * 4);
   EXPECT_EQ(graph.parameter_count(), 8);
+}
+
+TEST(LayerNames, LayerGroupsForSummaries) {
+  EXPECT_EQ(layer_of("bert.encoder.layer.3.attention.self.query.weight"), "encoder.layer.3");
+  EXPECT_EQ(layer_of("bert.embeddings.word_embeddings.weight"), "embeddings");
+  EXPECT_EQ(layer_of("cls.predictions.bias"), "head");
+  EXPECT_EQ(layer_of("bert.pooler.dense.weight"), "pooler");
+  EXPECT_EQ(layer_of("transformer.h.11.mlp.c_fc.weight"), "h.11");
+  EXPECT_EQ(layer_of("transformer.wte.weight"), "embeddings");
+  EXPECT_EQ(layer_of("transformer.ln_f.weight"), "ln_f");
+  EXPECT_EQ(layer_of("layer3.5.conv2.weight"), "layer3.5");
+  EXPECT_EQ(layer_of("bn1.running_var"), "stem");
+  EXPECT_EQ(layer_of("fc.weight"), "head");
+  EXPECT_EQ(layer_index_after("transformer.h.11.ln_1.weight", "transformer.h."), 11);
+  EXPECT_EQ(layer_index_after("transformer.ln_f.weight", "transformer.h."), -1);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Unit tests of the Tarnawski et al. ideal DP and DPL (src/partition/ideals_dp, dpl), the workload
+// Unit tests of the Tarnawski et al. ideal DP and DPL (src/partition/tarnawski/ideals_dp, dpl), the workload
 // reader and memory-size parsing: a brute-force cross-check on small random DAGs, ideal counts of
 // simple DAGs, and the errors.
 #include <gtest/gtest.h>
@@ -14,9 +14,9 @@
 
 #include "core/error.h"
 #include "core/units.h"
-#include "partition/dpl.h"
-#include "partition/ideals_dp.h"
-#include "partition/workload.h"
+#include "partition/tarnawski/dpl.h"
+#include "partition/tarnawski/ideals_dp.h"
+#include "partition/tarnawski/workload.h"
 #include "support/workload_nodes.h"
 
 namespace {

@@ -1,5 +1,5 @@
-// Unit tests of the CBC layer (partition/mip_solver) and of Tarnawski et al.'s integer programs
-// (partition/integer_program): small MIPs with known optima, and every program against brute force
+// Unit tests of the CBC layer (partition/tarnawski/mip_solver) and of Tarnawski et al.'s integer programs
+// (partition/tarnawski/integer_program): small MIPs with known optima, and every program against brute force
 // over all placements of small random DAGs, evaluated here directly from the cost model of
 // ctest/data/dnn-partitioning/EXPECTED.md and the §4 schedule (not with partition/
 // placement_evaluation), plus the ideal DP for the contiguous optimum and hand-checked latencies.
@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "partition/ideals_dp.h"
-#include "partition/integer_program.h"
-#include "partition/mip_solver.h"
-#include "partition/workload.h"
+#include "partition/tarnawski/ideals_dp.h"
+#include "partition/tarnawski/integer_program.h"
+#include "partition/tarnawski/mip_solver.h"
+#include "partition/tarnawski/workload.h"
 #include "support/workload_nodes.h"
 
 namespace {

@@ -232,18 +232,5 @@ TEST(Model, TinyResnetLossAtInitialisationIsNearLnClasses) {
   EXPECT_NEAR(loss, uniform + variance / 2, 0.1) << "logit variance " << variance;
 }
 
-TEST(Model, LayerGroupsForSummaries) {
-  EXPECT_EQ(layer_of("bert.encoder.layer.3.attention.self.query.weight"), "encoder.layer.3");
-  EXPECT_EQ(layer_of("bert.embeddings.word_embeddings.weight"), "embeddings");
-  EXPECT_EQ(layer_of("cls.predictions.bias"), "head");
-  EXPECT_EQ(layer_of("bert.pooler.dense.weight"), "pooler");
-  EXPECT_EQ(layer_of("transformer.h.11.mlp.c_fc.weight"), "h.11");
-  EXPECT_EQ(layer_of("transformer.wte.weight"), "embeddings");
-  EXPECT_EQ(layer_of("transformer.ln_f.weight"), "ln_f");
-  EXPECT_EQ(layer_of("layer3.5.conv2.weight"), "layer3.5");
-  EXPECT_EQ(layer_of("bn1.running_var"), "stem");
-  EXPECT_EQ(layer_of("fc.weight"), "head");
-}
-
 }  // namespace
 }  // namespace partrain

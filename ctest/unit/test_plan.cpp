@@ -13,7 +13,7 @@
 #include "plan/schedule.h"
 #include "plan/schedule_topology.h"
 #include "plan/schedule_checker.h"
-#include "partition/plan_builder.h"
+#include "partition/common/plan_builder.h"
 #include "partition/planner.h"
 #include "support/errors.h"
 #include "support/tiny_models.h"

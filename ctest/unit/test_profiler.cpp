@@ -1,6 +1,6 @@
-// The profiler (profile/profiler.h), the request assignment of distributed profiling and planning
-// with measured costs (partition/profiled_planning.h) on a tiny BERT. Timings are only checked for
-// positivity (machine noise); sizes are checked exactly against hand-computed values.
+// The profiler (profile/profiler.h) and the request assignment of distributed profiling on a tiny
+// BERT. Timings are only checked for positivity (machine noise); sizes are checked exactly against
+// hand-computed values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,8 +12,6 @@
 #include "graph/subgraph.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
-#include "partition/cost_model.h"
-#include "partition/profiled_planning.h"
 #include "profile/distributed_profiler.h"
 #include "profile/profiler.h"
 #include "support/tiny_models.h"
@@ -155,90 +153,6 @@ TEST(DistributedProfiler, AssignmentBalancesEstimatedCost) {
   EXPECT_NEAR(load[0] / load[1], 1.0, 0.2);
   EXPECT_GT(profile::estimated_request_cost(bert(), requests[1]), profile::estimated_request_cost(bert(), requests[0]));
   EXPECT_THROW(profile::assign_requests(bert(), requests, 0), Error);
-}
-
-TEST(ProfiledPlanning, RecordingModelAnswersFromDbElseAnalytically) {
-  const partition::DeviceSpec device;
-  profile::ProfileDB db(bert().hash(), "cpu", "fp32");
-  profile::Measurement stored;
-  stored.forward_seconds = 0.5;
-  db.insert(layer_tasks(0), 2, stored);
-  const partition::RecordingCostModel model(bert(), db, device);
-  EXPECT_DOUBLE_EQ(model.measure(layer_tasks(0), 2).forward_seconds, 0.5);
-  const auto analytic = partition::make_analytic_cost_model(bert(), device);
-  EXPECT_DOUBLE_EQ(model.measure(layer_tasks(1), 2).forward_seconds, analytic->measure(layer_tasks(1), 2).forward_seconds);
-  model.measure(layer_tasks(1), 2);  // asked twice, recorded once
-  model.measure(layer_tasks(1), 4);
-  const std::vector<profile::ProfileRequest> misses = model.misses();
-  ASSERT_EQ(misses.size(), 2u);
-  EXPECT_EQ(misses[0].tasks, layer_tasks(1));
-  EXPECT_EQ(misses[0].batch, 2);
-  EXPECT_EQ(misses[1].batch, 4);
-  EXPECT_EQ(model.hits(), 1u);
-
-  const profile::ProfileDB other(bert().hash() + 1, "cpu", "fp32");
-  EXPECT_THROW(partition::RecordingCostModel(bert(), other, device), Error);
-}
-
-// The planner's choices (stage boundaries, microbatch size) depend on the costs, so the first
-// measured round may ask for a few new stage sets; once those are measured the choices are stable.
-// A smaller BERT than above keeps the ~80 measurements fast.
-TEST(ProfiledPlanning, LoopConvergesAndDbHoldsEverySetAsked) {
-  ModelConfig config = tiny_bert();
-  config.hidden = 32;
-  config.intermediate = 64;
-  config.vocab = 256;
-  config.seq_len = 16;
-  const Graph graph = build_model(config);
-  partition::PlannerOptions options;
-  options.planner = "dpl";
-  options.world_size = 2;
-  options.global_batch = 4;
-  partition::DeviceSpec device;
-  device.memory_bytes = 4.0 * (1ull << 30);
-
-  profile::ProfileDB db(graph.hash(), "cpu", "fp32");
-  std::vector<profile::ProfileRequest> asked;
-  const auto measure = [&](const std::vector<profile::ProfileRequest>& requests) {
-    for (const profile::ProfileRequest& request : requests) {
-      asked.push_back(request);
-      db.insert(request.tasks, request.batch,
-                profile::measure_task_set(graph, request.tasks, request.batch, cpu_backend(), quick()));
-    }
-  };
-  partition::ProfiledPlanningReport report;
-  const Plan plan = partition::plan_with_profiling(graph, options, device, db, measure, 3, &report);
-  ASSERT_GE(report.rounds, 2);
-  ASSERT_EQ(report.misses_per_round.size(), static_cast<std::size_t>(report.rounds));
-  EXPECT_GT(report.misses_per_round[0], 0u);
-  EXPECT_EQ(report.misses_per_round.back(), 0u);
-  EXPECT_TRUE(report.remaining_misses.empty());
-  std::size_t measured = 0;
-  for (int round = 0; round + 1 < report.rounds; ++round) measured += report.misses_per_round[static_cast<std::size_t>(round)];
-  EXPECT_EQ(asked.size(), measured);
-  for (const profile::ProfileRequest& request : asked) EXPECT_NE(db.find(request.tasks, request.batch), nullptr);
-  EXPECT_EQ(db.size(), asked.size());  // each set measured once
-  EXPECT_FALSE(plan.stages.empty());
-  EXPECT_NO_THROW(plan.validate(graph));
-  EXPECT_NE(plan.cost_model.find("profiled"), std::string::npos) << plan.cost_model;
-
-  // Planning again on the filled DB asks for nothing new and gives the same plan.
-  partition::ProfiledPlanningReport again;
-  const Plan replanned = partition::plan_with_profiling(graph, options, device, db, measure, 3, &again);
-  EXPECT_EQ(again.rounds, 1);
-  EXPECT_EQ(again.misses_per_round, std::vector<std::size_t>{0});
-  EXPECT_EQ(replanned.to_json(), plan.to_json());
-
-  // With max_rounds 1 the misses stay analytic and are reported; nothing is measured.
-  profile::ProfileDB empty(graph.hash(), "cpu", "fp32");
-  const std::size_t asked_before = asked.size();
-  partition::ProfiledPlanningReport single;
-  partition::plan_with_profiling(graph, options, device, empty, measure, 1, &single);
-  EXPECT_EQ(single.rounds, 1);
-  EXPECT_EQ(single.remaining_misses.size(), single.misses_per_round[0]);
-  EXPECT_GT(single.remaining_misses.size(), 0u);
-  EXPECT_EQ(asked.size(), asked_before);
-  EXPECT_THROW(partition::plan_with_profiling(graph, options, device, db, measure, 0), Error);
 }
 
 }  // namespace

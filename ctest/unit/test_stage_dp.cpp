@@ -1,4 +1,4 @@
-// Unit tests of the cost models (src/partition/cost_model) and RaNNC's stage DP (src/partition/stage_dp,
+// Unit tests of the cost models (src/partition/common/cost_model) and RaNNC's stage DP (src/partition/rannc/stage_dp,
 // Tanaka et al. IPDPS 2021 §III-C): analytic figures against hand-computed ones, profiled lookups and
 // the missing-entry error, Algorithm 1 and Algorithm 2 against a brute force over every stage split
 // and replica assignment (scored by plan_builder's predict_plan), memory pressure, the infeasible
@@ -15,10 +15,10 @@
 
 #include "core/error.h"
 #include "graph/graph.h"
-#include "partition/cost_model.h"
-#include "partition/pipedream_profile.h"
-#include "partition/plan_builder.h"
-#include "partition/stage_dp.h"
+#include "partition/common/cost_model.h"
+#include "partition/common/pipedream_profile.h"
+#include "partition/common/plan_builder.h"
+#include "partition/rannc/stage_dp.h"
 #include "profile/memory_model.h"
 #include "profile/profile_db.h"
 #include "support/brute_force.h"

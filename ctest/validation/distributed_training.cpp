@@ -24,7 +24,7 @@
 #include "io/hdf5_file.h"
 #include "models/model.h"
 #include "plan/plan.h"
-#include "partition/plan_builder.h"
+#include "partition/common/plan_builder.h"
 #include "support/partrain_runs.h"
 
 namespace partrain {

@@ -1,4 +1,4 @@
-// Validation of Tarnawski et al.'s integer programs (partition/integer_program.h, through CBC) on the
+// Validation of Tarnawski et al.'s integer programs (partition/tarnawski/integer_program.h, through CBC) on the
 // published workloads of their Table 1 (ctest/data/dnn-partitioning): the contiguous program's
 // optimum equals the ideal DP's, computed in the same run; the non-contiguous optimum is at most
 // the contiguous one and equals Table 1's non-contiguous column where CBC proves it; the latency
@@ -10,9 +10,9 @@
 #include <cmath>
 #include <string>
 
-#include "partition/ideals_dp.h"
-#include "partition/integer_program.h"
-#include "partition/workload.h"
+#include "partition/tarnawski/ideals_dp.h"
+#include "partition/tarnawski/integer_program.h"
+#include "partition/tarnawski/workload.h"
 
 namespace {
 

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "partition/capslog.h"
-#include "partition/pipedream_profile.h"
-#include "partition/plan_builder.h"
-#include "partition/uniform.h"
+#include "partition/capslog/capslog.h"
+#include "partition/common/pipedream_profile.h"
+#include "partition/common/plan_builder.h"
+#include "partition/baselines/uniform.h"
 #include "support/brute_force.h"
 
 namespace {

@@ -12,9 +12,9 @@
 
 #include "core/error.h"
 #include "core/units.h"
-#include "partition/dpl.h"
-#include "partition/ideals_dp.h"
-#include "partition/workload.h"
+#include "partition/tarnawski/dpl.h"
+#include "partition/tarnawski/ideals_dp.h"
+#include "partition/tarnawski/workload.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Validation of the ideal counts against Table 1 of Tarnawski et al., "Efficient Algorithms for
 // Device Placement of DNN Graph Operators" (NeurIPS 2020), column "Ideals" (the ideals of the
-// forward part of each DNN): the DP's simplified class graph (src/partition/class_simplification.h)
+// forward part of each DNN): the DP's simplified class graph (src/partition/tarnawski/class_simplification.h)
 // must have exactly the published number of ideals on every workload of ctest/data/dnn-partitioning
 // that the table lists, and contracting trivial classes must keep the optimum: the DP's optimum
 // equals that of the DP on the same classes without that step, computed in the same run, with and
@@ -11,8 +11,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "partition/ideals_dp.h"
-#include "partition/workload.h"
+#include "partition/tarnawski/ideals_dp.h"
+#include "partition/tarnawski/workload.h"
 
 namespace {
 

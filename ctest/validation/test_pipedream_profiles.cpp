@@ -1,6 +1,6 @@
 // Validation on real measured layer costs: the PipeDream per-layer profiles (msr-fiddle/pipedream,
 // ctest/data/pipedream-profiles, FORMAT.md). Every graph.txt must parse with the numbers of the file,
-// build a layer graph, and RaNNC's stage DP (Tanaka et al. IPDPS 2021 §III-C, src/partition/stage_dp)
+// build a layer graph, and RaNNC's stage DP (Tanaka et al. IPDPS 2021 §III-C, src/partition/rannc/stage_dp)
 // on 8 blocks of consecutive layers of VGG-16, ResNet-50 and AlexNet must find the same optimal step
 // time as a brute force over every stage split, replica assignment, pipeline size and microbatch
 // count, on 4 and 8 devices with PipeDream's 16 GB devices and 1 GB/s links.
@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "partition/cost_model.h"
-#include "partition/pipedream_profile.h"
-#include "partition/plan_builder.h"
-#include "partition/stage_dp.h"
+#include "partition/common/cost_model.h"
+#include "partition/common/pipedream_profile.h"
+#include "partition/common/plan_builder.h"
+#include "partition/rannc/stage_dp.h"
 #include "support/brute_force.h"
 
 namespace {

@@ -13,7 +13,7 @@
 #include "core/shape.h"
 #include "core/tensor.h"
 #include "core/backend.h"
-#include "graph/attributes.h"
+#include "core/attributes.h"
 
 namespace partrain::kernels {
 

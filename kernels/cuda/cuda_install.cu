@@ -1,10 +1,10 @@
 // cuda::install(): makes the CUDA backend and the NCCL communicator reachable from code compiled
 // without CUDA (core/backend_registry.h, comm/device_communicator.h).
 #include "comm/device_communicator.h"
-#include "comm/nccl_communicator.h"
 #include "core/backend_registry.h"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/device_query.cuh"
+#include "kernels/cuda/nccl_communicator.h"
 
 namespace partrain::cuda {
 

@@ -1,6 +1,6 @@
 #pragma once
 // CAPSlog's trimmed profiling runs on the ranks (capslog.txt §III-A): each job (one GPU of a
-// profiling partitioning, partition/capslog_profiling.h) is instantiated and trained by the real
+// profiling partitioning, partition/capslog/capslog_profiling.h) is instantiated and trained by the real
 // executor on a TrimmedPipelineCommunicator, and its allocator high-water mark is the measured peak
 // — the same figure `partrain train` reports as rank_peak_memory_bytes, net of what the process held
 // before the stage was built. Rank 0 hands out the jobs, every rank measures its share, rank 0
@@ -13,7 +13,7 @@
 #include "graph/graph.h"
 #include "io/batch_source.h"
 #include "io/config.h"
-#include "partition/capslog_profiling.h"
+#include "partition/capslog/capslog_profiling.h"
 
 namespace partrain::app {
 

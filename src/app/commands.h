@@ -24,7 +24,7 @@ struct PlanArguments {
   long accelerators = -1;              // workload mode: accelerator count; -1: the workload's
   long cpus = -1;                      // workload mode: CPU count; -1: the workload's
   long max_ideals = 0;                 // ideals planner: cap on enumerated ideals; 0: default / config
-  // ip planner (Tarnawski et al.'s integer programs, partition/integer_program.h)
+  // ip planner (Tarnawski et al.'s integer programs, partition/tarnawski/integer_program.h)
   bool contiguous = false;             // §5.1.3 contiguous splits instead of §5.2 non-contiguous ones
   std::string contiguity;              // with contiguous: "pipeline" (default) or "reachability" (the paper's (16))
   std::string objective;               // "throughput" (default) or "latency" (§4, inference workloads)

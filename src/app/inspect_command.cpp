@@ -8,6 +8,7 @@
 
 #include "app/commands.h"
 #include "graph/graph.h"
+#include "graph/layer_names.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
 #include "models/model.h"

@@ -15,12 +15,12 @@
 #include "io/config.h"
 #include "io/progress_bar.h"
 #include "models/model.h"
-#include "partition/calibrated_cost_model.h"
+#include "partition/common/calibrated_cost_model.h"
 #include "partition/planner.h"
-#include "partition/dpl.h"
-#include "partition/ideals_dp.h"
-#include "partition/integer_program.h"
-#include "partition/workload.h"
+#include "partition/tarnawski/dpl.h"
+#include "partition/tarnawski/ideals_dp.h"
+#include "partition/tarnawski/integer_program.h"
+#include "partition/tarnawski/workload.h"
 
 namespace partrain::app {
 namespace {

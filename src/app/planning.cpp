@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
 #include "models/model.h"
-#include "partition/calibrated_cost_model.h"
+#include "partition/common/calibrated_cost_model.h"
 
 namespace partrain::app {
 

@@ -9,7 +9,7 @@
 #include "core/tensor.h"
 #include "graph/graph.h"
 #include "io/config.h"
-#include "partition/cost_model.h"
+#include "partition/common/cost_model.h"
 #include "profile/profile_db.h"
 #include "partition/planner.h"
 #include "plan/plan.h"

@@ -1,5 +1,5 @@
 #pragma once
-// The communicator for tensors on a GPU: NCCL (comm/nccl_communicator.h, CUDA builds only),
+// The communicator for tensors on a GPU: NCCL (kernels/cuda/nccl_communicator.h, CUDA builds only),
 // reached through this registry so that code compiled without CUDA can choose it.
 #include <functional>
 #include <memory>

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "graph/attributes.h"
+#include "core/attributes.h"
 #include "graph/op_schema.h"
 
 namespace partrain {

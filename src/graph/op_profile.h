@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "graph/op_type.h"
+#include "core/op_type.h"
 
 namespace partrain {
 

@@ -8,13 +8,6 @@
 namespace partrain {
 
 namespace {
-constexpr std::array<std::string_view, kOpTypeCount> kOpNames = {
-    "MatMul", "Gemm", "Add", "Sub", "Mul", "Scale", "Relu", "Gelu", "Tanh", "Dropout",
-    "LayerNorm", "BatchNorm2d", "Softmax", "SoftmaxCrossEntropy", "Attention",
-    "Gather", "Reshape", "Permute", "Slice", "Concat", "Split",
-    "Conv2d", "MaxPool2d", "GlobalAvgPool",
-    "TensorParallelCopy", "TensorParallelAllReduce", "VocabParallelEmbedding", "VocabParallelCrossEntropy"};
-
 struct SchemaTable {
   std::array<OpSchema, kOpTypeCount> by_type{};
   SchemaTable() {
@@ -31,17 +24,6 @@ struct SchemaTable {
   }
 };
 }  // namespace
-
-std::string_view op_name(OpType type) {
-  const auto index = static_cast<std::size_t>(type);
-  return index < kOpTypeCount ? kOpNames[index] : std::string_view("?");
-}
-
-OpType parse_op_type(std::string_view name) {
-  for (std::size_t i = 0; i < kOpTypeCount; ++i)
-    if (kOpNames[i] == name) return static_cast<OpType>(i);
-  PARTRAIN_FAIL("unknown op '" << name << "'");
-}
 
 const OpSchema& op_schema(OpType type) {
   static const SchemaTable table;

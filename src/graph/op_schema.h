@@ -8,8 +8,8 @@
 
 #include "core/dtype.h"
 #include "core/shape.h"
-#include "graph/attributes.h"
-#include "graph/op_type.h"
+#include "core/attributes.h"
+#include "core/op_type.h"
 
 namespace partrain {
 

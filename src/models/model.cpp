@@ -1,11 +1,11 @@
 #include "models/model.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <random>
 
 #include "core/error.h"
+#include "graph/layer_names.h"
 #include "models/bert.h"
 #include "models/gpt.h"
 #include "models/resnet.h"
@@ -22,28 +22,6 @@ Graph build_model(const ModelConfig& config) {
 namespace {
 
 bool ends_with(const std::string& text, std::string_view suffix) { return text.ends_with(suffix); }
-
-// The number after `marker` in `name` (e.g. "transformer.h.11.ln_1.weight" -> 11), or -1.
-std::int64_t index_after(const std::string& name, std::string_view marker) {
-  if (!name.starts_with(marker)) return -1;
-  std::int64_t value = 0;
-  std::size_t position = marker.size();
-  if (position >= name.size() || !std::isdigit(static_cast<unsigned char>(name[position]))) return -1;
-  while (position < name.size() && std::isdigit(static_cast<unsigned char>(name[position])))
-    value = value * 10 + (name[position++] - '0');
-  return value;
-}
-
-// The first `count` dot-separated components of `name`.
-std::string first_components(const std::string& name, int count) {
-  std::size_t position = 0;
-  for (int i = 0; i < count; ++i) {
-    position = name.find('.', position);
-    if (position == std::string::npos) return name;
-    if (i + 1 < count) ++position;
-  }
-  return name.substr(0, position);
-}
 
 // The initial value of one parameter or buffer from its name and shape (see initialize_parameters).
 // gpt_layers scales GPT-2's c_proj init (0 when not GPT); classifier_fan_in bounds ResNet's fc init.
@@ -94,7 +72,7 @@ std::unordered_map<int, Tensor> initialize_parameters(const Graph& graph, std::u
   std::int64_t gpt_layers = 0;
   std::int64_t classifier_fan_in = 0;
   for (const Value& value : graph.values()) {
-    gpt_layers = std::max(gpt_layers, index_after(value.name, "transformer.h.") + 1);
+    gpt_layers = std::max(gpt_layers, layer_index_after(value.name, "transformer.h.") + 1);
     if (value.name == "fc.weight") classifier_fan_in = value.type.shape.at(1);
   }
   std::unordered_map<int, Tensor> tensors;
@@ -105,22 +83,6 @@ std::unordered_map<int, Tensor> initialize_parameters(const Graph& graph, std::u
     tensors.emplace(value.id, std::move(tensor));
   }
   return tensors;
-}
-
-std::string layer_of(const std::string& name) {
-  std::string rest = name;
-  if (rest.starts_with("cls.") || rest.starts_with("fc") || rest == "lm_head") return "head";
-  if (rest == "loss" || rest == "avgpool") return rest == "loss" ? "loss" : "head";
-  if (rest.starts_with("bert.")) rest = rest.substr(5);
-  if (rest.starts_with("transformer.")) rest = rest.substr(12);
-  if (rest.starts_with("embeddings") || rest.starts_with("wte") || rest.starts_with("wpe") ||
-      rest.starts_with("position_ids") || rest.starts_with("drop"))
-    return "embeddings";
-  if (rest.starts_with("encoder.layer.")) return first_components(rest, 3);
-  if (index_after(rest, "h.") >= 0) return first_components(rest, 2);
-  if (rest.starts_with("layer") && index_after(rest, "layer") >= 0) return first_components(rest, 2);
-  if (rest.starts_with("conv1") || rest.starts_with("bn1") || rest == "relu" || rest == "maxpool") return "stem";
-  return first_components(rest, 1);
 }
 
 bool is_head_parameter(const std::string& name) { return name.starts_with("cls.") || name.starts_with("fc."); }

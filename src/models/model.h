@@ -27,10 +27,6 @@ Graph build_model(const ModelConfig& config);
 std::unordered_map<int, Tensor> initialize_parameters(const Graph& graph, std::uint64_t seed,
                                                       double initializer_range = 0.02);
 
-/// The layer a parameter or task belongs to, for summaries and layer-level grouping:
-/// "embeddings", "encoder.layer.3", "pooler", "h.3", "ln_f", "stem", "layer1.0", "head", "loss".
-std::string layer_of(const std::string& name);
-
 /// True for parameters of the task heads (BERT "cls.*", ResNet "fc.*"); GPT-2's LM head is tied to
 /// wte and has no parameter of its own.
 bool is_head_parameter(const std::string& name);

@@ -10,15 +10,15 @@
 
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
-#include "partition/atomic.h"
-#include "partition/blocks.h"
-#include "partition/capslog.h"
-#include "partition/graph_workload.h"
-#include "partition/manual.h"
-#include "partition/merak_shard.h"
-#include "partition/plan_builder.h"
-#include "partition/stage_dp.h"
-#include "partition/uniform.h"
+#include "partition/rannc/atomic.h"
+#include "partition/rannc/blocks.h"
+#include "partition/capslog/capslog.h"
+#include "partition/tarnawski/graph_workload.h"
+#include "partition/baselines/manual.h"
+#include "partition/merak/merak_shard.h"
+#include "partition/common/plan_builder.h"
+#include "partition/rannc/stage_dp.h"
+#include "partition/baselines/uniform.h"
 
 namespace partrain::partition {
 namespace {

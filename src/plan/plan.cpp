@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "io/json_file.h"
+#include "graph/layer_names.h"
 #include "graph/subgraph.h"
-#include "models/model.h"
+#include "io/json_file.h"
 
 namespace partrain {
 

@@ -161,7 +161,8 @@ struct UnbatchedCrossing {
 std::vector<UnbatchedCrossing> unbatched_crossings(const Graph& graph, const std::vector<PlanStage>& stages);
 
 /// A readable summary of a task set: consecutive layers as ranges ("embeddings, encoder.layer.0-5")
-/// using the task names' layer (models' layer_of); op names when the set holds part of one layer.
+/// using the task names' layer (graph/layer_names.h layer_of); op names when the set holds part of
+/// one layer.
 std::string summarize_tasks(const Graph& graph, const std::vector<int>& tasks);
 
 /// The plan table: one row per stage (tasks, layers/ops, replicas, microbatch size per replica,

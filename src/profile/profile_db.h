@@ -1,7 +1,7 @@
 #pragma once
 // The ProfileDB: measured forward/backward time and memory of task sets (stages, blocks, layers) at
 // given microbatch sizes. Distributed profiling fills it (every rank measures its share, rank 0
-// gathers); planners read it through partition/cost_model.h. It is saved as JSON, keyed by graph
+// gathers); planners read it through partition/common/cost_model.h. It is saved as JSON, keyed by graph
 // hash, backend, dtype and the batch sizes, and reused by later runs on the same model and device.
 #include <cstdint>
 #include <map>

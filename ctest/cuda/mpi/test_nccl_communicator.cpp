@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "comm/mpi_communicator.h"
-#include "comm/nccl_communicator.h"
+#include "kernels/cuda/nccl_communicator.h"
 #include "core/backend.h"
 #include "core/tensor.h"
 #include "kernels/cpu/cpu_backend.h"

@@ -1,0 +1,172 @@
+#include "partition/common/calibrated_cost_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "core/error.h"
+#include "graph/tensor_parallel.h"
+#include "partition/common/plan_builder.h"
+
+namespace partrain::partition {
+namespace {
+
+std::vector<std::int64_t> calibration_batches(std::int64_t max_batch) {
+  std::vector<std::int64_t> batches;
+  for (std::int64_t batch = 1; batch <= max_batch; batch *= 2) batches.push_back(batch);
+  if (batches.empty() || batches.back() != max_batch) batches.push_back(std::max<std::int64_t>(1, max_batch));
+  return batches;
+}
+
+class CalibratedCostModel final : public CostModel {
+ public:
+  CalibratedCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device,
+                      bool sub_pipelined_tmp)
+      : graph_(graph), analytic_(make_analytic_cost_model(graph, device)), device_(device),
+        communication_(database.communication()), optimizer_seconds_per_byte_(database.optimizer_seconds_per_byte()),
+        tensor_parallel_(tensor_parallel_degree(graph)), mixed_precision_(database.dtype() == "bf16"),
+        sub_pipelined_tmp_(sub_pipelined_tmp) {
+    PARTRAIN_CHECK(database.graph_hash() == graph.hash(),
+                   "profiled costs: the ProfileDB was measured for another model (graph hash differs)");
+    group_of_.assign(graph.tasks().size(), -1);
+    for (const LayerGroup& group : layer_groups(graph)) {
+      Group entry;
+      entry.name = group.name;
+      for (int task : group.tasks) {
+        if (graph.task(task).constant) continue;
+        group_of_[task] = static_cast<int>(groups_.size());
+        entry.flops += graph.task(task).cost.forward_flops;
+        ++entry.tasks;
+      }
+      for (std::int64_t batch : database.batches(group.tasks)) entry.measured[batch] = *database.find(group.tasks, batch);
+      PARTRAIN_CHECK(!entry.measured.empty(), "profiled costs: layer " << group.name
+                                                  << " was not profiled; profile it (partrain train) or plan with "
+                                                     "the analytic model");
+      groups_.push_back(std::move(entry));
+    }
+    flops_.resize(graph.tasks().size());
+    for (const Task& task : graph.tasks()) flops_[task.id] = task.cost.forward_flops;
+    char text[256];
+    std::snprintf(text, sizeof text, "profiled (%s, %s; %zu layers, shares by FLOPs; %s; communication %s)",
+                  database.backend().c_str(), database.dtype().c_str(), groups_.size(), device_text().c_str(),
+                  communication_.empty() ? "from the config's bandwidths" : "measured");
+    description_ = text;
+  }
+
+  profile::Measurement measure(std::span<const int> tasks, std::int64_t batch) const override {
+    profile::Measurement m = analytic_->measure(tasks, batch);  // exact byte counts
+    std::vector<double> share_flops(groups_.size(), 0.0);
+    std::vector<int> share_tasks(groups_.size(), 0);
+    for (int task : tasks) {
+      const int group = group_of_[task];
+      if (group < 0) continue;
+      share_flops[group] += flops_[task];
+      ++share_tasks[group];
+    }
+    m.forward_seconds = m.backward_seconds = 0;
+    double transient = 0;  // measured working memory beyond the kept activations
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      if (share_tasks[g] == 0) continue;
+      // A layer's temporaries (attention scores, im2col buffers, the loss's softmax) come and go
+      // within its forward or backward: the task set's transient peak is the largest layer's.
+      transient = std::max(transient, groups_[g].transient_bytes(batch));
+      const double share = groups_[g].flops > 0 ? share_flops[g] / groups_[g].flops
+                                                : static_cast<double>(share_tasks[g]) / groups_[g].tasks;
+      const auto [forward, backward] = groups_[g].seconds(batch);
+      m.forward_seconds += share * forward;
+      m.backward_seconds += share * backward;
+    }
+    m.peak_bytes = m.activation_bytes + transient;  // the allocator's measured high-water marks
+    // Profiling ran the communication tasks against a stand-in group: add the all-reduces, from
+    // the measured all-reduce fits when a group of t ranks was measured, else the config's link.
+    add_tensor_parallel_allreduces(m, graph_, tasks, batch, mixed_precision_, communication_, device_,
+                                   sub_pipelined_tmp_);
+    return m;
+  }
+  // Measured on the machine when the ProfileDB holds it; the config's bandwidths otherwise.
+  double transfer_seconds(double bytes, bool across_nodes) const override {
+    const profile::LinkFit& link = across_nodes ? communication_.across_nodes : communication_.within_node;
+    return link.measured() ? link.seconds(bytes) : analytic_->transfer_seconds(bytes, across_nodes);
+  }
+  double allreduce_seconds(double bytes, int replicas, bool across_nodes) const override {
+    if (communication_.allreduce.empty() || (across_nodes && !communication_.across_nodes.measured()))
+      return analytic_->allreduce_seconds(bytes, replicas, across_nodes);
+    return communication_.allreduce_seconds(bytes, replicas);
+  }
+  double optimizer_step_seconds(double parameter_bytes, const std::string& optimizer) const override {
+    auto found = optimizer_seconds_per_byte_.find(optimizer);
+    return found == optimizer_seconds_per_byte_.end() ? 0.0 : found->second * parameter_bytes;
+  }
+  std::string description() const override { return description_; }
+  const DeviceSpec& device() const override { return device_; }
+
+ private:
+  struct Group {
+    std::string name;
+    double flops = 0;
+    int tasks = 0;
+    std::map<std::int64_t, profile::Measurement> measured;  // by batch size
+    // Measured peak minus stored activations at `batch` (bytes): linear between measured sizes,
+    // proportional outside them.
+    double transient_bytes(std::int64_t batch) const {
+      auto transient = [](const profile::Measurement& m) { return std::max(0.0, m.peak_bytes - m.activation_bytes); };
+      auto above = measured.lower_bound(batch);
+      if (above != measured.end() && above->first == batch) return transient(above->second);
+      if (above == measured.begin() || above == measured.end()) {
+        const auto& [size, m] = above == measured.end() ? *measured.rbegin() : *above;
+        return transient(m) * static_cast<double>(batch) / size;
+      }
+      const auto below = std::prev(above);
+      const double t = static_cast<double>(batch - below->first) / (above->first - below->first);
+      return transient(below->second) + t * (transient(above->second) - transient(below->second));
+    }
+    // Forward and backward seconds at `batch`: linear between measured sizes, proportional outside.
+    std::pair<double, double> seconds(std::int64_t batch) const {
+      auto above = measured.lower_bound(batch);
+      if (above != measured.end() && above->first == batch) return {above->second.forward_seconds, above->second.backward_seconds};
+      if (above == measured.begin() || above == measured.end()) {
+        const auto& [size, m] = above == measured.end() ? *measured.rbegin() : *above;
+        const double scale = static_cast<double>(batch) / size;
+        return {m.forward_seconds * scale, m.backward_seconds * scale};
+      }
+      const auto below = std::prev(above);
+      const double t = static_cast<double>(batch - below->first) / (above->first - below->first);
+      return {below->second.forward_seconds + t * (above->second.forward_seconds - below->second.forward_seconds),
+              below->second.backward_seconds + t * (above->second.backward_seconds - below->second.backward_seconds)};
+    }
+  };
+  std::string device_text() const {
+    char text[128];
+    std::snprintf(text, sizeof text, "%.3g GiB per device", device_.memory_bytes / (1ull << 30));
+    return text;
+  }
+
+  const Graph& graph_;
+  std::unique_ptr<CostModel> analytic_;
+  DeviceSpec device_;
+  profile::CommunicationProfile communication_;
+  std::map<std::string, double> optimizer_seconds_per_byte_;  // measured optimizer step cost
+  std::vector<Group> groups_;
+  std::vector<int> group_of_;
+  std::vector<double> flops_;
+  std::string description_;
+  int tensor_parallel_ = 1;  // the graph's tensor-parallel degree
+  bool mixed_precision_ = false;  // measured in bf16: the tensor-parallel all-reduces move bf16
+  bool sub_pipelined_tmp_ = false;  // Merak §6.3: halves overlap their all-reduces
+};
+
+}  // namespace
+
+std::vector<profile::ProfileRequest> calibration_requests(const Graph& graph, std::int64_t max_batch) {
+  std::vector<profile::ProfileRequest> requests;
+  for (const LayerGroup& group : layer_groups(graph))
+    for (std::int64_t batch : calibration_batches(max_batch)) requests.push_back({group.tasks, batch});
+  return requests;
+}
+
+std::unique_ptr<CostModel> make_calibrated_cost_model(const Graph& graph, const profile::ProfileDB& database,
+                                                      const DeviceSpec& device, bool sub_pipelined_tmp) {
+  return std::make_unique<CalibratedCostModel>(graph, database, device, sub_pipelined_tmp);
+}
+
+}  // namespace partrain::partition
