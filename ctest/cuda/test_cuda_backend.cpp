@@ -62,14 +62,14 @@ TEST(CudaBackend, ConvertAccumulateScaleAndSumOfSquaresMatchTheCpu) {
 
 TEST(CudaBackend, AdamWAndSgdUpdatesMatchTheCpu) {
   PARTRAIN_SKIP_WITHOUT_GPU();
-  const OptimizerSettings settings;
+  const runtime::OptimizerSettings settings;
   for (const std::string name : {"adamw", "sgd"}) {
     SCOPED_TRACE(name);
     const Tensor initial = normal_tensor({300, 17}, 4);
     Tensor cpu_value = initial.clone();
     Tensor gpu_value = to_backend(initial, gpu());
-    auto cpu_optimizer = make_optimizer(name, settings, {{"w", cpu_value, true}}, cpu_backend());
-    auto gpu_optimizer = make_optimizer(name, settings, {{"w", gpu_value, true}}, gpu());
+    auto cpu_optimizer = runtime::make_optimizer(name, settings, {{"w", cpu_value, true}}, cpu_backend());
+    auto gpu_optimizer = runtime::make_optimizer(name, settings, {{"w", gpu_value, true}}, gpu());
     for (int step = 0; step < 5; ++step) {
       const Tensor gradient = normal_tensor({300, 17}, 10 + step);
       const Tensor gpu_gradient = to_backend(gradient, gpu());

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the include layering of src/ and kernels/ (README.md "Layout").
+"""Checks the include layering of src/ and kernels/ (docs/architecture.md §The layering rule).
 
 A folder of src/ includes only from its own layer or lower ones:
 
@@ -106,7 +106,7 @@ def main():
     for problem in problems:
         print(problem)
     if problems:
-        print(f"{len(problems)} include(s) break the layering (README.md \"Layout\")")
+        print(f"{len(problems)} include(s) break the layering (docs/architecture.md §The layering rule)")
         return 1
     print(f"layering: {count} files checked, no include points to a higher layer")
     return 0

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/mpi_communicator.h"
+#include "support/mpi_environment.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "io/checkpoint.h"
@@ -21,23 +22,7 @@ namespace partrain::io {
 namespace {
 namespace fs = std::filesystem;
 
-/// MPI for the whole test program (singleton init), torn down after the last test.
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    session_ = std::make_unique<comm::MpiSession>();
-    world_ = comm::MpiCommunicator::world();
-  }
-  void TearDown() override {
-    world_.reset();
-    session_.reset();
-  }
-  static comm::MpiCommunicator& world() { return *world_; }
-
- private:
-  std::unique_ptr<comm::MpiSession> session_;
-  static inline std::unique_ptr<comm::MpiCommunicator> world_;
-};
+using testing::MpiEnvironment;
 [[maybe_unused]] ::testing::Environment* const g_mpi_environment =
     ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
 

@@ -26,12 +26,12 @@ using partrain::Schedule;
 using partrain::ScheduleKind;
 
 /// A plan without a graph: S pipeline stages of `replicas` each, v model chunks per stage (S·v
-/// stages entries), `copies` pipeline copies, M microbatches of `microbatch_size` samples.
+/// stages entries), `copies` pipeline replicas, M microbatches of `microbatch_size` samples.
 Plan interleaved_plan(int S, int v, int M, int replicas = 1, int copies = 1,
                       RecomputePolicy recompute = RecomputePolicy::None, int microbatch_size = 6) {
   Plan plan;
   plan.planner = "test";
-  plan.pipeline_copies = copies;
+  plan.pipeline_replicas = copies;
   plan.microbatches = M;
   plan.global_batch = static_cast<std::int64_t>(copies) * M * microbatch_size;
   plan.schedule = ScheduleKind::Interleaved;
@@ -64,7 +64,7 @@ std::string compute_order(const std::vector<Action>& list) {
 TEST(InterleavedSchedule, PlanPlacesChunkCOnStageCModS) {
   const Plan plan = interleaved_plan(4, 2, 8, 2);
   EXPECT_EQ(plan.pipeline_stages(), 4);
-  EXPECT_EQ(plan.devices_per_copy(), 8);
+  EXPECT_EQ(plan.devices_per_pipeline_replica(), 8);
   EXPECT_EQ(plan.chunks_of_stage(1), (std::vector<int>{1, 5}));
   EXPECT_EQ(plan.stage_of_chunk(6), 2);
   for (int rank = 0; rank < plan.world_size; ++rank) EXPECT_EQ(plan.rank_of(plan.placement_of(rank)), rank);

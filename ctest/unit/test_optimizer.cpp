@@ -72,7 +72,7 @@ const std::vector<double> kRates = {1e-2, 5e-3, 2e-2, 1e-3};
 
 TEST(Optimizer, AdamWMatchesPyTorchEquations) {
   const std::vector<float> initial = {1.0f, -0.5f, 0.25f, 2.0f};
-  partrain::AdamW adamw({{"w", tensor_of(initial), true}, {"b", tensor_of(initial), false}}, 0.9, 0.999, 1e-8, 0.1, cpu_backend());
+  partrain::runtime::AdamW adamw({{"w", tensor_of(initial), true}, {"b", tensor_of(initial), false}}, 0.9, 0.999, 1e-8, 0.1, cpu_backend());
   AdamWReference w{0.9, 0.999, 1e-8, 0.1, as_double(initial), std::vector<double>(4, 0.0), std::vector<double>(4, 0.0)};
   AdamWReference b{0.9, 0.999, 1e-8, 0.0, as_double(initial), std::vector<double>(4, 0.0), std::vector<double>(4, 0.0)};
   for (std::size_t t = 0; t < kGradients.size(); ++t) {
@@ -91,14 +91,14 @@ TEST(Optimizer, AdamWMatchesPyTorchEquations) {
 
 TEST(Optimizer, AdamWFirstStepIsSignTimesLr) {
   // Bias correction makes the first update lr · g/(|g| + eps') ≈ lr · sign(g), whatever |g|.
-  partrain::AdamW adamw({{"w", tensor_of({0.0f, 0.0f, 0.0f}), true}}, 0.9, 0.999, 1e-8, 0.0, cpu_backend());
+  partrain::runtime::AdamW adamw({{"w", tensor_of({0.0f, 0.0f, 0.0f}), true}}, 0.9, 0.999, 1e-8, 0.0, cpu_backend());
   adamw.step(std::vector<Tensor>{tensor_of({3.0f, -1e-3f, 0.0f})}, 0.1);
   expect_close(adamw.parameter(0).value, {-0.1, 0.1, 0.0}, 1e-5, "first step");
 }
 
 TEST(Optimizer, GradScaleEqualsScaledGradients) {
-  partrain::AdamW scaled({{"w", tensor_of({1.0f, 2.0f}), true}}, 0.9, 0.99, 1e-8, 0.01, cpu_backend());
-  partrain::AdamW manual({{"w", tensor_of({1.0f, 2.0f}), true}}, 0.9, 0.99, 1e-8, 0.01, cpu_backend());
+  partrain::runtime::AdamW scaled({{"w", tensor_of({1.0f, 2.0f}), true}}, 0.9, 0.99, 1e-8, 0.01, cpu_backend());
+  partrain::runtime::AdamW manual({{"w", tensor_of({1.0f, 2.0f}), true}}, 0.9, 0.99, 1e-8, 0.01, cpu_backend());
   for (int t = 0; t < 3; ++t) {
     const Tensor gradient = tensor_of({0.4f * (t + 1), -0.2f});
     scaled.step(std::vector<Tensor>{gradient}, 1e-2, 0.5);
@@ -110,7 +110,7 @@ TEST(Optimizer, GradScaleEqualsScaledGradients) {
 
 TEST(Optimizer, SgdMomentumMatchesPyTorchEquations) {
   const std::vector<float> initial = {1.0f, -0.5f, 0.25f, 2.0f};
-  partrain::Sgd sgd({{"w", tensor_of(initial), true}, {"b", tensor_of(initial), false}}, 0.9, 0.05, cpu_backend());
+  partrain::runtime::Sgd sgd({{"w", tensor_of(initial), true}, {"b", tensor_of(initial), false}}, 0.9, 0.05, cpu_backend());
   SgdReference w{0.9, 0.05, as_double(initial), {}};
   SgdReference b{0.9, 0.0, as_double(initial), {}};
   for (std::size_t t = 0; t < kGradients.size(); ++t) {
@@ -137,7 +137,7 @@ TEST(Optimizer, SgdMomentumMatchesPyTorchEquations) {
 }
 
 TEST(Optimizer, SgdWithoutMomentumIsPlainGradientDescent) {
-  partrain::Sgd sgd({{"w", tensor_of({1.0f, -2.0f}), true}}, 0.0, 0.1, cpu_backend());
+  partrain::runtime::Sgd sgd({{"w", tensor_of({1.0f, -2.0f}), true}}, 0.0, 0.1, cpu_backend());
   sgd.step(std::vector<Tensor>{tensor_of({0.5f, 0.5f})}, 0.1);
   // p − lr (g + wd p) = 1 − 0.1 (0.5 + 0.1), −2 − 0.1 (0.5 − 0.2)
   expect_close(sgd.parameter(0).value, {0.94, -2.03}, 1e-6, "sgd");
@@ -146,7 +146,7 @@ TEST(Optimizer, SgdWithoutMomentumIsPlainGradientDescent) {
 }
 
 TEST(Optimizer, UndefinedGradientSkipsTheParameter) {
-  partrain::AdamW adamw({{"a", tensor_of({1.0f}), true}, {"b", tensor_of({1.0f}), true}}, 0.9, 0.999, 1e-8, 0.1, cpu_backend());
+  partrain::runtime::AdamW adamw({{"a", tensor_of({1.0f}), true}, {"b", tensor_of({1.0f}), true}}, 0.9, 0.999, 1e-8, 0.1, cpu_backend());
   adamw.step(std::vector<Tensor>{tensor_of({1.0f}), Tensor()}, 0.1);
   EXPECT_EQ(adamw.step_count("a"), 1);
   EXPECT_EQ(adamw.step_count("b"), 0);
@@ -156,10 +156,10 @@ TEST(Optimizer, UndefinedGradientSkipsTheParameter) {
 
 TEST(Optimizer, StateRoundTripsByName) {
   const std::vector<float> initial = {0.5f, -1.0f, 1.5f};
-  partrain::AdamW first({{"layer.weight", tensor_of(initial), true}}, 0.9, 0.999, 1e-8, 0.01, cpu_backend());
+  partrain::runtime::AdamW first({{"layer.weight", tensor_of(initial), true}}, 0.9, 0.999, 1e-8, 0.01, cpu_backend());
   for (int t = 0; t < 2; ++t) first.step(std::vector<Tensor>{tensor_of({0.1f, -0.2f * t, 0.3f})}, 1e-2);
   // A second optimizer restored from the first's parameters and state continues identically.
-  partrain::AdamW second({{"layer.weight", first.parameter(0).value.clone(), true}}, 0.9, 0.999, 1e-8, 0.01, cpu_backend());
+  partrain::runtime::AdamW second({{"layer.weight", first.parameter(0).value.clone(), true}}, 0.9, 0.999, 1e-8, 0.01, cpu_backend());
   for (const std::string& name : second.state_names())
     second.set_state("layer.weight", name, first.state("layer.weight", name));
   second.set_step_count("layer.weight", first.step_count("layer.weight"));
@@ -172,41 +172,41 @@ TEST(Optimizer, StateRoundTripsByName) {
 }
 
 TEST(Optimizer, Errors) {
-  partrain::AdamW adamw({{"w", tensor_of({1.0f, 2.0f}), true}}, 0.9, 0.999, 1e-8, 0.0, cpu_backend());
+  partrain::runtime::AdamW adamw({{"w", tensor_of({1.0f, 2.0f}), true}}, 0.9, 0.999, 1e-8, 0.0, cpu_backend());
   EXPECT_THROW(adamw.step(std::vector<Tensor>{}, 0.1), partrain::Error);
   EXPECT_THROW(adamw.step(std::vector<Tensor>{tensor_of({1.0f})}, 0.1), partrain::Error);
   EXPECT_THROW(adamw.state("w", "exp_avg"), partrain::Error);  // no state yet
   EXPECT_THROW(adamw.set_state("w", "momentum_buffer", tensor_of({1.0f, 2.0f})), partrain::Error);
   EXPECT_THROW(adamw.set_state("w", "exp_avg", tensor_of({1.0f})), partrain::Error);
   EXPECT_THROW(adamw.step_count("v"), partrain::Error);
-  EXPECT_THROW(partrain::AdamW({{"w", tensor_of({1.0f}), true}, {"w", tensor_of({1.0f}), true}}, 0.9, 0.999, 1e-8,
+  EXPECT_THROW(partrain::runtime::AdamW({{"w", tensor_of({1.0f}), true}, {"w", tensor_of({1.0f}), true}}, 0.9, 0.999, 1e-8,
                                0.0, cpu_backend()),
                partrain::Error);
-  EXPECT_THROW(partrain::AdamW({{"w", tensor_of({1.0f}), true}}, 1.0, 0.999, 1e-8, 0.0, cpu_backend()), partrain::Error);
-  EXPECT_THROW(partrain::Sgd({{"w", tensor_of({1.0f}), true}}, -0.1, 0.0, cpu_backend()), partrain::Error);
-  EXPECT_THROW(partrain::Sgd({{"w", Tensor(), true}}, 0.9, 0.0, cpu_backend()), partrain::Error);
+  EXPECT_THROW(partrain::runtime::AdamW({{"w", tensor_of({1.0f}), true}}, 1.0, 0.999, 1e-8, 0.0, cpu_backend()), partrain::Error);
+  EXPECT_THROW(partrain::runtime::Sgd({{"w", tensor_of({1.0f}), true}}, -0.1, 0.0, cpu_backend()), partrain::Error);
+  EXPECT_THROW(partrain::runtime::Sgd({{"w", Tensor(), true}}, 0.9, 0.0, cpu_backend()), partrain::Error);
 }
 
 TEST(Optimizer, MakeOptimizerByName) {
-  const partrain::OptimizerSettings settings;
-  EXPECT_EQ(std::string(partrain::make_optimizer("sgd", settings, {{"w", tensor_of({1.0f}), true}}, cpu_backend())->name()), "sgd");
-  EXPECT_EQ(std::string(partrain::make_optimizer("adamw", settings, {{"w", tensor_of({1.0f}), true}}, cpu_backend())->name()), "adamw");
-  EXPECT_THROW(partrain::make_optimizer("lamb", settings, {}, cpu_backend()), partrain::Error);
+  const partrain::runtime::OptimizerSettings settings;
+  EXPECT_EQ(std::string(partrain::runtime::make_optimizer("sgd", settings, {{"w", tensor_of({1.0f}), true}}, cpu_backend())->name()), "sgd");
+  EXPECT_EQ(std::string(partrain::runtime::make_optimizer("adamw", settings, {{"w", tensor_of({1.0f}), true}}, cpu_backend())->name()), "adamw");
+  EXPECT_THROW(partrain::runtime::make_optimizer("lamb", settings, {}, cpu_backend()), partrain::Error);
 }
 
 TEST(Optimizer, ClippingHelpers) {
   const std::vector<Tensor> grads = {tensor_of({3.0f, 0.0f}), Tensor(), tensor_of({4.0f})};
-  EXPECT_DOUBLE_EQ(partrain::sum_of_squares(grads, cpu_backend()), 25.0);
-  EXPECT_DOUBLE_EQ(partrain::clip_scale(5.0, 1.0), 1.0 / (5.0 + 1e-6));
-  EXPECT_DOUBLE_EQ(partrain::clip_scale(0.5, 1.0), 1.0);
-  EXPECT_DOUBLE_EQ(partrain::clip_scale(1.0, 1.0), 1.0 / (1.0 + 1e-6));  // torch clamps the coefficient only at 1
-  EXPECT_DOUBLE_EQ(partrain::clip_scale(5.0, 0.0), 1.0);                 // clipping off
-  EXPECT_TRUE(std::isnan(partrain::clip_scale(std::nan(""), 1.0)));
+  EXPECT_DOUBLE_EQ(partrain::runtime::sum_of_squares(grads, cpu_backend()), 25.0);
+  EXPECT_DOUBLE_EQ(partrain::runtime::clip_scale(5.0, 1.0), 1.0 / (5.0 + 1e-6));
+  EXPECT_DOUBLE_EQ(partrain::runtime::clip_scale(0.5, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(partrain::runtime::clip_scale(1.0, 1.0), 1.0 / (1.0 + 1e-6));  // torch clamps the coefficient only at 1
+  EXPECT_DOUBLE_EQ(partrain::runtime::clip_scale(5.0, 0.0), 1.0);                 // clipping off
+  EXPECT_TRUE(std::isnan(partrain::runtime::clip_scale(std::nan(""), 1.0)));
 }
 
 // ---------------- learning-rate schedules ----------------
 
-using partrain::LearningRateSchedule;
+using partrain::runtime::LearningRateSchedule;
 
 TEST(LearningRateSchedule, WarmupThenCosine) {
   const double lr = 1e-3, min_lr = 1e-4;

@@ -9,7 +9,7 @@ namespace partrain::app {
 namespace {
 
 TEST(OptimizerProfile, MeasuresAPositiveCostPerByteAndRejectsUnknownOptimizers) {
-  const OptimizerSettings settings;
+  const runtime::OptimizerSettings settings;
   for (const char* optimizer : {"adamw", "sgd"}) {
     const double seconds = measure_optimizer_seconds_per_byte(cpu_backend(), optimizer, settings, 2);
     EXPECT_GT(seconds, 0.0) << optimizer;

@@ -60,7 +60,7 @@ Plan two_stage_plan(const Graph& graph) {
   plan.planner = "test";
   plan.graph_hash = graph.hash();
   plan.world_size = 6;
-  plan.pipeline_copies = 2;
+  plan.pipeline_replicas = 2;
   plan.global_batch = 12;
   plan.microbatches = 2;
   plan.stages.resize(2);
@@ -111,13 +111,13 @@ TEST(LayerGroups, CoverEveryTaskInConvexGroupsInPipelineOrder) {
 TEST(Plan, RankMapAndReplicaSamples) {
   const Graph graph = build_model(tiny_model_config("bert"));
   const Plan plan = two_stage_plan(graph);
-  EXPECT_EQ(plan.devices_per_copy(), 3);
+  EXPECT_EQ(plan.devices_per_pipeline_replica(), 3);
   EXPECT_EQ(plan.microbatch_size(), 3);
-  // copy-major, then stage, then replica: ranks 0,1 = copy 0 stage 0; 2 = copy 0 stage 1; 3.. copy 1
+  // pipeline-replica-major, then stage, then replica: ranks 0,1 = pipeline replica 0 stage 0; 2 = pipeline replica 0 stage 1; 3.. pipeline replica 1
   const std::vector<std::array<int, 3>> expected = {{0, 0, 0}, {0, 0, 1}, {0, 1, 0}, {1, 0, 0}, {1, 0, 1}, {1, 1, 0}};
   for (int rank = 0; rank < 6; ++rank) {
     const Placement placement = plan.placement_of(rank);
-    EXPECT_EQ(placement.copy, expected[rank][0]);
+    EXPECT_EQ(placement.pipeline_replica, expected[rank][0]);
     EXPECT_EQ(placement.stage, expected[rank][1]);
     EXPECT_EQ(placement.replica, expected[rank][2]);
     EXPECT_EQ(plan.rank_of(placement), rank);
@@ -131,13 +131,13 @@ TEST(Plan, RankMapAndReplicaSamples) {
 
 TEST(Plan, TensorParallelRankMapGroupsAndSchedule) {
   const Graph graph = build_model(tiny_model_config("bert"));
-  Plan plan = two_stage_plan(graph);  // 2 copies x (2 + 1 replicas)
+  Plan plan = two_stage_plan(graph);  // 2 pipeline replicas x (2 + 1 replicas)
   plan.tensor_parallel = 2;
   plan.world_size = 12;
-  EXPECT_EQ(plan.devices_per_copy(), 6);
-  // A tensor-parallel group is 2 consecutive ranks: rank 5 is copy 0, stage 1, replica 0, tensor rank 1.
+  EXPECT_EQ(plan.devices_per_pipeline_replica(), 6);
+  // A tensor-parallel group is 2 consecutive ranks: rank 5 is pipeline replica 0, stage 1, replica 0, tensor rank 1.
   const Placement placement = plan.placement_of(5);
-  EXPECT_EQ(placement.copy, 0);
+  EXPECT_EQ(placement.pipeline_replica, 0);
   EXPECT_EQ(placement.stage, 1);
   EXPECT_EQ(placement.replica, 0);
   EXPECT_EQ(placement.tensor_rank, 1);
@@ -174,7 +174,7 @@ TEST(Plan, ValidationNamesTheProblem) {
   EXPECT_EQ(error_message([&] { plan.validate(graph); }), "plan (test): task loss is in stages 0 and 1");
   plan = good;
   plan.world_size = 8;
-  EXPECT_NE(error_message([&] { plan.validate(graph); }).find("world size 8 is not 2 pipeline copies x 3"),
+  EXPECT_NE(error_message([&] { plan.validate(graph); }).find("world size 8 is not 2 pipeline replicas x 3"),
             std::string::npos);
   plan = good;
   plan.global_batch = 10;
@@ -301,7 +301,7 @@ TEST(Plan, InterleavedJsonRoundTripAndValidation) {
   EXPECT_EQ(loaded.chunks_of_stage(0), (std::vector<int>{0, 2}));
   Plan wrong = plan;
   wrong.world_size = 8;  // 2 stages x 2 replicas, not 4 chunks x 2
-  EXPECT_NE(error_message([&] { wrong.validate(graph); }).find("world size 8 is not 1 pipeline copies x 4"),
+  EXPECT_NE(error_message([&] { wrong.validate(graph); }).find("world size 8 is not 1 pipeline replicas x 4"),
             std::string::npos);
   wrong = plan;
   wrong.stages[3].replicas = 1;

@@ -396,7 +396,7 @@ TEST(ThreeDimensionalPlanning, ZeroOneWhenOptimizerStateIsTheBindingTerm) {
   const ThreeDimensionalPlan result = make_3d_plan(model, analytic(device), options);
   EXPECT_EQ(result.plan.zero, 1);
   ASSERT_EQ(result.plan.stages.size(), 1u);
-  EXPECT_EQ(result.plan.stages[0].replicas * result.plan.pipeline_copies, 4);
+  EXPECT_EQ(result.plan.stages[0].replicas * result.plan.pipeline_replicas, 4);
   EXPECT_NEAR(result.plan.stages[0].memory_bytes, parameters * (2.0 + 2.0 / 4) + m.peak_bytes, 1.0);
   ASSERT_EQ(result.candidates.size(), 2u);
   EXPECT_FALSE(result.candidates[0].feasible);  // zero 0
@@ -481,7 +481,7 @@ TEST(ThreeDimensionalPlanning, MakePlanTakesTheDegreeFromTheGraph) {
   const Plan plan = make_plan(graph, *cost, options);  // options.tensor_parallel left at 1
   EXPECT_EQ(plan.tensor_parallel, 2);
   EXPECT_EQ(plan.world_size, 4);
-  EXPECT_EQ(plan.devices_per_copy() * plan.pipeline_copies, 4);
+  EXPECT_EQ(plan.devices_per_pipeline_replica() * plan.pipeline_replicas, 4);
   options.tensor_parallel = 4;
   EXPECT_THROW(make_plan(graph, *cost, options), Error);
 }

@@ -307,7 +307,7 @@ TEST(Uniform, TinyModelsOnFourDevices) {
       EXPECT_EQ(plan.stages[0].replicas, 2);
       EXPECT_EQ(plan.stages[1].replicas, 2);
       EXPECT_EQ(plan.planner, "uniform");
-      EXPECT_EQ(plan.pipeline_copies, 1);
+      EXPECT_EQ(plan.pipeline_replicas, 1);
     }
     PlannerOptions options = planner_options(4);
     options.stages = 4;
@@ -340,12 +340,12 @@ TEST(Manual, BoundariesAndReplicas) {
     EXPECT_EQ(plan.stages[0].tasks, stage0);
     EXPECT_EQ(plan.stages[0].replicas, 1);
     EXPECT_EQ(plan.stages[1].replicas, 3);
-    EXPECT_EQ(plan.pipeline_copies, 1);
+    EXPECT_EQ(plan.pipeline_replicas, 1);
     EXPECT_EQ(plan.planner, "manual");
-    // Default replicas (1 each): 2 devices per copy → 2 pipeline copies on 4 devices.
+    // Default replicas (1 each): 2 devices per copy → 2 pipeline replicas on 4 devices.
     options.replicas.clear();
     const Plan copies = plan_manual(graph, *cost, options);
-    EXPECT_EQ(copies.pipeline_copies, 2);
+    EXPECT_EQ(copies.pipeline_replicas, 2);
     EXPECT_EQ(copies.stages[1].replicas, 1);
   }
   // Three stages: embeddings | layer 0 | layer 1 + pooler + head + loss, on 3 devices.
@@ -406,7 +406,7 @@ TEST(Manual, InterleavedChunksOnTwoStages) {
     EXPECT_EQ(plan.virtual_stages, 2);
     EXPECT_EQ(plan.pipeline_stages(), 2);
     EXPECT_EQ(plan.world_size, 4);
-    EXPECT_EQ(plan.pipeline_copies, 1);
+    EXPECT_EQ(plan.pipeline_replicas, 1);
     EXPECT_EQ(plan.stages[0].tasks, tasks_of_layers(graph, {"embeddings"}));
     for (const PlanStage& stage : plan.stages) EXPECT_EQ(stage.replicas, 2);
     EXPECT_GT(plan.predicted_step_seconds, 0);

@@ -13,7 +13,7 @@ namespace {
 Plan two_stage_plan() {
   Plan plan;
   plan.world_size = 6;
-  plan.pipeline_copies = 2;
+  plan.pipeline_replicas = 2;
   plan.stages.resize(2);
   plan.stages[0].replicas = 2;  // ranks 0, 1 and 3, 4
   plan.stages[0].memory_bytes = 100.0 * (1 << 20);

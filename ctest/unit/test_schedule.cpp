@@ -24,13 +24,13 @@ using partrain::RecomputePolicy;
 using partrain::Schedule;
 using partrain::ScheduleKind;
 
-/// A plan without a graph: `replicas` per stage, `copies` pipeline copies, M microbatches of
+/// A plan without a graph: `replicas` per stage, `copies` pipeline replicas, M microbatches of
 /// `microbatch_size` samples per copy.
 Plan make_plan(const std::vector<int>& replicas, int copies, int microbatches, ScheduleKind kind,
                RecomputePolicy recompute = RecomputePolicy::None, int microbatch_size = 6) {
   Plan plan;
   plan.planner = "test";
-  plan.pipeline_copies = copies;
+  plan.pipeline_replicas = copies;
   plan.microbatches = microbatches;
   plan.global_batch = static_cast<std::int64_t>(copies) * microbatches * microbatch_size;
   plan.schedule = kind;
@@ -248,13 +248,13 @@ TEST(Schedule, UnequalReplicasExchangeExactlyTheIntersections) {
   EXPECT_EQ(schedule[3][schedule[3].size() - 2], Action::all_reduce({2, 3, 4}));
 }
 
-TEST(Schedule, PipelineCopiesOnlyShareTheAllReduce) {
-  const Plan plan = make_plan({2, 1}, 2, 3, ScheduleKind::GPipe);  // ranks 0-2 copy 0, 3-5 copy 1
+TEST(Schedule, PipelineReplicasOnlyShareTheAllReduce) {
+  const Plan plan = make_plan({2, 1}, 2, 3, ScheduleKind::GPipe);  // ranks 0-2 pipeline replica 0, 3-5 pipeline replica 1
   const Schedule schedule = partrain::generate_schedule(plan);
   for (int rank = 0; rank < plan.world_size; ++rank)
     for (const Action& a : schedule[rank]) {
       if (a.is_send() || a.is_receive()) {
-        EXPECT_EQ(plan.placement_of(a.peer).copy, plan.placement_of(rank).copy) << a.to_string();
+        EXPECT_EQ(plan.placement_of(a.peer).pipeline_replica, plan.placement_of(rank).pipeline_replica) << a.to_string();
       }
       if (a.kind == ActionKind::AllReduce) {
         EXPECT_EQ(a.group, plan.placement_of(rank).stage == 0 ? (std::vector<int>{0, 1, 3, 4})
@@ -289,10 +289,10 @@ TEST(Schedule, CheckerReportsDeadlock) {
                  Action::step()};
   const std::string message = error_of(plan, schedule);
   EXPECT_NE(message.find("deadlock"), std::string::npos) << message;
-  EXPECT_NE(message.find("rank 0 (copy 0, stage 0, replica 0) waits at action #2 ReceiveGradient(mb 0"),
+  EXPECT_NE(message.find("rank 0 (pipeline replica 0, stage 0, replica 0) waits at action #2 ReceiveGradient(mb 0"),
             std::string::npos)
       << message;
-  EXPECT_NE(message.find("rank 1 (copy 0, stage 1, replica 0) waits at action #0 ReceiveActivation(mb 1"),
+  EXPECT_NE(message.find("rank 1 (pipeline replica 0, stage 1, replica 0) waits at action #0 ReceiveActivation(mb 1"),
             std::string::npos)
       << message;
   partrain::TimelineCosts costs;
@@ -302,7 +302,7 @@ TEST(Schedule, CheckerReportsDeadlock) {
 }
 
 TEST(Schedule, CheckerReportsRanksStuckInAllReduce) {
-  // Two pipeline copies of two stages; copy 1 (ranks 2, 3) has a point-to-point deadlock, so copy 0's
+  // Two pipeline replicas of two stages; pipeline replica 1 (ranks 2, 3) has a point-to-point deadlock, so pipeline replica 0's
   // ranks wait forever in their all-reduces with them.
   const Plan plan = make_plan({1, 1}, 2, 2, ScheduleKind::GPipe);
   Schedule schedule = partrain::generate_schedule(plan);
@@ -326,13 +326,13 @@ TEST(Schedule, CheckerReportsRanksStuckInAllReduce) {
                  Action::step()};
   const std::string message = error_of(plan, schedule);
   EXPECT_NE(message.find("deadlock"), std::string::npos) << message;
-  EXPECT_NE(message.find("rank 0 (copy 0, stage 0, replica 0) waits at action #"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 0 (pipeline replica 0, stage 0, replica 0) waits at action #"), std::string::npos) << message;
   EXPECT_NE(message.find("AllReduce(ranks 0,2)"), std::string::npos) << message;
   EXPECT_NE(message.find("AllReduce(ranks 1,3)"), std::string::npos) << message;
-  EXPECT_NE(message.find("rank 2 (copy 1, stage 0, replica 0) waits at action #2 ReceiveGradient(mb 0"),
+  EXPECT_NE(message.find("rank 2 (pipeline replica 1, stage 0, replica 0) waits at action #2 ReceiveGradient(mb 0"),
             std::string::npos)
       << message;
-  EXPECT_NE(message.find("rank 3 (copy 1, stage 1, replica 0) waits at action #0 ReceiveActivation(mb 1"),
+  EXPECT_NE(message.find("rank 3 (pipeline replica 1, stage 1, replica 0) waits at action #0 ReceiveActivation(mb 1"),
             std::string::npos)
       << message;
   // An AllReduce before the last backward is rejected outright.
@@ -379,7 +379,7 @@ TEST(Schedule, CheckerReportsMismatchedRanges) {
     message = error.message();
   }
   EXPECT_NE(message.find("receives samples [1,2) from rank 0"), std::string::npos) << message;
-  EXPECT_NE(message.find("rank 1 (copy 0, stage 1, replica 0)"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 1 (pipeline replica 0, stage 1, replica 0)"), std::string::npos) << message;
   EXPECT_NE(error_of(plan, bad).find("samples shared with rank 1 are [0,2)"), std::string::npos);
 }
 
@@ -407,11 +407,11 @@ TEST(Schedule, CheckerReportsIncompleteLists) {
   schedule = good;
   schedule[0].insert(schedule[0].begin(), schedule[0][find_action(schedule[0], ActionKind::Forward, 0)]);
   EXPECT_NE(error_of(plan, schedule).find("repeated"), std::string::npos);
-  // An activation sent to another pipeline copy.
+  // An activation sent to another pipeline replica.
   const Plan copies = make_plan({1, 1}, 2, 1, ScheduleKind::GPipe);
   schedule = partrain::generate_schedule(copies);
   schedule[0][find_action(schedule[0], ActionKind::SendActivation, 0)].peer = 3;
-  EXPECT_NE(error_of(copies, schedule).find("same pipeline copy"), std::string::npos);
+  EXPECT_NE(error_of(copies, schedule).find("same pipeline replica"), std::string::npos);
   // A wrong number of lists.
   schedule = good;
   schedule.pop_back();

@@ -194,8 +194,8 @@ Plan predicted_plan(const Chain& chain, const PlannerOptions& options, const Sta
                     const std::vector<int>& sizes, const std::vector<int>& replicas) {
   Plan plan;
   plan.planner = "brute";
-  plan.world_size = config.devices * config.copies;
-  plan.pipeline_copies = config.copies;
+  plan.world_size = config.devices * config.pipeline_replicas;
+  plan.pipeline_replicas = config.pipeline_replicas;
   plan.global_batch = options.global_batch;
   plan.microbatches = config.microbatches;
   plan.schedule = options.schedule;
@@ -218,7 +218,7 @@ Plan predicted_plan(const Chain& chain, const PlannerOptions& options, const Sta
 void brute_force_config(const Chain& chain, const PlannerOptions& options, const StageDpConfig& config,
                         BruteResult& result) {
   const int k = static_cast<int>(chain.blocks.size());
-  const std::int64_t parts = static_cast<std::int64_t>(config.copies) * config.microbatches;
+  const std::int64_t parts = static_cast<std::int64_t>(config.pipeline_replicas) * config.microbatches;
   if (options.global_batch % parts != 0) return;
   const std::int64_t microbatch = options.global_batch / parts;
   std::vector<int> sizes, replicas;
@@ -480,7 +480,7 @@ TEST(StageDp, RejectsBadArguments) {
   options.world_size = 4;
   options.global_batch = 6;  // 6 samples do not split into 4 copies, but one copy of 4 devices works
   const Plan plan = partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, options);
-  EXPECT_EQ(plan.pipeline_copies, 1);
+  EXPECT_EQ(plan.pipeline_replicas, 1);
   options.global_batch = 3;
   options.microbatches = 2;  // 3 samples do not split into 2 microbatches
   EXPECT_THROW(partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, options), partrain::Error);
@@ -515,7 +515,7 @@ PrintedSplit printed_algorithm_one(const Chain& chain, const PlannerOptions& opt
   using partrain::partition::stage_memory_policy;
   const int k = static_cast<int>(chain.blocks.size());
   const int S = config.stages, D = config.devices, M = config.microbatches;
-  const std::int64_t microbatch = options.global_batch / (static_cast<std::int64_t>(config.copies) * M);
+  const std::int64_t microbatch = options.global_batch / (static_cast<std::int64_t>(config.pipeline_replicas) * M);
   const bool across = D > chain.cost->device().devices_per_node;
   const bool recompute = partrain::partition::recompute_policy(options, S) != partrain::RecomputePolicy::None;
   const double usable = options.usable_memory_bytes(chain.cost->device());
@@ -603,7 +603,7 @@ TEST(StageDp, TheObjectiveReadingsAgainstTheSimulatedStepTime) {
         for (int m : {1, 2, 4, 8}) {
           for (int stages = 2; stages <= std::min(k, devices); ++stages) {
             const StageDpConfig config{stages, devices, c.options.world_size / devices, m};
-            if (c.options.global_batch % (static_cast<std::int64_t>(config.copies) * m)) continue;
+            if (c.options.global_batch % (static_cast<std::int64_t>(config.pipeline_replicas) * m)) continue;
             const std::string what = "seed " + std::to_string(seed) + " S=" + std::to_string(stages) +
                                      " D=" + std::to_string(devices) + " M=" + std::to_string(m);
             const auto text = partrain::partition::solve_stage_dp(c.chain.blocks, *c.chain.cost, c.options, config);
@@ -616,7 +616,7 @@ TEST(StageDp, TheObjectiveReadingsAgainstTheSimulatedStepTime) {
             expect_close(printed.max_stage_seconds, reference.value, what);
             double best = kInf;
             std::vector<int> sizes, replicas;
-            const std::int64_t microbatch = c.options.global_batch / (static_cast<std::int64_t>(config.copies) * m);
+            const std::int64_t microbatch = c.options.global_batch / (static_cast<std::int64_t>(config.pipeline_replicas) * m);
             compositions(k, stages, sizes, [&] {
               compositions(devices, stages, replicas, [&] {
                 if (*std::max_element(replicas.begin(), replicas.end()) > microbatch) return;

@@ -176,10 +176,13 @@ TEST(PlannedGraphs, EachDegreeBuiltOnce) {
   const Graph& two = graphs.of_degree(2);
   EXPECT_EQ(&graphs.of_degree(2), &two);
   EXPECT_EQ(two.hash(), tensor_parallel_graph(graphs.model(), 2).hash());
-  graphs.adopt(2, build_model(config.model));  // a degree already kept stays as it is
-  EXPECT_EQ(&graphs.of_degree(2), &two);
-  graphs.adopt(4, tensor_parallel_graph(graphs.model(), 4));
-  EXPECT_EQ(graphs.of_degree(4).hash(), tensor_parallel_graph(graphs.model(), 4).hash());
+  // The planner's view of the same graphs: make_3d_plan and tensor_parallel_candidates ask it.
+  const partition::TensorParallelGraphs provider = graphs.provider();
+  EXPECT_EQ(&provider(1), &graphs.model());
+  EXPECT_EQ(&provider(2), &two);
+  const Graph& four = provider(4);
+  EXPECT_EQ(&graphs.of_degree(4), &four);
+  EXPECT_EQ(four.hash(), tensor_parallel_graph(graphs.model(), 4).hash());
   try {
     graphs.of_degree(8);  // 4 heads
     FAIL() << "expected an error";

@@ -113,10 +113,10 @@ std::string reference_run(const TrainingCase& c, int pieces, const std::string& 
 // run over the same loss pieces: every step's loss within 1e-5 relative, the held-out losses, and the
 // final parameters within 1e-4. Skips (with the reason) plans no single-rank run can mirror.
 void expect_matches_single_rank(const TrainingCase& c, const std::string& distributed, const std::string& root) {
-  // The loss pieces of the plan that ran: every pipeline copy's microbatches split over the last
+  // The loss pieces of the plan that ran: every pipeline replica's microbatches split over the last
   // stage's replicas. BatchNorm (ResNet) also needs the same grouping in every stage.
   const nlohmann::json plan = nlohmann::json::parse(std::ifstream(distributed + "/plan.json"));
-  const int copies = plan.at("pipeline_copies").get<int>(), microbatches = plan.at("microbatches").get<int>();
+  const int copies = plan.at("pipeline_replicas").get<int>(), microbatches = plan.at("microbatches").get<int>();
   const int last_replicas = plan.at("stages").back().at("replicas").get<int>();
   const int microbatch_size = global_batch(c.model) / (copies * microbatches);
   // Sub-pipelined TMP splits each replica's rows in two more loss pieces.
@@ -209,7 +209,7 @@ std::vector<TrainingCase> manual_cases(bool core) {
     std::vector<int> replicas;
   };
   // Boundaries per model for 2 stages x 2 replicas, 4 stages, 3 stages with replicas (2, 1, 1), and
-  // 2 stages of 1 replica in 2 pipeline copies.
+  // 2 stages of 1 replica in 2 pipeline replicas.
   const std::vector<std::pair<std::string, std::vector<std::vector<std::string>>>> models = {
       {"bert", {{"encoder.layer.1"}, {"encoder.layer.0", "encoder.layer.1", "pooler"}, {"encoder.layer.0", "encoder.layer.1"}, {"encoder.layer.1"}}},
       {"gpt", {{"h.1"}, {"h.0", "h.1", "ln_f"}, {"h.0", "h.1"}, {"h.1"}}},
@@ -449,7 +449,7 @@ TEST_P(MixedPrecision, TracksFp32AndDistributesLikeOneRank) {
 // ---------------- every plan the validator accepts trains like one rank ----------------
 // A property test (issue 16): random plans for the tiny models — cuts at any task boundary (inside
 // layers and, half the time, among the last tasks: the heads and the loss), random replicas per stage
-// and pipeline copies on 2-4 ranks, random schedule, recompute per stage and microbatch count — each
+// and pipeline replicas on 2-4 ranks, random schedule, recompute per stage and microbatch count — each
 // accepted by Plan::validate and trained against the single-rank run over the same loss pieces.
 // PARTRAIN_RANDOM_PLAN_SEED (first seed) and PARTRAIN_RANDOM_PLAN_CASES (how many) choose the
 // cases; a failure prints the command that replays its seed alone.
@@ -483,9 +483,9 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
     std::vector<int> copy_choices;
     for (int copies = 1; copies <= plan.world_size; ++copies)
       if (plan.world_size % copies == 0) copy_choices.push_back(copies);
-    // Mostly one pipeline copy and several stages: pipelines are what the planners' cuts exercise.
-    plan.pipeline_copies = uniform(0, 2) ? 1 : copy_choices[uniform(0, static_cast<int>(copy_choices.size()) - 1)];
-    const int devices = plan.world_size / plan.pipeline_copies;
+    // Mostly one pipeline replica and several stages: pipelines are what the planners' cuts exercise.
+    plan.pipeline_replicas = uniform(0, 2) ? 1 : copy_choices[uniform(0, static_cast<int>(copy_choices.size()) - 1)];
+    const int devices = plan.world_size / plan.pipeline_replicas;
     const int stage_count = uniform(std::min(2, devices), devices);
     std::vector<int> replicas(stage_count, 1);
     if (model == "resnet") {  // BatchNorm: every stage must group samples alike (see expect_matches_single_rank)
@@ -507,17 +507,17 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
     stages = partition::attach_constant_tasks(graph, std::move(stages));
     // Microbatches: the per-copy batch must split into them, each feeding every stage's replicas and
     // splitting evenly over the last stage's (the single-rank reference's loss pieces).
-    const std::int64_t per_copy = plan.global_batch / plan.pipeline_copies;
+    const std::int64_t per_pipeline_replica = plan.global_batch / plan.pipeline_replicas;
     std::vector<int> microbatch_choices;
-    for (int m = 1; m <= per_copy; ++m) {
-      const std::int64_t size = per_copy / m;
+    for (int m = 1; m <= per_pipeline_replica; ++m) {
+      const std::int64_t size = per_pipeline_replica / m;
       // ResNet: BatchNorm over fewer than 4 samples makes training chaotic (see global_batch).
       const std::int64_t smallest_piece = model == "resnet" ? 4 : 1;
-      if (per_copy % m == 0 && size % replicas.back() == 0 && size / replicas.back() >= smallest_piece &&
+      if (per_pipeline_replica % m == 0 && size % replicas.back() == 0 && size / replicas.back() >= smallest_piece &&
           size >= *std::max_element(replicas.begin(), replicas.end()))
         microbatch_choices.push_back(m);
     }
-    if (plan.global_batch % plan.pipeline_copies != 0 || microbatch_choices.empty()) continue;
+    if (plan.global_batch % plan.pipeline_replicas != 0 || microbatch_choices.empty()) continue;
     plan.microbatches = microbatch_choices[uniform(0, static_cast<int>(microbatch_choices.size()) - 1)];
     plan.schedule = std::vector<ScheduleKind>{ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward,
                                               ScheduleKind::ShiftedCriticalPath}[uniform(0, 2)];
@@ -526,7 +526,7 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
     plan.optimizer = config.train.optimizer;
     plan.optimizer_state_copies = state_copies_of_optimizer(plan.optimizer);
     std::ostringstream description;
-    description << plan.pipeline_copies << " copies x stages [";
+    description << plan.pipeline_replicas << " copies x stages [";
     for (int s = 0; s < stage_count; ++s) {
       PlanStage stage;
       stage.tasks = stages[s];

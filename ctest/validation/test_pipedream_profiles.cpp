@@ -197,7 +197,7 @@ double brute_force(double& simulated, const partrain::Graph& graph, const std::v
             if (*std::max_element(replicas.begin(), replicas.end()) > microbatch) return;
             Plan plan;
             plan.world_size = world;
-            plan.pipeline_copies = copies;
+            plan.pipeline_replicas = copies;
             plan.global_batch = options.global_batch;
             plan.microbatches = m;
             plan.schedule = options.schedule;

@@ -9,13 +9,13 @@
 namespace partrain::app {
 
 double measure_optimizer_seconds_per_byte(Backend& backend, const std::string& optimizer,
-                                          const OptimizerSettings& settings, int repeats) {
+                                          const runtime::OptimizerSettings& settings, int repeats) {
   constexpr std::int64_t kElements = 4 << 20;
   const Tensor parameter = backend.zeros({kElements});
   const Tensor gradient = backend.zeros({kElements});
   backend.fill_zero(gradient);
-  std::vector<OptimizerParameter> parameters{{"profile.weight", parameter, true}};
-  const std::unique_ptr<Optimizer> step = make_optimizer(optimizer, settings, std::move(parameters), backend);
+  std::vector<runtime::OptimizerParameter> parameters{{"profile.weight", parameter, true}};
+  const std::unique_ptr<runtime::Optimizer> step = runtime::make_optimizer(optimizer, settings, std::move(parameters), backend);
   const std::vector<Tensor> gradients{gradient};
   std::vector<double> samples;
   for (int round = 0; round <= repeats; ++round) {

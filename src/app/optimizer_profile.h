@@ -13,6 +13,6 @@ namespace partrain::app {
 /// `settings` on `backend`, timed on a 4 Mi-element parameter after one warm-up step (`repeats`
 /// timed steps). Throws partrain::Error for an unknown optimizer.
 double measure_optimizer_seconds_per_byte(Backend& backend, const std::string& optimizer,
-                                          const OptimizerSettings& settings, int repeats = 5);
+                                          const runtime::OptimizerSettings& settings, int repeats = 5);
 
 }  // namespace partrain::app

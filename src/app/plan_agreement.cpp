@@ -65,7 +65,7 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   options.repeats = static_cast<int>(config.profile.repeats);
   options.seed = static_cast<std::uint64_t>(config.train.seed);
   options.mixed_precision = config.train.precision == "bf16";
-  ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
+  io::ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
   const profile::DistributedProfileReport report = profile::profile_distributed(
       graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });
   progress.finish();
@@ -114,7 +114,7 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
   std::map<std::uint64_t, profile::ProfileDB> databases;
   if (profiling) {
     const PlanningSetup setup = planning_setup(config, world.size());
-    for (int t : partition::tensor_parallel_candidates(model, setup.device, setup.options)) {
+    for (int t : partition::tensor_parallel_candidates(graphs.provider(), setup.device, setup.options)) {
       const Graph& graph = graphs.of_degree(t);
       databases.emplace(graph.hash(), profile_layers(config, graph, world, device_world, backend));
     }
@@ -145,9 +145,9 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
           PARTRAIN_CHECK(found != databases.end(), "internal: a graph the planner tries was not profiled");
           return planning_cost_model(setup, graph, &found->second);
         };
-        ProgressBar progress("planning (" + setup.options.planner + ")");
+        io::ProgressBar progress("planning (" + setup.options.planner + ")");
         setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
-        partition::ThreeDimensionalPlan result = plan_experiment(config, model, setup, costs);
+        partition::ThreeDimensionalPlan result = plan_experiment(config, graphs, setup, costs);
         progress.finish();
         jobs = measurements.take_requests();
         if (!jobs.empty() && round < kCapslogRounds) return std::string("measure");
@@ -156,7 +156,6 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
                       jobs.size(), round);
         if (result.candidates.size() > 1) std::fputs(format_layout_candidates(result).c_str(), stdout);
         plan = std::move(result.plan);
-        graphs.adopt(plan.tensor_parallel, std::move(result.graph));  // the planner built it: not again
       }
       PARTRAIN_CHECK(plan.world_size == world.size(), (plan_file.empty() ? "the plan" : plan_file)
                                                           << " is for " << plan.world_size << " ranks, but "
@@ -166,7 +165,7 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
       return plan.to_json().dump();
     });
     if (text != "measure") break;
-    ProgressBar progress("capslog trimmed profiling on " + std::to_string(world.size()) + " ranks");
+    io::ProgressBar progress("capslog trimmed profiling on " + std::to_string(world.size()) + " ranks");
     run_capslog_profiling(config, model, jobs, world, backend, measurements,
                           [&progress](double fraction) { progress.update(fraction); });
     progress.finish();

@@ -199,7 +199,8 @@ int run_config_plan(const PlanArguments& arguments) {
   if (arguments.time_limit > 0) setup.options.ip_time_limit_seconds = arguments.time_limit;
   if (arguments.gap >= 0) setup.options.ip_relative_gap = arguments.gap;
 
-  const Graph model = build_model(config.model);
+  PlannedGraphs graphs(config);  // the model and each tensor-parallel degree, built once
+  const Graph& model = graphs.model();
   std::unique_ptr<profile::ProfileDB> database;
   if (!arguments.profile_db.empty())
     database = std::make_unique<profile::ProfileDB>(profile::ProfileDB::load(arguments.profile_db));
@@ -213,10 +214,10 @@ int run_config_plan(const PlanArguments& arguments) {
               static_cast<long long>(config.train.global_batch), world_size, setup.device.memory_bytes / (1ull << 30));
   std::fflush(stdout);
 
-  ProgressBar progress("planning (" + setup.options.planner + ")");
+  io::ProgressBar progress("planning (" + setup.options.planner + ")");
   setup.options.progress = [&progress](double fraction) { progress.update(fraction); };
   const auto start = std::chrono::steady_clock::now();
-  const partition::ThreeDimensionalPlan result = plan_experiment(config, model, setup, costs);
+  const partition::ThreeDimensionalPlan result = plan_experiment(config, graphs, setup, costs);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   progress.finish();
   const Plan& plan = result.plan;

@@ -75,8 +75,8 @@ const Graph& PlannedGraphs::of_degree(int tensor_parallel) {
   return parallel_.emplace(tensor_parallel, tensor_parallel_graph(model_, tensor_parallel)).first->second;
 }
 
-void PlannedGraphs::adopt(int tensor_parallel, Graph graph) {
-  if (tensor_parallel != 1) parallel_.try_emplace(tensor_parallel, std::move(graph));
+partition::TensorParallelGraphs PlannedGraphs::provider() {
+  return [this](int tensor_parallel) -> const Graph& { return of_degree(tensor_parallel); };
 }
 
 void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel) {
@@ -101,10 +101,10 @@ std::unique_ptr<partition::CostModel> planning_cost_model(const PlanningSetup& s
   return partition::make_calibrated_cost_model(graph, *database, setup.device, setup.options.sub_pipelined_tmp);
 }
 
-partition::ThreeDimensionalPlan plan_experiment(const ExperimentConfig& config, const Graph& model,
+partition::ThreeDimensionalPlan plan_experiment(const ExperimentConfig& config, PlannedGraphs& graphs,
                                                 const PlanningSetup& setup, const partition::CostModelFactory& costs) {
   check_tensor_parallel(config, setup.options.tensor_parallel);
-  return partition::make_3d_plan(model, costs, setup.options);
+  return partition::make_3d_plan(graphs.provider(), costs, setup.options);
 }
 
 double training_flops_per_sample(const Graph& model) {
@@ -148,8 +148,8 @@ std::string format_layout_candidates(const partition::ThreeDimensionalPlan& resu
     out << head;
     if (candidate.feasible) {
       char text[160];
-      std::snprintf(text, sizeof text, "%.4g samples/s, %d stages x %d pipeline copies (%.2f s)", candidate.samples_per_second,
-                    candidate.stages, candidate.pipeline_copies, candidate.planning_seconds);
+      std::snprintf(text, sizeof text, "%.4g samples/s, %d stages x %d pipeline replicas (%.2f s)", candidate.samples_per_second,
+                    candidate.stages, candidate.pipeline_replicas, candidate.planning_seconds);
       out << text;
     } else {
       const std::string first_line = candidate.problem.substr(0, candidate.problem.find('\n'));
@@ -170,9 +170,9 @@ std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, c
                       graph, tensor_rank);
 }
 
-LearningRateSchedule learning_rate_schedule(const TrainConfig& train) {
-  return LearningRateSchedule(train.lr, train.min_lr, train.warmup_steps, train.steps,
-                              LearningRateSchedule::parse_decay(train.lr_schedule));
+runtime::LearningRateSchedule learning_rate_schedule(const TrainConfig& train) {
+  return runtime::LearningRateSchedule(train.lr, train.min_lr, train.warmup_steps, train.steps,
+                              runtime::LearningRateSchedule::parse_decay(train.lr_schedule));
 }
 
 runtime::RuntimeOptions runtime_options(const TrainConfig& train, const ParallelConfig& parallel) {

@@ -51,9 +51,8 @@ class PlannedGraphs {
   /// what check_tensor_parallel throws for a degree the model does not allow.
   const Graph& of_degree(int tensor_parallel);
 
-  /// Keeps `graph`, tensor_parallel_graph(model(), tensor_parallel) already built elsewhere (the
-  /// graph make_3d_plan returns with its plan), as the graph of that degree unless one is kept.
-  void adopt(int tensor_parallel, Graph graph);
+  /// of_degree as the planner's TensorParallelGraphs (partition/planner.h); `this` must outlive it.
+  partition::TensorParallelGraphs provider();
 
  private:
   const ExperimentConfig& config_;
@@ -80,12 +79,13 @@ void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel);
 std::unique_ptr<partition::CostModel> planning_cost_model(const PlanningSetup& setup, const Graph& graph,
                                                           const profile::ProfileDB* database);
 
-/// Plans `model` (build_model(config.model)) in three dimensions with partition::make_3d_plan:
+/// Plans graphs.model() in three dimensions with partition::make_3d_plan, over the graphs of each
+/// degree `graphs` keeps (each built once per process):
 /// [parallel] tensor_parallel (0: the planner chooses) and zero (−1: the planner chooses) in
 /// setup.options, the cost model of each candidate graph from `costs`. A fixed degree above 1 is
 /// checked first (check_tensor_parallel: errors naming the [model] key). Throws what make_3d_plan
 /// throws, e.g. when no layout fits.
-partition::ThreeDimensionalPlan plan_experiment(const ExperimentConfig& config, const Graph& model,
+partition::ThreeDimensionalPlan plan_experiment(const ExperimentConfig& config, PlannedGraphs& graphs,
                                                 const PlanningSetup& setup, const partition::CostModelFactory& costs);
 
 /// Training FLOPs of one sample of the whole model: 3 × the forward FLOPs of its batch-dependent
@@ -99,13 +99,13 @@ double training_flops_per_sample(const Graph& model);
 std::string format_device_throughput(const Plan& plan, const Graph& model, const Graph& planned, double device_flops);
 
 /// One line per layout make_3d_plan tried: t, zero, and the predicted samples/s with stages x
-/// copies, or why it does not fit (first line of the reason), and the chosen one marked.
+/// pipeline replicas, or why it does not fit (first line of the reason), and the chosen one marked.
 std::string format_layout_candidates(const partition::ThreeDimensionalPlan& result);
 
 /// The learning-rate schedule of [train]: lr (peak), min_lr, warmup_steps, lr_schedule ("cosine",
 /// "linear", "constant") and steps (where the decay reaches min_lr). Throws partrain::Error for an
 /// unknown lr_schedule, negative rates, min_lr > lr or negative step counts.
-LearningRateSchedule learning_rate_schedule(const TrainConfig& train);
+runtime::LearningRateSchedule learning_rate_schedule(const TrainConfig& train);
 
 /// The executor's run settings from the [train] section (seed, optimizer hyper-parameters, learning
 /// rate schedule, clipping) and [parallel] bucket_mb (default: 25 MiB). Throws partrain::Error for a

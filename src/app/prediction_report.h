@@ -14,7 +14,7 @@ namespace partrain::app {
 double typical_step_seconds(std::vector<double> step_seconds);
 
 /// Per stage of `plan`, the largest of `rank_peak_bytes` (one entry per rank: its allocator's
-/// high-water mark, bytes) over the stage's ranks in every pipeline copy. Throws partrain::Error when
+/// high-water mark, bytes) over the stage's ranks in every pipeline replica. Throws partrain::Error when
 /// there is not one entry per rank of the plan.
 std::vector<double> stage_peak_bytes(const Plan& plan, const std::vector<double>& rank_peak_bytes);
 

@@ -53,7 +53,7 @@ bool is_within(const std::string& path, const std::string& directory) {
   return !relative.empty() && *relative.begin() != "..";
 }
 
-// Rank 0 writes `tensors` (by value id, from the first replica of each stage in pipeline copy 0:
+// Rank 0 writes `tensors` (by value id, from the first replica of each stage in pipeline replica 0:
 // the executor's parameters and buffers, or its gradients) to `path` as /<group>/<name> (f32, the
 // tensor's shape).
 void save_tensors(const std::string& path, const std::string& group, const Graph& graph,
@@ -61,7 +61,7 @@ void save_tensors(const std::string& path, const std::string& group, const Graph
                   comm::Communicator& world) {
   std::string bytes;
   const Placement placement = executor.placement();
-  if (placement.copy == 0 && placement.replica == 0) {
+  if (placement.pipeline_replica == 0 && placement.replica == 0) {
     for (const auto& [value, tensor] : tensors) {
       const std::vector<float> values = to_host(tensor, executor.backend()).to_float_vector();
       const std::int64_t header[3] = {value, static_cast<std::int64_t>(values.size()), placement.tensor_rank};
@@ -217,7 +217,7 @@ std::vector<io::RunLock> lock_run_directories(const std::string& directory, cons
   return locks;
 }
 
-// [log] op_profile: rank 0 prints the profile of the first rank of each stage (pipeline copy 0,
+// [log] op_profile: rank 0 prints the profile of the first rank of each stage (pipeline replica 0,
 // replica 0, tensor rank 0); `step_seconds` is that rank's summed step time. Collective.
 void print_op_profiles(const OpProfile& profile, double step_seconds, const Plan& plan, comm::Communicator& world) {
   const std::vector<std::string> parts =
@@ -225,7 +225,7 @@ void print_op_profiles(const OpProfile& profile, double step_seconds, const Plan
   if (world.rank() != 0) return;
   for (int rank = 0; rank < static_cast<int>(parts.size()); ++rank) {
     const Placement placement = plan.placement_of(rank);
-    if (placement.copy != 0 || placement.replica != 0 || placement.tensor_rank != 0) continue;
+    if (placement.pipeline_replica != 0 || placement.replica != 0 || placement.tensor_rank != 0) continue;
     const std::string& part = parts[static_cast<std::size_t>(rank)];
     const std::size_t end_of_line = part.find('\n');
     const double seconds = std::stod(part.substr(0, end_of_line));

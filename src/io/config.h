@@ -130,8 +130,8 @@ ModelConfig read_model_config(const ConfigDocument& document);
 /// The [train] section: the optimisation problem (steps, batch, optimizer, learning-rate schedule).
 struct TrainConfig {
   std::int64_t steps = 10;               // optimizer steps
-  std::int64_t global_batch = 8;         // samples per step over all pipeline copies
-  std::int64_t microbatches = 0;         // microbatches per step and pipeline copy; 0: the plan's choice
+  std::int64_t global_batch = 8;         // samples per step over all pipeline replicas
+  std::int64_t microbatches = 0;         // microbatches per step and pipeline replica; 0: the plan's choice
   std::int64_t seed = 1234;              // parameters, dropout and data order
   std::string optimizer = "adamw";       // "adamw" or "sgd" (with momentum)
   double lr = 1e-3;                      // peak learning rate
@@ -174,7 +174,7 @@ struct ParallelConfig {
   double bucket_mb = 25.0;                // gradient all-reduce bucket size limit, MiB (PyTorch DDP's bucket_cap_mb)
   std::int64_t zero = 0;                 // ZeRO stage: 0, or 1 (optimizer state sharded over each stage's data-parallel group)
                                          // -1 ("auto"): the planner chooses
-  std::vector<std::int64_t> replicas;    // manual: replicas per stage (sum = devices per pipeline copy)
+  std::vector<std::int64_t> replicas;    // manual: replicas per stage (sum = devices per pipeline replica)
   std::vector<std::string> boundaries;   // manual: first layer of stages 2..S (names as in `inspect`, e.g. "encoder.layer.1")
   double device_flops = 1e12;            // analytic cost model: FLOP/s of one device (peak when device_efficiency < 1)
   double device_efficiency = 1.0;        // analytic cost model: share of device_flops sustained, (0, 1]

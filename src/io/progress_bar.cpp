@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-namespace partrain {
+namespace partrain::io {
 
 ProgressBar::ProgressBar(std::string label, bool force)
     : label_(std::move(label)), enabled_(force || isatty(STDERR_FILENO)), start_(std::chrono::steady_clock::now()) {}
@@ -39,4 +39,4 @@ void ProgressBar::finish() {
   finished_ = true;
 }
 
-}  // namespace partrain
+}  // namespace partrain::io

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <string>
 
-namespace partrain {
+namespace partrain::io {
 
 class ProgressBar {
  public:
@@ -25,4 +25,4 @@ class ProgressBar {
   void draw(double fraction);
 };
 
-}  // namespace partrain
+}  // namespace partrain::io

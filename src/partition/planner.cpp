@@ -5,6 +5,8 @@
 #include <iterator>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -216,7 +218,7 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   plan.tensor_parallel = tensor_parallel;
   plan.zero = options.zero;
   plan.sub_pipelined_tmp = options.sub_pipelined_tmp && tensor_parallel > 1;
-  plan.world_size = plan.pipeline_copies * plan.devices_per_copy();
+  plan.world_size = plan.pipeline_replicas * plan.devices_per_pipeline_replica();
   plan.validate(graph);
   if (options.progress) options.progress(1.0);
   return plan;
@@ -247,13 +249,32 @@ bool preferred(const LayoutCandidate& candidate, const Plan& best) {
 
 }  // namespace
 
+TensorParallelGraphs tensor_parallel_graphs_of(const Graph& model) {
+  auto built = std::make_shared<std::map<int, Graph>>();
+  return [&model, built](int tensor_parallel) -> const Graph& {
+    if (tensor_parallel == 1) return model;
+    auto found = built->find(tensor_parallel);
+    if (found == built->end()) found = built->emplace(tensor_parallel, tensor_parallel_graph(model, tensor_parallel)).first;
+    return found->second;
+  };
+}
+
 std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec& device, const PlannerOptions& options) {
+  return tensor_parallel_candidates(tensor_parallel_graphs_of(model), device, options);
+}
+
+ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& costs, const PlannerOptions& options) {
+  return make_3d_plan(tensor_parallel_graphs_of(model), costs, options);
+}
+
+std::vector<int> tensor_parallel_candidates(const TensorParallelGraphs& graphs, const DeviceSpec& device,
+                                           const PlannerOptions& options) {
   if (options.tensor_parallel > 0) return {options.tensor_parallel};
   std::vector<int> degrees{1};
   for (int t : {2, 4, 8}) {
     if (t > device.devices_per_node || options.world_size % t != 0) continue;
     try {
-      (void)tensor_parallel_graph(model, t);
+      (void)graphs(t);
     } catch (const Error&) {
       continue;  // t does not divide a split size, or the model has no tensor-parallel layers
     }
@@ -262,7 +283,9 @@ std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec
   return degrees;
 }
 
-ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& costs, const PlannerOptions& options) {
+ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const CostModelFactory& costs,
+                                  const PlannerOptions& options) {
+  const Graph& model = graphs(1);
   PARTRAIN_CHECK(options.tensor_parallel >= 0, "tensor_parallel must be 0 (the planner chooses) or positive, not "
                                                    << options.tensor_parallel);
   PARTRAIN_CHECK(options.zero >= -1 && options.zero <= 1,
@@ -276,7 +299,7 @@ ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& co
   // objective then bounds (prunes) the search of the smaller ones (PlannerOptions::step_seconds_bound).
   std::vector<int> degrees = options.tensor_parallel > 0
                                  ? std::vector<int>{options.tensor_parallel}
-                                 : tensor_parallel_candidates(model, model_cost->device(), options);
+                                 : tensor_parallel_candidates(graphs, model_cost->device(), options);
   std::sort(degrees.rbegin(), degrees.rend());
   double memory_bytes = model_cost ? model_cost->device().memory_bytes : 0.0;
   const std::vector<int> zeros = options.zero >= 0 ? std::vector<int>{options.zero} : std::vector<int>{0, 1};
@@ -285,20 +308,18 @@ ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& co
   ThreeDimensionalPlan result;
   std::optional<Plan> best;
   double best_objective = std::numeric_limits<double>::infinity();  // the stage DP's, of the plans found
-  std::optional<Graph> best_graph;
+  const Graph* best_graph = nullptr;  // graphs(t) of the best plan, copied into the result once
   std::size_t done = 0;
   for (int t : degrees) {
     const auto graph_start = std::chrono::steady_clock::now();
-    std::optional<Graph> graph;
+    const Graph& planned = graphs(t);
     std::unique_ptr<CostModel> cost;
     if (t == 1) {
       cost = std::move(model_cost);
     } else {
-      graph.emplace(tensor_parallel_graph(model, t));
-      cost = costs(*graph);
+      cost = costs(planned);
       memory_bytes = cost->device().memory_bytes;
     }
-    const Graph& planned = graph ? *graph : model;
     double graph_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - graph_start).count();
     for (int zero : zeros) {
       const auto start = std::chrono::steady_clock::now();
@@ -323,11 +344,11 @@ ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& co
         candidate.feasible = true;
         candidate.samples_per_second = plan.predicted_samples_per_second();
         candidate.stages = plan.pipeline_stages();
-        candidate.pipeline_copies = plan.pipeline_copies;
+        candidate.pipeline_replicas = plan.pipeline_replicas;
         best_objective = std::min(best_objective, stage_dp_objective(plan));
         if (!best || preferred(candidate, *best)) {
           best = std::move(plan);
-          best_graph = planned;
+          best_graph = &planned;
         }
       } catch (const Error& error) {
         if (!searching) throw;  // one layout asked for: its own error, with the planner's diagnosis
@@ -350,7 +371,7 @@ ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& co
     PARTRAIN_FAIL(message.str());
   }
   result.plan = std::move(*best);
-  result.graph = std::move(*best_graph);
+  result.graph = *best_graph;
   if (options.progress) options.progress(1.0);
   return result;
 }

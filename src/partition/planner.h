@@ -33,14 +33,23 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
 /// outlives the model.
 using CostModelFactory = std::function<std::unique_ptr<CostModel>(const Graph& graph)>;
 
+/// The graph of a tensor-parallel degree: tensor_parallel_graph(model, t) (graph/tensor_parallel.h),
+/// the model itself for t = 1. The caller builds each degree once and keeps it alive while planning
+/// (the app keeps one per process); throws partrain::Error when t does not apply to the model.
+using TensorParallelGraphs = std::function<const Graph&(int tensor_parallel)>;
+
+/// A TensorParallelGraphs over `model` that builds each degree the first time it is asked for and
+/// keeps it (in the returned function) for later calls; `model` must outlive it.
+TensorParallelGraphs tensor_parallel_graphs_of(const Graph& model);
+
 /// One (t, zero) layout make_3d_plan tried.
 struct LayoutCandidate {
   int tensor_parallel = 1;
   int zero = 0;
   bool feasible = false;
   double samples_per_second = 0;  // the plan's prediction when feasible
-  int stages = 0;                 // the plan's stages and pipeline copies when feasible
-  int pipeline_copies = 0;
+  int stages = 0;                 // the plan's stages and pipeline replicas when feasible
+  int pipeline_replicas = 0;
   std::string problem;            // why not, when not feasible
   double planning_seconds = 0;    // wall time of this candidate (graph, cost model and planner)
 };
@@ -57,11 +66,14 @@ struct ThreeDimensionalPlan {
 /// world size and for which tensor_parallel_graph(model, t) exists (t divides heads, hidden,
 /// intermediate and vocabulary size; the model has tensor-parallel layers). Always holds 1 in the
 /// automatic case.
+std::vector<int> tensor_parallel_candidates(const TensorParallelGraphs& graphs, const DeviceSpec& device,
+                                           const PlannerOptions& options);
+/// The same over tensor_parallel_graphs_of(model) (each degree built here and dropped).
 std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec& device, const PlannerOptions& options);
 
-/// Planning in three dimensions (DESIGN.md "Parallelism in three dimensions"; Merak §3.2, issue 13):
+/// Planning in three dimensions (docs/parallelism.md §Choosing t and ZeRO automatically; Merak §3.2):
 /// for every tensor-parallel degree of tensor_parallel_candidates and every ZeRO stage (options.zero,
-/// or 0 and 1 when it is −1), builds tensor_parallel_graph(model, t), its cost model from `costs`,
+/// or 0 and 1 when it is −1), takes graphs(t) (the model is graphs(1)), its cost model from `costs`,
 /// and runs make_plan (pipeline stages × replicas × microbatches) on world_size / t groups; keeps
 /// the plan with the highest predicted samples per second that fits the memory (ties: smaller t,
 /// then zero 0). Degrees are tried from the largest down, and the best stage-DP objective found so
@@ -72,6 +84,9 @@ std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec
 /// options.progress over the whole search. Throws partrain::Error
 /// when no (tensor_parallel, stages, replicas, zero) layout fits, with each candidate's reason, and
 /// when the degree asked for does not apply to the model (naming heads/hidden/intermediate/vocab).
+ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const CostModelFactory& costs,
+                                  const PlannerOptions& options);
+/// The same over tensor_parallel_graphs_of(model).
 ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& costs, const PlannerOptions& options);
 
 }  // namespace partrain::partition

@@ -71,7 +71,7 @@ RecomputePolicy parse_recompute(const std::string& name) {
 
 // ---------------- derived quantities ----------------
 
-int Plan::devices_per_copy() const {
+int Plan::devices_per_pipeline_replica() const {
   int devices = 0;
   const int depth = pipeline_stages();
   for (int s = 0; s < depth; ++s) devices += stages[s].replicas;  // chunk s is pipeline stage s's first
@@ -91,7 +91,7 @@ std::vector<int> Plan::chunks_of_stage(int stage) const {
 }
 
 std::int64_t Plan::microbatch_size() const {
-  const std::int64_t divisor = static_cast<std::int64_t>(pipeline_copies) * microbatches;
+  const std::int64_t divisor = static_cast<std::int64_t>(pipeline_replicas) * microbatches;
   return divisor > 0 ? global_batch / divisor : 0;
 }
 
@@ -100,25 +100,25 @@ double Plan::predicted_samples_per_second() const {
 }
 
 int Plan::rank_of(const Placement& placement) const {
-  PARTRAIN_CHECK(placement.copy >= 0 && placement.copy < pipeline_copies && placement.stage >= 0 &&
+  PARTRAIN_CHECK(placement.pipeline_replica >= 0 && placement.pipeline_replica < pipeline_replicas && placement.stage >= 0 &&
                      placement.stage < pipeline_stages() && placement.replica >= 0 &&
                      placement.replica < stages[placement.stage].replicas,
-                 "plan: no rank for copy " << placement.copy << ", stage " << placement.stage << ", replica "
+                 "plan: no rank for pipeline replica " << placement.pipeline_replica << ", stage " << placement.stage << ", replica "
                                            << placement.replica);
   PARTRAIN_CHECK(placement.tensor_rank >= 0 && placement.tensor_rank < tensor_parallel,
                  "plan: no tensor-parallel rank " << placement.tensor_rank << " in a group of " << tensor_parallel);
   int replicas_before = 0;
   for (int s = 0; s < placement.stage; ++s) replicas_before += stages[s].replicas;
-  return placement.copy * devices_per_copy() + (replicas_before + placement.replica) * tensor_parallel +
+  return placement.pipeline_replica * devices_per_pipeline_replica() + (replicas_before + placement.replica) * tensor_parallel +
          placement.tensor_rank;
 }
 
 Placement Plan::placement_of(int rank) const {
-  const int devices = devices_per_copy();
-  PARTRAIN_CHECK(devices > 0 && rank >= 0 && rank < pipeline_copies * devices,
-                 "plan: rank " << rank << " is outside the plan's " << pipeline_copies * devices << " ranks");
+  const int devices = devices_per_pipeline_replica();
+  PARTRAIN_CHECK(devices > 0 && rank >= 0 && rank < pipeline_replicas * devices,
+                 "plan: rank " << rank << " is outside the plan's " << pipeline_replicas * devices << " ranks");
   Placement placement;
-  placement.copy = rank / devices;
+  placement.pipeline_replica = rank / devices;
   placement.tensor_rank = rank % devices % tensor_parallel;
   int offset = rank % devices / tensor_parallel;
   while (offset >= stages[placement.stage].replicas) offset -= stages[placement.stage++].replicas;
@@ -281,16 +281,16 @@ void Plan::validate(const Graph& graph) const {
   PARTRAIN_CHECK((optimizer == "adamw" || optimizer == "sgd") && optimizer_state_copies == state_copies_of_optimizer(optimizer),
                  "plan (" << planner << "): optimizer '" << optimizer << "' with " << optimizer_state_copies
                           << " state copies (expected adamw with 2 or sgd with 1)");
-  PARTRAIN_CHECK(pipeline_copies > 0 && microbatches > 0,
-                 "plan (" << planner << "): pipeline copies and microbatches must be positive");
+  PARTRAIN_CHECK(pipeline_replicas > 0 && microbatches > 0,
+                 "plan (" << planner << "): pipeline replicas and microbatches must be positive");
   PARTRAIN_CHECK(tensor_parallel >= 1, "plan (" << planner << "): tensor_parallel must be at least 1, got " << tensor_parallel);
   PARTRAIN_CHECK(zero == 0 || zero == 1, "plan (" << planner << "): zero must be 0 or 1, got " << zero);
-  PARTRAIN_CHECK(world_size == pipeline_copies * devices_per_copy(),
-                 "plan (" << planner << "): the world size " << world_size << " is not " << pipeline_copies
-                          << " pipeline copies x " << devices_per_copy() << " devices per copy");
-  PARTRAIN_CHECK(global_batch % (static_cast<std::int64_t>(pipeline_copies) * microbatches) == 0,
+  PARTRAIN_CHECK(world_size == pipeline_replicas * devices_per_pipeline_replica(),
+                 "plan (" << planner << "): the world size " << world_size << " is not " << pipeline_replicas
+                          << " pipeline replicas x " << devices_per_pipeline_replica() << " devices per pipeline replica");
+  PARTRAIN_CHECK(global_batch % (static_cast<std::int64_t>(pipeline_replicas) * microbatches) == 0,
                  "plan (" << planner << "): the global batch " << global_batch << " does not divide into "
-                          << pipeline_copies << " pipeline copies x " << microbatches << " microbatches");
+                          << pipeline_replicas << " pipeline replicas x " << microbatches << " microbatches");
   for (int s = 0; s < static_cast<int>(stages.size()); ++s)
     PARTRAIN_CHECK(microbatch_size() >= stages[s].replicas,
                    "plan (" << planner << "): a microbatch of " << microbatch_size() << " samples cannot feed the "
@@ -323,7 +323,7 @@ nlohmann::json Plan::to_json() const {
           {"planner", planner},
           {"graph_hash", hash_hex(graph_hash)},
           {"world_size", world_size},
-          {"pipeline_copies", pipeline_copies},
+          {"pipeline_replicas", pipeline_replicas},
           {"tensor_parallel", tensor_parallel},
           {"zero", zero},
           {"sub_pipelined_tmp", sub_pipelined_tmp},
@@ -354,7 +354,8 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
     plan.planner = document.at("planner").get<std::string>();
     plan.graph_hash = std::stoull(document.at("graph_hash").get<std::string>(), nullptr, 16);
     plan.world_size = document.at("world_size").get<int>();
-    plan.pipeline_copies = document.at("pipeline_copies").get<int>();
+    // Plans saved before the rename call the pipeline replicas "pipeline_copies".
+    plan.pipeline_replicas = document.at(document.contains("pipeline_replicas") ? "pipeline_replicas" : "pipeline_copies").get<int>();
     plan.tensor_parallel = document.value("tensor_parallel", 1);  // plans made before tensor parallelism: 1
     plan.zero = document.value("zero", 0);
     plan.sub_pipelined_tmp = document.value("sub_pipelined_tmp", false);
@@ -447,8 +448,8 @@ std::string format_plan_table(const Plan& plan) {
   std::ostringstream out;
   const int bottleneck = plan.bottleneck_stage();
   char line[512];
-  out << "plan: " << plan.planner << ", " << plan.pipeline_stages() << " stages x " << plan.pipeline_copies
-      << " pipeline copies";
+  out << "plan: " << plan.planner << ", " << plan.pipeline_stages() << " stages x " << plan.pipeline_replicas
+      << " pipeline replicas";
   if (plan.virtual_stages > 1)
     out << " (interleaved: " << plan.virtual_stages << " model chunks per stage, rows are chunks on stage chunk mod "
         << plan.pipeline_stages() << ")";

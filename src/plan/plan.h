@@ -1,7 +1,7 @@
 #pragma once
 // The Plan: what every planner returns and what the runtime executes (docs/planning.md,
 // docs/architecture.md §Runtime). Ordered pipeline stages (their forward task ids and a readable
-// summary), replicas per stage, pipeline copies, microbatch count and size, schedule, recompute policy
+// summary), replicas per stage, pipeline replicas, microbatch count and size, schedule, recompute policy
 // per stage, the rank map, and the predicted time and memory of each stage. Saved as JSON; validated
 // against its graph. Partitioners and the runtime meet only through Graph, ProfileDB and this Plan.
 #include <cstdint>
@@ -42,7 +42,7 @@ struct PlanStage {
   std::vector<int> tasks;       // forward task ids, ascending (a constant task may be cloned into
                                 // every stage that consumes it)
   std::string summary;          // readable: the layers (or ops) the stage holds
-  int replicas = 1;             // devices holding this stage in each pipeline copy (data parallel)
+  int replicas = 1;             // devices holding this stage in each pipeline replica (data parallel)
   RecomputePolicy recompute = RecomputePolicy::None;
   /// StageAware (Merak §6.2's fraction α of a stage's layers kept): the stage's tasks with an id
   /// below this one are recomputed from the stage's inputs, the others keep their activations
@@ -58,7 +58,7 @@ struct PlanStage {
 
 /// Where a rank sits in the plan.
 struct Placement {
-  int copy = 0;     // pipeline copy (R copies run data parallel)
+  int pipeline_replica = 0;  // which of the R data-parallel pipeline replicas
   int stage = 0;    // pipeline stage (rank position in the pipeline), [0, Plan::pipeline_stages())
   int replica = 0;  // among the stage's replicas in this copy
   int tensor_rank = 0;  // position in the replica's tensor-parallel group, [0, tensor_parallel)
@@ -67,8 +67,8 @@ struct Placement {
 struct Plan {
   std::string planner;                 // which planner made it
   std::uint64_t graph_hash = 0;        // Graph::hash() of the model it was made for
-  int world_size = 1;                  // ranks = pipeline_copies × devices_per_copy()
-  int pipeline_copies = 1;             // R
+  int world_size = 1;                  // ranks = pipeline_replicas × devices_per_pipeline_replica()
+  int pipeline_replicas = 1;             // R
   /// Ranks of each stage replica's tensor-parallel group (Megatron-LM's t). With t > 1 the stages'
   /// task ids index tensor_parallel_graph(model, t) (graph/tensor_parallel.h), whose hash graph_hash is.
   int tensor_parallel = 1;
@@ -81,7 +81,7 @@ struct Plan {
   /// computation (each half is then its own loss piece).
   bool sub_pipelined_tmp = false;
   std::int64_t global_batch = 1;       // samples per optimizer step
-  int microbatches = 1;                // per step and pipeline copy
+  int microbatches = 1;                // per step and pipeline replica
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
   /// Model chunks per pipeline rank (Megatron's virtual pipeline size v; Narayanan et al. SC'21 §2.2).
   /// With v > 1 (schedule interleaved) `stages` lists the S·v model chunks in model order and chunk c
@@ -98,19 +98,19 @@ struct Plan {
   double predicted_bubble_fraction = 0;  // idle share of the pipeline phase in that simulation
   std::string cost_model;              // description of the cost model used
 
-  /// Σ replicas over the pipeline stages × tensor_parallel (devices of one pipeline copy).
-  int devices_per_copy() const;
-  /// Pipeline depth S: stages.size() / virtual_stages (the ranks of one pipeline copy's replica path).
+  /// Σ replicas over the pipeline stages × tensor_parallel (devices of one pipeline replica).
+  int devices_per_pipeline_replica() const;
+  /// Pipeline depth S: stages.size() / virtual_stages (the ranks of one pipeline replica's replica path).
   int pipeline_stages() const;
   /// The pipeline stage running model chunk (stages entry) `chunk`: chunk mod S.
   int stage_of_chunk(int chunk) const { return chunk % pipeline_stages(); }
   /// The model chunks pipeline stage `stage` holds, ascending: stage, stage + S, ... (v of them).
   std::vector<int> chunks_of_stage(int stage) const;
-  /// Samples of one microbatch of one pipeline copy: global_batch / (pipeline_copies · microbatches).
+  /// Samples of one microbatch of one pipeline replica: global_batch / (pipeline_replicas · microbatches).
   std::int64_t microbatch_size() const;
   /// Samples per second predicted from predicted_step_seconds (0 when not predicted).
   double predicted_samples_per_second() const;
-  /// Rank map: copy-major, then stage, then replica, then tensor rank — a tensor-parallel group is t
+  /// Rank map: pipeline-replica-major, then stage, then replica, then tensor rank — a tensor-parallel group is t
   /// consecutive ranks (inside a node: Megatron's layout), the replicas of a stage follow each other.
   int rank_of(const Placement& placement) const;
   /// (placement.stage is a pipeline stage, not a model chunk.)
@@ -126,8 +126,8 @@ struct Plan {
   /// Throws partrain::Error naming the first problem: no stages, an empty stage, a non-constant task
   /// in no stage or in two, a constant task in a stage without a consumer of it, a stage that is not
   /// convex, stages out of pipeline order (an edge from a later stage to an earlier one), replica
-  /// counts not positive, world_size ≠ copies × devices, a batch that does not divide into
-  /// copies × microbatches, a microbatch smaller than a stage's replica count, a graph hash mismatch,
+  /// counts not positive, world_size ≠ pipeline replicas × devices, a batch that does not divide into
+  /// pipeline replicas × microbatches, a microbatch smaller than a stage's replica count, a graph hash mismatch,
   /// an unbatched activation (a loss piece) crossing between stages of different replica counts;
   /// interleaved: virtual_stages < 1, v > 1 with another schedule, a stage count not a multiple of v,
   /// fewer than 2 pipeline stages, chunks of one pipeline stage with different replica counts,

@@ -1,6 +1,6 @@
 #pragma once
 // Pipeline schedules as data (docs/parallelism.md §Pipeline schedules), the schedule IR of the plan
-// layer. A generator (schedule_generator.cpp) turns a Plan (its stages, replicas, pipeline copies,
+// layer. A generator (schedule_generator.cpp) turns a Plan (its stages, replicas, pipeline replicas,
 // microbatch count, schedule kind and recompute policies) into one list of actions per rank; the
 // executor runs a rank's list, the checker (schedule_checker.h) runs all lists together to prove them
 // deadlock-free and complete, and the timeline simulator (schedule_simulator.h) runs them with
@@ -36,7 +36,7 @@ enum class ActionKind {
 const char* action_kind_name(ActionKind kind);
 
 /// One entry of a rank's schedule. Sample ranges are offsets inside the microbatch of the rank's
-/// pipeline copy, [0, Plan::microbatch_size()).
+/// pipeline replica, [0, Plan::microbatch_size()).
 struct Action {
   ActionKind kind = ActionKind::Step;
   int microbatch = -1;           // -1 for AllReduce and Step
@@ -50,7 +50,7 @@ struct Action {
   /// Recompute of the same microbatch rebuilds the activations before its Backward (to_string
   /// shows it as ", recomputed").
   bool activations_recomputed = false;
-  /// AllReduce only: the ranks of the group, ascending (the stage's replicas in every pipeline copy,
+  /// AllReduce only: the ranks of the group, ascending (the stage's replicas in every pipeline replica,
   /// this rank included).
   std::vector<int> group;
 
@@ -103,10 +103,10 @@ using Schedule = std::vector<std::vector<Action>>;
 /// the compute that needs them, sends right after the compute that produces them. With unequal
 /// replica counts each replica handles plan.replica_samples(stage, replica) of every microbatch and
 /// exchanges exactly the intersecting sample ranges with the replicas of the neighbouring stages of
-/// its own pipeline copy. Each list ends with AllReduce (when the stage's data-parallel group has
+/// its own pipeline replica. Each list ends with AllReduce (when the stage's data-parallel group has
 /// more than one rank) and Step.
 /// Throws partrain::Error when the plan has no stages, a non-positive replica or microbatch count,
-/// world_size ≠ copies × devices, or a microbatch smaller than a stage's replica count.
+/// world_size ≠ pipeline replicas × devices, or a microbatch smaller than a stage's replica count.
 Schedule generate_schedule(const Plan& plan);
 
 /// Forward passes stage `stage` of `stages` runs before its first backward under `kind` (the

@@ -43,7 +43,7 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
     auto link = std::find_if(links.begin(), links.end(), [&](const Link& l) { return l.rank == action.peer; });
     PARTRAIN_CHECK(link != links.end(), "schedule: " << at(plan, schedule, rank, index)
                                                      << ": the peer is not a neighbouring-stage replica of the "
-                                                        "same pipeline copy that shares samples with this rank");
+                                                        "same pipeline replica that shares samples with this rank");
     PARTRAIN_CHECK(link->begin == action.sample_begin && link->end == action.sample_end,
                    "schedule: " << at(plan, schedule, rank, index) << ": the samples shared with rank " << link->rank
                                 << " are [" << link->begin << "," << link->end << ")");

@@ -12,7 +12,7 @@ namespace partrain {
 ///  * a rank whose list does not hold exactly one Forward and one Backward of every microbatch
 ///    (Backward after Forward), a Recompute without a recomputed Forward (or missing, or misplaced),
 ///    a receive after the compute needing it or a send before the compute producing it, transfers
-///    between ranks that are not neighbouring stages of the same pipeline copy, sample ranges that
+///    between ranks that are not neighbouring stages of the same pipeline replica, sample ranges that
 ///    do not cover the rank's own samples, an AllReduce group that is not the stage's group;
 ///  * a list whose last action is not Step, or with more than one Step.
 /// The number of lists must be plan.world_size.

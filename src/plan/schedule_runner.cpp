@@ -9,7 +9,7 @@ std::string where(const Plan& plan, int rank) {
   out << "rank " << rank;
   if (rank >= 0 && rank < plan.world_size) {
     const Placement place = plan.placement_of(rank);
-    out << " (copy " << place.copy << ", stage " << place.stage << ", replica " << place.replica << ")";
+    out << " (pipeline replica " << place.pipeline_replica << ", stage " << place.stage << ", replica " << place.replica << ")";
   }
   return out.str();
 }

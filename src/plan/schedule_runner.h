@@ -17,9 +17,9 @@
 
 namespace partrain {
 
-/// "rank 3 (copy 0, stage 1, replica 1)".
+/// "rank 3 (pipeline replica 0, stage 1, replica 1)".
 std::string where(const Plan& plan, int rank);
-/// "rank 3 (copy 0, stage 1, replica 1) action #4 Forward(mb 0, ...)".
+/// "rank 3 (pipeline replica 0, stage 1, replica 1) action #4 Forward(mb 0, ...)".
 std::string at(const Plan& plan, const Schedule& schedule, int rank, std::size_t index);
 
 /// Runs the lists with buffered sends, blocking receives and collective all-reduces; with costs it

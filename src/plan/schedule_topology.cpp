@@ -13,11 +13,11 @@ void check_plan_shape(const Plan& plan) {
   for (std::size_t s = 0; s < plan.stages.size(); ++s)
     PARTRAIN_CHECK(plan.stages[s].replicas > 0,
                    "schedule: stage " << s << " has " << plan.stages[s].replicas << " replicas");
-  PARTRAIN_CHECK(plan.pipeline_copies > 0, "schedule: " << plan.pipeline_copies << " pipeline copies");
+  PARTRAIN_CHECK(plan.pipeline_replicas > 0, "schedule: " << plan.pipeline_replicas << " pipeline replicas");
   PARTRAIN_CHECK(plan.microbatches > 0, "schedule: " << plan.microbatches << " microbatches");
-  PARTRAIN_CHECK(plan.world_size == plan.pipeline_copies * plan.devices_per_copy(),
-                 "schedule: world size " << plan.world_size << " is not " << plan.pipeline_copies
-                                         << " pipeline copies x " << plan.devices_per_copy() << " devices");
+  PARTRAIN_CHECK(plan.world_size == plan.pipeline_replicas * plan.devices_per_pipeline_replica(),
+                 "schedule: world size " << plan.world_size << " is not " << plan.pipeline_replicas
+                                         << " pipeline replicas x " << plan.devices_per_pipeline_replica() << " devices");
   for (std::size_t s = 0; s < plan.stages.size(); ++s)
     PARTRAIN_CHECK(plan.microbatch_size() >= plan.stages[s].replicas,
                    "schedule: a microbatch of " << plan.microbatch_size() << " samples cannot feed the "
@@ -31,14 +31,14 @@ std::vector<Link> links_to(const Plan& plan, const Placement& from, int other_st
   for (int q = 0; q < plan.stages[other_stage].replicas; ++q) {
     auto [b, e] = plan.replica_samples(other_stage, q);
     const std::int64_t lo = std::max(b, begin), hi = std::min(e, end);
-    if (lo < hi) links.push_back({plan.rank_of({from.copy, plan.stage_of_chunk(other_stage), q, from.tensor_rank}), lo, hi});
+    if (lo < hi) links.push_back({plan.rank_of({from.pipeline_replica, plan.stage_of_chunk(other_stage), q, from.tensor_rank}), lo, hi});
   }
   return links;
 }
 
 std::vector<int> stage_group(const Plan& plan, int stage, int tensor_rank) {
   std::vector<int> group;
-  for (int c = 0; c < plan.pipeline_copies; ++c)
+  for (int c = 0; c < plan.pipeline_replicas; ++c)
     for (int r = 0; r < plan.stages[stage].replicas; ++r) group.push_back(plan.rank_of({c, stage, r, tensor_rank}));
   return group;
 }
@@ -56,7 +56,7 @@ int receiver_chunk(const Plan& plan, int rank, const Action& action) {
 std::vector<int> tensor_group(const Plan& plan, const Placement& placement) {
   std::vector<int> group;
   for (int t = 0; t < plan.tensor_parallel; ++t)
-    group.push_back(plan.rank_of({placement.copy, placement.stage, placement.replica, t}));
+    group.push_back(plan.rank_of({placement.pipeline_replica, placement.stage, placement.replica, t}));
   return group;
 }
 

@@ -9,7 +9,7 @@
 namespace partrain {
 
 /// Throws partrain::Error when the plan has no stages, a non-positive replica, copy or microbatch
-/// count, world_size ≠ copies × devices, or a microbatch smaller than a stage's replica count.
+/// count, world_size ≠ pipeline replicas × devices, or a microbatch smaller than a stage's replica count.
 void check_plan_shape(const Plan& plan);
 
 /// A rank of a neighbouring stage and the samples [begin, end) exchanged with it.

@@ -51,7 +51,7 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
                                                      const PipelineExecutor& executor) {
   const std::map<int, int> writer = writer_stages(graph, plan);
   const Placement placement = executor.placement();
-  const bool first_replica = placement.copy == 0 && placement.replica == 0;
+  const bool first_replica = placement.pipeline_replica == 0 && placement.replica == 0;
   const std::vector<std::string> states = executor.optimizer().state_names();
   // Whole per parameter (ZeRO-1 parts gathered over the stage's data-parallel group: collective).
   const PipelineExecutor::OptimizerStateSnapshot optimizer_state = executor.optimizer_state_snapshot();

@@ -2,7 +2,7 @@
 // What a training run saves and restores (docs/checkpoints.md): every parameter and buffer as
 // /model/<name>, the optimizer state as /optim/<name>/<state> (exp_avg, exp_avg_sq or
 // momentum_buffer, and step: the parameter's update count), whole tensors under the model's names,
-// so a checkpoint written under one plan resumes under any other. The first replica (pipeline copy
+// so a checkpoint written under one plan resumes under any other. The first replica (pipeline replica
 // 0) of the first stage holding a tensor writes it.
 #include <vector>
 

@@ -175,10 +175,10 @@ void PipelineExecutor::create_groups(const std::map<int, std::vector<int>>& stag
   // Data-parallel and tied groups join the ranks holding the same part of a tensor-parallel stage.
   auto ranks_of_stages = [&](const std::vector<int>& stages) {
     std::vector<int> ranks;
-    for (int copy = 0; copy < plan_.pipeline_copies; ++copy)
+    for (int pipeline_replica = 0; pipeline_replica < plan_.pipeline_replicas; ++pipeline_replica)
       for (int stage : stages)
         for (int replica = 0; replica < plan_.stages[stage].replicas; ++replica)
-          ranks.push_back(plan_.rank_of({copy, stage, replica, placement_.tensor_rank}));
+          ranks.push_back(plan_.rank_of({pipeline_replica, stage, replica, placement_.tensor_rank}));
     std::sort(ranks.begin(), ranks.end());
     return ranks;
   };
@@ -210,7 +210,7 @@ void PipelineExecutor::classify_parameters(const std::map<int, std::vector<int>>
     // gradient on the t ranks of its group; a sharded one is a different part on each.
     double holders = graph_.value(value).sharding.sharded() ? 1 : plan_.tensor_parallel;
     double replicas = 0;
-    for (int stage : stages) replicas += plan_.stages[stage].replicas * plan_.pipeline_copies;
+    for (int stage : stages) replicas += plan_.stages[stage].replicas * plan_.pipeline_replicas;
     holders *= replicas;
     holders_.push_back(holders);
     (stages.size() > 1 ? tied_ : untied_).push_back(value);
@@ -309,13 +309,13 @@ Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const
 }
 
 RandomContext PipelineExecutor::random_context(std::int64_t step, int microbatch) const {
-  const std::int64_t per_copy = plan_.global_batch / plan_.pipeline_copies;
+  const std::int64_t per_pipeline_replica = plan_.global_batch / plan_.pipeline_replicas;
   RandomContext random;
   random.seed = options_.seed;
   random.step = static_cast<std::uint32_t>(step);
   // Keyed by the sample's index in the step, so any plan draws the same masks for it.
   random.first_sample =
-      static_cast<std::uint32_t>(placement_.copy * per_copy + microbatch * plan_.microbatch_size() + samples_.first);
+      static_cast<std::uint32_t>(placement_.pipeline_replica * per_pipeline_replica + microbatch * plan_.microbatch_size() + samples_.first);
   return random;
 }
 
@@ -493,9 +493,9 @@ void PipelineExecutor::forward(const Action& action, Pass& pass) {
 
 void PipelineExecutor::load_inputs(const StageProgram& program, MicrobatchState& state, std::int64_t step,
                                    int microbatch) {
-  const std::int64_t per_copy = plan_.global_batch / plan_.pipeline_copies;
+  const std::int64_t per_pipeline_replica = plan_.global_batch / plan_.pipeline_replicas;
   const std::int64_t first =
-      step * plan_.global_batch + placement_.copy * per_copy + microbatch * plan_.microbatch_size() + samples_.first;
+      step * plan_.global_batch + placement_.pipeline_replica * per_pipeline_replica + microbatch * plan_.microbatch_size() + samples_.first;
   const io::NamedTensors batch = active_data_->samples(first, rows());
   for (int value : program.data_inputs) {
     auto found = batch.find(graph_.value(value).name);

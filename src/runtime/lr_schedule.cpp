@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace partrain {
+namespace partrain::runtime {
 
 LearningRateSchedule::Decay LearningRateSchedule::parse_decay(const std::string& name) {
   if (name == "cosine") return Decay::Cosine;
@@ -34,4 +34,4 @@ double LearningRateSchedule::at(std::int64_t step) const {
   return min_lr_ + (lr_ - min_lr_) * factor;
 }
 
-}  // namespace partrain
+}  // namespace partrain::runtime

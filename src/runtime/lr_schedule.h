@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace partrain {
+namespace partrain::runtime {
 
 /// The learning rate as a function of the 0-based optimizer step.
 class LearningRateSchedule {
@@ -43,4 +43,4 @@ class LearningRateSchedule {
   Decay decay_;
 };
 
-}  // namespace partrain
+}  // namespace partrain::runtime

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 
-namespace partrain {
+namespace partrain::runtime {
 
 namespace {
 void check_f32_on(const Tensor& tensor, Device device, const std::string& what) {
@@ -175,4 +175,4 @@ double clip_scale(double global_norm, double max_norm) {
   return std::isnan(coefficient) || coefficient < 1.0 ? coefficient : 1.0;  // torch.clamp(coef, max=1)
 }
 
-}  // namespace partrain
+}  // namespace partrain::runtime

@@ -13,7 +13,7 @@
 #include "core/backend.h"
 #include "core/tensor.h"
 
-namespace partrain {
+namespace partrain::runtime {
 
 
 /// A parameter the optimizer updates in place.
@@ -146,4 +146,4 @@ double sum_of_squares(std::span<const Tensor> gradients, Backend& backend);
 /// non-finite global_norm gives a non-finite factor (as in PyTorch without error_if_nonfinite).
 double clip_scale(double global_norm, double max_norm);
 
-}  // namespace partrain
+}  // namespace partrain::runtime

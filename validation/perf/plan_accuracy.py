@@ -66,11 +66,11 @@ def plan_set(model, ranks):
 
 
 def placement_stages(plan):
-    """Stage of every rank (Plan::placement_of: copy-major, then stage, then replica)."""
-    per_copy = []
+    """Stage of every rank (Plan::placement_of: pipeline-replica-major, then stage, then replica)."""
+    per_pipeline_replica = []
     for stage, entry in enumerate(plan["stages"]):
-        per_copy += [stage] * entry["replicas"]
-    return per_copy * plan["pipeline_copies"]
+        per_pipeline_replica += [stage] * entry["replicas"]
+    return per_pipeline_replica * plan["pipeline_replicas"]
 
 
 def read_run(directory):
@@ -141,7 +141,7 @@ def error(measured, predicted):
 def describe(plan):
     replicas = ",".join(str(stage["replicas"]) for stage in plan["stages"])
     recompute = "rc" if any(stage["recompute"] != "none" for stage in plan["stages"]) else "-"
-    copies = f" x{plan['pipeline_copies']}" if plan["pipeline_copies"] > 1 else ""
+    copies = f" x{plan['pipeline_replicas']}" if plan["pipeline_replicas"] > 1 else ""
     return f"{len(plan['stages'])}st [{replicas}]{copies} {plan['schedule']} M={plan['microbatches']} {recompute}"
 
 

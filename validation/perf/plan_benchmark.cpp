@@ -385,7 +385,7 @@ nlohmann::json plan_json(const Plan& plan, double seconds) {
   return {{"status", "ok"},
           {"seconds", seconds},
           {"stages", plan.stages.size()},
-          {"copies", plan.pipeline_copies},
+          {"copies", plan.pipeline_replicas},
           {"replicas", replicas_text(plan)},
           {"microbatches", plan.microbatches},
           {"step", plan.predicted_step_seconds}};

@@ -70,7 +70,7 @@ Plan plan_manual(const Graph& graph, const CostModel& cost, const PlannerOptions
       total += replicas[s];
     }
     PARTRAIN_CHECK(options.world_size % total == 0,
-                   "[parallel] replicas: " << total << " devices per pipeline copy do not divide the world size "
+                   "[parallel] replicas: " << total << " devices per pipeline replica do not divide the world size "
                                            << options.world_size);
   } else {
     PARTRAIN_CHECK(options.world_size % stages == 0,

@@ -23,7 +23,7 @@ std::vector<std::pair<std::size_t, std::size_t>> manual_stage_ranges(const std::
 
 /// The `manual` planner: stages from manual_stage_ranges(layer_groups(graph),
 /// options.boundaries) — S = boundaries + 1; options.stages, when set, must equal it — with
-/// options.replicas[s] devices for stage s (all 1 when empty); pipeline copies = world size / Σ
+/// options.replicas[s] devices for stage s (all 1 when empty); pipeline replicas = world size / Σ
 /// replicas. Microbatches, predictions and the memory check by plan_from_stages. Throws
 /// partrain::Error (messages start with "[parallel]") for bad boundaries, a replicas list whose
 /// length is not S or with a value < 1, Σ replicas not dividing the world size, a stage count

@@ -58,14 +58,14 @@ Plan capslog_plan_of(const Graph& graph, std::vector<std::vector<int>> stage_tas
   Plan plan = plan_header(graph, options, planner);
   plan.microbatches = options.microbatches;
   append_stages(plan, graph, std::move(stage_tasks), replicas);
-  const int devices = plan.devices_per_copy();
+  const int devices = plan.devices_per_pipeline_replica();
   PARTRAIN_CHECK(devices > 0 && options.world_size % devices == 0,
-                 planner << ": " << devices << " devices per pipeline copy do not divide the world size " << options.world_size);
-  plan.pipeline_copies = options.world_size / devices;
+                 planner << ": " << devices << " devices per pipeline replica do not divide the world size " << options.world_size);
+  plan.pipeline_replicas = options.world_size / devices;
   plan.world_size = options.world_size;
-  PARTRAIN_CHECK(options.global_batch % (static_cast<std::int64_t>(plan.pipeline_copies) * plan.microbatches) == 0,
+  PARTRAIN_CHECK(options.global_batch % (static_cast<std::int64_t>(plan.pipeline_replicas) * plan.microbatches) == 0,
                  planner << ": the global batch " << options.global_batch << " does not split into "
-                         << plan.pipeline_copies << " pipeline copies x " << plan.microbatches << " microbatches");
+                         << plan.pipeline_replicas << " pipeline replicas x " << plan.microbatches << " microbatches");
   predict_plan(plan, graph, cost, options);
   plan.validate(graph);
   return plan;
@@ -89,7 +89,7 @@ std::vector<std::vector<CapslogProfilingJob>> capslog_profiling_jobs(const Graph
                                                                      const CostModel& cost, const PlannerOptions& options,
                                                                      int stages, const std::vector<int>& replicas) {
   PARTRAIN_CHECK(options.microbatches >= 1, "capslog: profiling needs a fixed microbatch count, not " << options.microbatches);
-  // The target's per-replica microbatch, run by one replica per stage in one pipeline copy.
+  // The target's per-replica microbatch, run by one replica per stage in one pipeline replica.
   const std::int64_t batch = replica_microbatch(options, replicas.at(0), replicas, options.microbatches);
   PlannerOptions profiling = options;
   profiling.global_batch = batch * options.microbatches;

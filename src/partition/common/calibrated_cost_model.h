@@ -1,5 +1,5 @@
 #pragma once
-// Measured costs for any task set from a few measurements (DESIGN.md "Profiling"). Every layer
+// Measured costs for any task set from a few measurements (docs/planning.md §Cost models). Every layer
 // group (plan_builder's layer_groups: embeddings, encoder.layer.i, ..., head, loss) is profiled at
 // microbatch sizes 1, 2, 4, ...; a task set then costs Σ over the groups it touches of (its share of
 // the group's FLOPs) × the group's measured forward / backward seconds at that batch size (linear

@@ -1,5 +1,5 @@
 #pragma once
-// Where planners get costs from (RaNNC §III-C; DESIGN.md "Partitioning", "Profiling"): the time and
+// Where planners get costs from (RaNNC §III-C; docs/planning.md §Cost models): the time and
 // memory of running a convex task set for one microbatch on one device, and the time of moving
 // bytes between devices. Two implementations: measured (a ProfileDB filled by distributed
 // profiling) and analytic (FLOPs / device throughput, bytes / bandwidth, memory from parameter and
@@ -44,8 +44,8 @@ TensorParallelTraffic tensor_parallel_traffic(const Graph& graph, std::span<cons
                                               bool mixed_precision = false);
 
 /// Seconds of `allreduces` ring all-reduces moving `bytes` in all over a tensor-parallel group of
-/// `degree` ranks at the config's bandwidths (Megatron-LM's f/g operators; DESIGN.md "Parallelism in
-/// three dimensions"): allreduces × link_latency + 2 (t − 1)/t × bytes / link_bandwidth, on the
+/// `degree` ranks at the config's bandwidths (Megatron-LM's f/g operators; docs/parallelism.md
+/// §Tensor parallelism): allreduces × link_latency + 2 (t − 1)/t × bytes / link_bandwidth, on the
 /// network instead when the group is larger than a node. 0 for degree 1 or no all-reduce.
 double tensor_parallel_allreduce_seconds(const DeviceSpec& device, int degree, double bytes, int allreduces);
 

@@ -232,7 +232,7 @@ void choose_stage_aware_recomputation(Plan& plan, const Graph& graph, const Cost
     f.batch = end - begin;
     f.starts = layer_starts(graph, groups, stage);
     f.whole = cost.measure(stage.tasks, f.batch);
-    f.policy = stage_memory_policy(options, s, stage_count, plan.microbatches, stage.replicas * plan.pipeline_copies);
+    f.policy = stage_memory_policy(options, s, stage_count, plan.microbatches, stage.replicas * plan.pipeline_replicas);
     f.policy.recompute = true;
     f.extra = std::max(0, f.policy.microbatches_in_flight - 1);
     // The last stage under scp never recomputes (the schedule generator's rule): all kept.
@@ -297,18 +297,18 @@ void choose_stage_aware_recomputation(Plan& plan, const Graph& graph, const Cost
 
 void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const int stage_count = static_cast<int>(plan.stages.size());
-  // devices_per_copy() counts ranks (× tensor_parallel); a planner working on groups of t ranks
+  // devices_per_pipeline_replica() counts ranks (× tensor_parallel); a planner working on groups of t ranks
   // calls this with tensor_parallel still 1 and a cost model whose node holds devices_per_node / t
   // groups (make_plan), so both count the same.
-  const bool across_nodes = spans_nodes(cost, plan.devices_per_copy());
-  plan.world_size = plan.pipeline_copies * plan.devices_per_copy();
+  const bool across_nodes = spans_nodes(cost, plan.devices_per_pipeline_replica());
+  plan.world_size = plan.pipeline_replicas * plan.devices_per_pipeline_replica();
   const bool stage_aware = recompute_policy(options, stage_count) == RecomputePolicy::StageAware;
   if (stage_aware) choose_stage_aware_recomputation(plan, graph, cost, options);
   for (int s = 0; s < stage_count; ++s) {
     PlanStage& stage = plan.stages[s];
     auto [begin, end] = plan.replica_samples(s, 0);  // replica 0 holds the largest share
     const profile::Measurement m = cost.measure(stage.tasks, end - begin);
-    const int group = stage.replicas * plan.pipeline_copies;  // the stage's data-parallel group
+    const int group = stage.replicas * plan.pipeline_replicas;  // the stage's data-parallel group
     profile::MemoryPolicy policy = stage_memory_policy(options, s, stage_count, plan.microbatches, group);
     double recompute_seconds = 0.0;  // the forward the backward repeats
     if (stage_aware) {
@@ -443,23 +443,23 @@ Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_ta
                          << " is not a multiple of the pipeline depth " << depth
                          << ", which the interleaved schedule needs (as in Megatron-LM)");
   append_stages(base, graph, std::move(stage_tasks), replicas);
-  const int devices = base.devices_per_copy();
+  const int devices = base.devices_per_pipeline_replica();
   PARTRAIN_CHECK(devices > 0 && options.world_size % devices == 0,
-                 planner << ": " << devices << " devices per pipeline copy do not divide the world size "
+                 planner << ": " << devices << " devices per pipeline replica do not divide the world size "
                          << options.world_size);
-  base.pipeline_copies = options.world_size / devices;
+  base.pipeline_replicas = options.world_size / devices;
   base.world_size = options.world_size;
   int widest = 0;
   for (int r : replicas) widest = std::max(widest, r);
 
   // Every replica of a stage takes at least one sample of each microbatch: a global batch smaller
-  // than copies x the widest stage's replicas fails for every microbatch count, so say that.
-  PARTRAIN_CHECK(options.global_batch >= static_cast<std::int64_t>(base.pipeline_copies) * widest,
+  // than pipeline replicas x the widest stage's replicas fails for every microbatch count, so say that.
+  PARTRAIN_CHECK(options.global_batch >= static_cast<std::int64_t>(base.pipeline_replicas) * widest,
                  planner << ": the global batch " << options.global_batch << " is smaller than the "
-                         << base.pipeline_copies * widest << " replicas it must feed (" << base.pipeline_copies
-                         << " pipeline copies x " << widest
+                         << base.pipeline_replicas * widest << " replicas it must feed (" << base.pipeline_replicas
+                         << " pipeline replicas x " << widest
                          << " replicas of the widest stage, at least one sample each): raise train.global_batch to "
-                         << base.pipeline_copies * widest << " or use fewer replicas");
+                         << base.pipeline_replicas * widest << " or use fewer replicas");
   std::vector<int> candidates;
   if (options.microbatches > 0) {
     candidates.push_back(options.microbatches);
@@ -471,10 +471,10 @@ Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_ta
   double least_memory = std::numeric_limits<double>::infinity();
   std::string last_problem;
   for (int microbatches : candidates) {
-    const std::int64_t per_copy_microbatches = static_cast<std::int64_t>(base.pipeline_copies) * microbatches;
+    const std::int64_t per_copy_microbatches = static_cast<std::int64_t>(base.pipeline_replicas) * microbatches;
     if (options.global_batch % per_copy_microbatches != 0 || options.global_batch / per_copy_microbatches < widest) {
       last_problem = "the global batch " + std::to_string(options.global_batch) + " does not split into " +
-                     std::to_string(base.pipeline_copies) + " pipeline copies x " + std::to_string(microbatches) +
+                     std::to_string(base.pipeline_replicas) + " pipeline replicas x " + std::to_string(microbatches) +
                      " microbatches of at least " + std::to_string(widest) + " samples";
       continue;
     }

@@ -36,7 +36,7 @@ std::vector<int> join_groups(const std::vector<LayerGroup>& groups, std::size_t 
 /// interleaved with v chunks: `stage` is a model chunk of stage_count = S·v and holds about
 /// (warm-up forward steps + 1) / v microbatches). With
 /// options.zero = 1 the optimizer state is sharded over the stage's `data_parallel` ranks (its
-/// replicas × pipeline copies; ZeRO-1); the default 1 gives the unsharded upper bound.
+/// replicas × pipeline replicas; ZeRO-1); the default 1 gives the unsharded upper bound.
 profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int stage, int stage_count, int microbatches,
                                           int data_parallel = 1);
 
@@ -66,7 +66,7 @@ void record_planned_settings(Plan& plan, const PlannerOptions& options);
 void append_stages(Plan& plan, const Graph& graph, std::vector<std::vector<int>> stage_tasks, const std::vector<int>& replicas);
 
 /// Builds a plan from given stages (task lists in pipeline order) and replicas per stage (one
-/// pipeline copy's devices; pipeline_copies = world_size / Σ replicas, must divide). When
+/// pipeline replica's devices; pipeline_replicas = world_size / Σ replicas, must divide). When
 /// options.microbatches is 0, tries M = 1, 2, 4, … up to max_microbatches (and the per-copy batch)
 /// and keeps the fastest plan that fits memory. Validates the result. Throws partrain::Error when
 /// the plan cannot fit, naming the device memory it would need. Interleaved schedule with
@@ -84,7 +84,7 @@ Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_ta
 bool move_loss_pieces_off_unequal_boundaries(const Graph& graph, Plan& plan);
 
 /// Equal replicas for S stages over the world: world_size / S each when S divides it, else 1 per
-/// stage and world_size / S pipeline copies when S divides that way; throws partrain::Error otherwise.
+/// stage and world_size / S pipeline replicas when S divides that way; throws partrain::Error otherwise.
 std::vector<int> equal_replicas(int world_size, int stage_count);
 
 }  // namespace partrain::partition

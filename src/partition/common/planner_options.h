@@ -30,7 +30,7 @@ struct PlannerOptions {
   int zero = 0;
   bool sub_pipelined_tmp = false;        // Merak §6.3, recorded in the plan (tensor_parallel > 1)
   std::int64_t global_batch = 8;         // samples per optimizer step
-  int microbatches = 0;                  // per step and pipeline copy; 0: the planner chooses
+  int microbatches = 0;                  // per step and pipeline replica; 0: the planner chooses
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
   /// Interleaved schedule: model chunks per pipeline rank v (Narayanan et al. SC'21 §2.2). The
   /// manual and uniform planners lay out S·v chunks (`stages` and `replicas` count pipeline stages,

@@ -65,7 +65,7 @@ enum class Objective { Time, Memory };
 // A configuration with its derived figures.
 struct Setting {
   int devices = 1;
-  int copies = 1;
+  int pipeline_replicas = 1;
   int microbatches = 1;
   std::int64_t microbatch_size = 1;  // samples of one microbatch of one copy
   bool across_nodes = false;         // stage-to-stage transfers cross nodes (as predict_plan)
@@ -79,7 +79,7 @@ struct Cell {
   int replicas = 0;              // ... on this many devices
 };
 
-// A stage candidate: blocks [b, e) on r replicas (per pipeline copy).
+// A stage candidate: blocks [b, e) on r replicas (per pipeline replica).
 struct StageCost {
   bool valid = false;  // r ≤ microbatch size
   double forward = 0;   // forward + sending the outputs
@@ -109,12 +109,12 @@ class StageDp {
   double usable_memory() const { return usable_; }
 
   // The setting of a configuration, or false when the batch does not split into it.
-  bool make_setting(int devices, int copies, int microbatches, Setting& setting) const {
-    if (devices <= 0 || copies <= 0 || microbatches <= 0) return false;
-    const std::int64_t parts = static_cast<std::int64_t>(copies) * microbatches;
+  bool make_setting(int devices, int pipeline_replicas, int microbatches, Setting& setting) const {
+    if (devices <= 0 || pipeline_replicas <= 0 || microbatches <= 0) return false;
+    const std::int64_t parts = static_cast<std::int64_t>(pipeline_replicas) * microbatches;
     if (options_.global_batch % parts != 0) return false;
     setting.devices = devices;
-    setting.copies = copies;
+    setting.pipeline_replicas = pipeline_replicas;
     setting.microbatches = microbatches;
     setting.microbatch_size = options_.global_batch / parts;
     setting.across_nodes = devices > cost_.device().devices_per_node;
@@ -160,7 +160,7 @@ class StageDp {
       c.forward = forward;
       c.backward = backward;
       c.seconds = forward + backward;
-      const int group = r * setting_.copies;
+      const int group = r * setting_.pipeline_replicas;
       c.allreduce = cost_.allreduce_seconds(m.parameter_bytes, group, group > cost_.device().devices_per_node);
     }
     return costs;
@@ -187,7 +187,7 @@ class StageDp {
     // ---- S = 1: all blocks on D replicas.
     {
       const RecomputePolicy recompute = recompute_policy(options_, 1);
-      const profile::MemoryPolicy policy = stage_memory_policy(options_, 0, 1, M, D * setting.copies);
+      const profile::MemoryPolicy policy = stage_memory_policy(options_, 0, 1, M, D * setting.pipeline_replicas);
       const StageCost& c = stage_costs(0, k, recompute != RecomputePolicy::None)[D];
       if (c.valid && c.allreduce < allreduce_cap) {
         const double memory = profile::stage_memory_bytes(*c.measurement, policy);
@@ -284,7 +284,7 @@ class StageDp {
               continue;
             }
             // The run [r, r_end] of replica counts with the same measurement, allowed by the cap.
-            // With ZeRO-1 the memory falls with r (the optimizer state is sharded over r × copies
+            // With ZeRO-1 the memory falls with r (the optimizer state is sharded over r × pipeline replicas
             // ranks): a Memory run takes one r at a time, a Time run starts at the first r that fits.
             int r_end = r;
             while (r_end < r_most && !(zero_ && objective == Objective::Memory) && costs[r_end + 1].valid &&
@@ -296,12 +296,12 @@ class StageDp {
             if (zero_) {
               const double sharded = c.measurement->parameter_bytes * profile::sharded_state_factor(policy[j]);
               const auto memory_at = [&](int replicas) {
-                return memory - sharded + sharded / (static_cast<double>(replicas) * setting.copies);
+                return memory - sharded + sharded / (static_cast<double>(replicas) * setting.pipeline_replicas);
               };
               if (objective == Objective::Time && memory_at(r_first) > usable_) {
-                const double room = usable_ - (memory - sharded);  // for sharded / (r · copies)
+                const double room = usable_ - (memory - sharded);  // for sharded / (r · pipeline_replicas)
                 if (!(room > 0)) continue;
-                const double needed = std::ceil(sharded / (room * setting.copies));
+                const double needed = std::ceil(sharded / (room * setting.pipeline_replicas));
                 if (needed > r_end) continue;
                 r_first = std::max(r_first, static_cast<int>(needed));
                 while (r_first <= r_end && memory_at(r_first) > usable_) ++r_first;  // rounding
@@ -387,7 +387,7 @@ class StageDp {
               double memory = profile::stage_memory_bytes(*c.measurement, policy);
               if (zero_) {
                 const double sharded = c.measurement->parameter_bytes * profile::sharded_state_factor(policy);
-                memory += sharded / (static_cast<double>(replicas) * setting.copies) - sharded;
+                memory += sharded / (static_cast<double>(replicas) * setting.pipeline_replicas) - sharded;
               }
               if (memory > usable_) continue;  // line 18: does not fit the device memory
               const double forward = std::max(previous.forward, c.forward);
@@ -457,7 +457,7 @@ class StageDp {
     return value < current.value || (value == current.value && allreduce < current.allreduce);
   }
   bool same_setting(const Setting& s) const {
-    return s.devices == setting_.devices && s.copies == setting_.copies && s.microbatches == setting_.microbatches &&
+    return s.devices == setting_.devices && s.pipeline_replicas == setting_.pipeline_replicas && s.microbatches == setting_.microbatches &&
            s.microbatch_size == setting_.microbatch_size && s.across_nodes == setting_.across_nodes &&
            !stage_costs_[0].empty();
   }
@@ -474,7 +474,7 @@ class StageDp {
 };
 
 // The pipeline sizes Algorithm 2 tries: D = devices_per_node · n for whole nodes dividing the world,
-// and D = world_size (a single pipeline copy) in any case.
+// and D = world_size (a single pipeline replica) in any case.
 std::vector<int> pipeline_sizes(int world_size, int devices_per_node) {
   std::vector<int> sizes;
   for (int nodes = 1; static_cast<long>(devices_per_node) * nodes <= world_size; ++nodes) {
@@ -485,11 +485,11 @@ std::vector<int> pipeline_sizes(int world_size, int devices_per_node) {
   return sizes;
 }
 
-// Microbatch counts for pipelines of `copies` copies: M = 1, 2, 4, ... ≤ max_microbatches (RaNNC's
+// Microbatch counts for pipelines of `pipeline_replicas` pipeline_replicas: M = 1, 2, 4, ... ≤ max_microbatches (RaNNC's
 // doubling), and the counts giving microbatches of a power-of-two size (B / 1, B / 2, B / 4, ... for
 // the B samples of a copy's step: Megatron's microbatch of 1 at M = B, which powers of two alone
 // miss when B is not one). Only options.microbatches when set.
-std::vector<int> microbatch_counts(const PlannerOptions& options, int copies) {
+std::vector<int> microbatch_counts(const PlannerOptions& options, int pipeline_replicas) {
   std::vector<int> counts;
   if (options.microbatches > 0) {
     counts.push_back(options.microbatches);
@@ -497,8 +497,8 @@ std::vector<int> microbatch_counts(const PlannerOptions& options, int copies) {
   }
   const int most = std::max(1, options.max_microbatches);
   for (int m = 1; m <= most; m *= 2) counts.push_back(m);
-  if (copies > 0 && options.global_batch % copies == 0) {
-    for (std::int64_t size = 1, batch = options.global_batch / copies; size <= batch; size *= 2)
+  if (pipeline_replicas > 0 && options.global_batch % pipeline_replicas == 0) {
+    for (std::int64_t size = 1, batch = options.global_batch / pipeline_replicas; size <= batch; size *= 2)
       if (batch % size == 0 && batch / size <= most) counts.push_back(static_cast<int>(batch / size));
   }
   std::sort(counts.begin(), counts.end());
@@ -519,7 +519,7 @@ StageSplit make_split(const StageDp& dp, int stages, int microbatches, const Sta
 }
 
 // The least memory per device (before the margin) with which the blocks fit on `devices` devices
-// split into equal-replica stages (S stages × r replicas = devices, one pipeline copy), or +inf.
+// split into equal-replica stages (S stages × r replicas = devices, one pipeline replica), or +inf.
 // Used only to suggest a device count when nothing fits.
 double equal_replica_memory(StageDp& dp, const PlannerOptions& options, int stages, int replicas) {
   const int k = dp.block_count();
@@ -598,7 +598,7 @@ int suggest_devices(StageDp& dp, const PlannerOptions& options, int& stages_out,
 [[noreturn]] void fail_infeasible(StageDp& dp, const PlannerOptions& options, const CostModel& cost,
                                   const std::vector<int>& sizes, bool any_setting) {
   PARTRAIN_CHECK(any_setting, "rannc: the global batch " << options.global_batch
-                                                         << " does not split into pipeline copies x microbatches for "
+                                                         << " does not split into pipeline replicas x microbatches for "
                                                          << options.world_size << " devices (microbatches "
                                                          << (options.microbatches > 0 ? std::to_string(options.microbatches)
                                                                                       : "auto")
@@ -628,9 +628,9 @@ namespace {
 // The setting of one configuration of Algorithm 1, or false when the batch does not split into it;
 // throws for non-positive counts.
 bool configuration_setting(const StageDp& dp, const StageDpConfig& config, Setting& setting) {
-  PARTRAIN_CHECK(config.stages > 0 && config.devices > 0 && config.copies > 0 && config.microbatches > 0,
-                 "rannc: stages, devices, copies and microbatches must be positive");
-  return dp.make_setting(config.devices, config.copies, config.microbatches, setting);
+  PARTRAIN_CHECK(config.stages > 0 && config.devices > 0 && config.pipeline_replicas > 0 && config.microbatches > 0,
+                 "rannc: stages, devices, pipeline_replicas and microbatches must be positive");
+  return dp.make_setting(config.devices, config.pipeline_replicas, config.microbatches, setting);
 }
 }  // namespace
 
@@ -654,7 +654,7 @@ Plan assemble_plan(const Graph& graph, const StageDp& dp, const CostModel& cost,
   plan.planner = "rannc";
   plan.graph_hash = graph.hash();
   plan.world_size = options.world_size;
-  plan.pipeline_copies = config.copies;
+  plan.pipeline_replicas = config.pipeline_replicas;
   plan.global_batch = options.global_batch;
   plan.microbatches = config.microbatches;
   plan.schedule = options.schedule;
@@ -692,11 +692,11 @@ std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vec
   for (int devices : sizes) total += microbatch_counts(options, options.world_size / devices).size();
   std::size_t done = 0;
   for (int devices : sizes) {
-    const int copies = options.world_size / devices;
+    const int pipeline_replicas = options.world_size / devices;
     const int max_stages = options.stages > 0 ? options.stages : std::min(k, devices);
-    for (int microbatches : microbatch_counts(options, copies)) {
+    for (int microbatches : microbatch_counts(options, pipeline_replicas)) {
       Setting setting;
-      if (dp.make_setting(devices, copies, microbatches, setting) && max_stages <= std::min(k, devices)) {
+      if (dp.make_setting(devices, pipeline_replicas, microbatches, setting) && max_stages <= std::min(k, devices)) {
         any_setting = true;
         double cap = kInfinity;
         for (int round = 0; round < kMaxAllreduceRounds; ++round) {
@@ -709,7 +709,7 @@ std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vec
             const double step = factor * c.value + c.allreduce;
             if (step < best_step) {
               best_step = step;
-              best_config = StageDpConfig{S, devices, copies, microbatches};
+              best_config = StageDpConfig{S, devices, pipeline_replicas, microbatches};
               best_split = make_split(dp, S, microbatches, result);
             }
             // A smaller all-reduce cap can only raise this S's stage time: worth another round
@@ -735,7 +735,7 @@ std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vec
   // top of this file); its split for the same configuration is kept when the schedule's simulation
   // predicts it faster.
   Setting setting;
-  if (best_config.stages > 1 && dp.make_setting(best_config.devices, best_config.copies, best_config.microbatches, setting)) {
+  if (best_config.stages > 1 && dp.make_setting(best_config.devices, best_config.pipeline_replicas, best_config.microbatches, setting)) {
     const StageSplit printed = dp.phase_maxima(setting, best_config.stages, kPhaseMaximaBudget);
     if (printed.feasible && (printed.first_block != best_split.first_block || printed.replicas != best_split.replicas)) {
       Plan other = assemble_plan(graph, dp, cost, options, best_config, printed);

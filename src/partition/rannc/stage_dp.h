@@ -23,12 +23,12 @@
 
 namespace partrain::partition {
 
-/// One configuration of Algorithm 1: S stages on D devices per pipeline copy, R = world / D copies,
+/// One configuration of Algorithm 1: S stages on D devices per pipeline replica, R = world / D pipeline_replicas,
 /// M microbatches per copy and step.
 struct StageDpConfig {
   int stages = 1;        // S
-  int devices = 1;       // D: devices of one pipeline copy (Σ replicas of the stages)
-  int copies = 1;        // R: pipeline copies (data parallel over whole pipelines)
+  int devices = 1;       // D: devices of one pipeline replica (Σ replicas of the stages)
+  int pipeline_replicas = 1;        // R: pipeline replicas (data parallel over whole pipelines)
   int microbatches = 1;  // M
 };
 
@@ -39,7 +39,7 @@ struct StageSplit {
   double max_allreduce_seconds = 0;   // the largest stage gradient all-reduce of the chosen split
   double step_seconds = 0;            // (M + S − 1) · max_stage_seconds + max_allreduce_seconds
   std::vector<int> first_block;       // per stage: index of its first block (first_block[0] = 0)
-  std::vector<int> replicas;          // per stage: replicas in one pipeline copy (Σ = devices)
+  std::vector<int> replicas;          // per stage: replicas in one pipeline replica (Σ = devices)
 };
 
 /// RaNNC Algorithm 1 for one configuration: the split of blocks 0..k−1 into config.stages contiguous
@@ -47,7 +47,7 @@ struct StageSplit {
 /// each stage fitting options.usable_memory_bytes(cost.device()). Exact (min-max DP over
 /// V[s][b][d] = best placement of blocks ..b on d devices in s stages). Among splits of equal stage
 /// time, one with a smaller all-reduce is preferred. The global batch must divide into
-/// copies × microbatches, and the microbatch must have at least as many samples as a stage has
+/// pipeline replicas × microbatches, and the microbatch must have at least as many samples as a stage has
 /// replicas. Returns feasible = false when nothing fits; throws partrain::Error for bad arguments
 /// (empty blocks, a non-positive count) or when the cost model cannot measure a block range.
 StageSplit solve_stage_dp(const std::vector<std::vector<int>>& blocks, const CostModel& cost,
@@ -63,7 +63,7 @@ StageSplit solve_stage_dp_phase_maxima(const std::vector<std::vector<int>>& bloc
                                        const PlannerOptions& options, const StageDpConfig& config);
 
 /// RaNNC Algorithm 2 around Algorithm 1: for pipelines of n nodes (D = devices_per_node · n devices
-/// with R = world_size / D copies; D = world_size when it is not a multiple of a node), every stage
+/// with R = world_size / D pipeline_replicas; D = world_size when it is not a multiple of a node), every stage
 /// count S ≤ min(k, D) (only options.stages when set), and microbatch counts M = 1, 2, 4, … ≤
 /// options.max_microbatches plus those giving microbatches of a power-of-two size (B / 2^j for the
 /// B = global batch / R samples of a copy's step, e.g. Megatron-LM's microbatch of 1 sample), with
@@ -74,7 +74,7 @@ StageSplit solve_stage_dp_phase_maxima(const std::vector<std::vector<int>>& bloc
 /// configuration). For the configuration chosen, the split of the printed Algorithm 1
 /// (solve_stage_dp_phase_maxima) replaces the exact one when the schedule's simulation predicts it
 /// faster. Returns a validated Plan (planner "rannc": stages = unions of consecutive
-/// blocks, replicas, pipeline_copies, microbatches, predictions of predict_plan). Progress goes to
+/// blocks, replicas, pipeline_replicas, microbatches, predictions of predict_plan). Progress goes to
 /// options.progress. Throws partrain::Error when no plan fits: the message names the smallest device
 /// memory that would fit and, when more devices would help, a device count that fits; or when the
 /// global batch cannot be split, the blocks are malformed, or the cost model cannot measure a range.
