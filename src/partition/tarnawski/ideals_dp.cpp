@@ -224,130 +224,179 @@ IdealFamily enumerate_ideals(const ClassGraph& graph, std::size_t max_ideals, co
   return family;
 }
 
-PartitionResult partition_over_ideals(const Workload& workload, const ClassGraph& graph, const IdealFamily& family,
-                                      const PartitionOptions& options, double upper_bound_ms) {
-  const int accelerators = options.accelerators >= 0 ? options.accelerators : workload.accelerators;
-  const int cpus = options.cpus >= 0 ? options.cpus : workload.cpus;
-  const double memory = options.accelerator_memory_bytes >= 0 ? options.accelerator_memory_bytes : workload.accelerator_memory_bytes;
+namespace {
+
+// Per-ideal prefix sums over its classes, so that the cost of a block S = I \ I' is a difference,
+// and per ideal the communicating nodes whose touched classes it splits: only a node split by I or
+// by I' can pay in comm(I \ I').
+struct IdealCosts {
+  std::vector<double> accelerator_sum, cpu_sum, size_sum;
+  std::vector<int> unsupported_sum;
+  std::vector<std::uint32_t> split_offsets;  // ideal i's split nodes are split_nodes[offsets[i], offsets[i + 1])
+  std::vector<std::uint32_t> split_nodes;
+};
+
+IdealCosts ideal_costs(const ClassGraph& graph, const IdealFamily& family) {
   const std::size_t ideal_count = family.size();
   const std::size_t words = family.words;
-
-  // Per-ideal prefix sums: the cost of S = I \ I' is a difference.
-  std::vector<double> accelerator_sum(ideal_count, 0.0), cpu_sum(ideal_count, 0.0), size_sum(ideal_count, 0.0);
-  std::vector<int> unsupported_sum(ideal_count, 0);
-  // Per ideal: the communicating nodes whose touched classes it splits (candidates for comm(S)).
-  std::vector<std::uint32_t> split_offsets(ideal_count + 1, 0);
-  std::vector<std::uint32_t> split_nodes;
+  IdealCosts costs;
+  costs.accelerator_sum.assign(ideal_count, 0.0);
+  costs.cpu_sum.assign(ideal_count, 0.0);
+  costs.size_sum.assign(ideal_count, 0.0);
+  costs.unsupported_sum.assign(ideal_count, 0);
+  costs.split_offsets.assign(ideal_count + 1, 0);
   for (std::size_t i = 0; i < ideal_count; ++i) {
     const std::uint64_t* bits = family.ideal(i);
     for (std::size_t w = 0; w < words; ++w) {
       for (std::uint64_t word = bits[w]; word != 0; word &= word - 1) {
         const std::size_t c = w * 64 + static_cast<std::size_t>(__builtin_ctzll(word));
-        accelerator_sum[i] += graph.accelerator_latency_ms[c];
-        cpu_sum[i] += graph.cpu_latency_ms[c];
-        size_sum[i] += graph.size_bytes[c];
-        unsupported_sum[i] += graph.unsupported_count[c];
+        costs.accelerator_sum[i] += graph.accelerator_latency_ms[c];
+        costs.cpu_sum[i] += graph.cpu_latency_ms[c];
+        costs.size_sum[i] += graph.size_bytes[c];
+        costs.unsupported_sum[i] += graph.unsupported_count[c];
       }
     }
     for (std::size_t x = 0; x < graph.communicating_node.size(); ++x) {
       std::size_t inside = 0;
       for (std::size_t c : graph.communicating_classes[x]) inside += has_bit(bits, c);
-      if (inside > 0 && inside < graph.communicating_classes[x].size()) split_nodes.push_back(static_cast<std::uint32_t>(x));
+      if (inside > 0 && inside < graph.communicating_classes[x].size()) costs.split_nodes.push_back(static_cast<std::uint32_t>(x));
     }
-    split_offsets[i + 1] = static_cast<std::uint32_t>(split_nodes.size());
+    costs.split_offsets[i + 1] = static_cast<std::uint32_t>(costs.split_nodes.size());
   }
-  // comm(I \ I'): only nodes split by I or by I' can pay.
-  auto communication = [&](std::size_t outer, std::size_t inner) {
-    const std::uint64_t* outer_bits = family.ideal(outer);
-    const std::uint64_t* inner_bits = family.ideal(inner);
+  return costs;
+}
+
+// The DP of §5.1.1 on a family of ideals: dp[I][a][c], the smallest max load of a split of the ideal
+// I onto a accelerators and c CPUs, filled ideal by ideal (each ideal comes after its lower
+// neighbours), then the split of the full ideal read back block by block.
+class IdealDp {
+ public:
+  IdealDp(const ClassGraph& graph, const IdealFamily& family, int accelerators, int cpus, double memory, double upper_bound_ms)
+      : graph_(graph),
+        family_(family),
+        costs_(ideal_costs(graph, family)),
+        accelerators_(accelerators),
+        cpus_(cpus),
+        memory_(memory),
+        cpu_states_(static_cast<std::size_t>(cpus) + 1),
+        states_((static_cast<std::size_t>(accelerators) + 1) * cpu_states_),
+        bound_(std::isfinite(upper_bound_ms) ? upper_bound_ms * (1.0 + 1e-9) + 1e-9 : infinity),
+        best_(family.size() * states_, infinity),
+        choice_(family.size() * states_) {
+    std::fill(best_.begin(), best_.begin() + static_cast<std::ptrdiff_t>(states_), 0.0);  // the empty ideal
+  }
+
+  // Fills every ideal's row of the table.
+  void fill() {
+    std::vector<std::uint32_t> visited(family_.size(), 0);
+    std::vector<std::uint32_t> stack;
+    for (std::size_t i = 1; i < family_.size(); ++i) {
+      fill_row(i, visited, stack);
+      allow_empty_devices(i);
+    }
+  }
+
+  // dp[full ideal][all accelerators][all CPUs] (inf when no split exists).
+  double optimum() const { return best_[(family_.size() - 1) * states_ + state(accelerators_, cpus_)]; }
+
+  // The optimum's blocks in pipeline order, with their device indices.
+  std::vector<DeviceBlock> stages() const;
+
+ private:
+  std::size_t state(int a, int c) const { return static_cast<std::size_t>(a) * cpu_states_ + static_cast<std::size_t>(c); }
+
+  // comm(I \ I') for the ideals outer = I ⊇ inner = I': the incoming and outgoing communication of
+  // acc(S) in §5.1.1; only nodes split by I or by I' can pay.
+  double communication(std::size_t outer, std::size_t inner) const {
+    const std::uint64_t* outer_bits = family_.ideal(outer);
+    const std::uint64_t* inner_bits = family_.ideal(inner);
     auto pays = [&](std::size_t x) {
       std::size_t inside = 0;
-      for (std::size_t c : graph.communicating_classes[x]) inside += has_bit(outer_bits, c) && !has_bit(inner_bits, c);
-      return inside > 0 && inside < graph.communicating_classes[x].size();
+      for (std::size_t c : graph_.communicating_classes[x]) inside += has_bit(outer_bits, c) && !has_bit(inner_bits, c);
+      return inside > 0 && inside < graph_.communicating_classes[x].size();
     };
     auto split_by_outer = [&](std::size_t x) {
       std::size_t inside = 0;
-      for (std::size_t c : graph.communicating_classes[x]) inside += has_bit(outer_bits, c);
-      return inside > 0 && inside < graph.communicating_classes[x].size();
+      for (std::size_t c : graph_.communicating_classes[x]) inside += has_bit(outer_bits, c);
+      return inside > 0 && inside < graph_.communicating_classes[x].size();
     };
     double total = 0.0;
-    for (std::uint32_t position = split_offsets[outer]; position < split_offsets[outer + 1]; ++position) {
-      const std::size_t x = split_nodes[position];
-      if (pays(x)) total += graph.communicating_cost_ms[x];
+    for (std::uint32_t position = costs_.split_offsets[outer]; position < costs_.split_offsets[outer + 1]; ++position) {
+      const std::size_t x = costs_.split_nodes[position];
+      if (pays(x)) total += graph_.communicating_cost_ms[x];
     }
-    for (std::uint32_t position = split_offsets[inner]; position < split_offsets[inner + 1]; ++position) {
-      const std::size_t x = split_nodes[position];
-      if (!split_by_outer(x) && pays(x)) total += graph.communicating_cost_ms[x];
+    for (std::uint32_t position = costs_.split_offsets[inner]; position < costs_.split_offsets[inner + 1]; ++position) {
+      const std::size_t x = costs_.split_nodes[position];
+      if (!split_by_outer(x) && pays(x)) total += graph_.communicating_cost_ms[x];
     }
     return total;
-  };
+  }
 
-  const std::size_t cpu_states = static_cast<std::size_t>(cpus) + 1;
-  const std::size_t states = (static_cast<std::size_t>(accelerators) + 1) * cpu_states;
-  auto state = [&](int a, int c) { return static_cast<std::size_t>(a) * cpu_states + static_cast<std::size_t>(c); };
-  std::vector<double> best(ideal_count * states, infinity);
-  std::vector<Choice> choice(ideal_count * states);
-  std::fill(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(states), 0.0);  // the empty ideal
-  const double bound = std::isfinite(upper_bound_ms) ? upper_bound_ms * (1.0 + 1e-9) + 1e-9 : infinity;
+  // The worst cell of ideal i's row other than (0, 0), capped at the bound: a block whose own load
+  // reaches it improves no cell.
+  double threshold(std::size_t i) const {
+    const double* row = &best_[i * states_];
+    double worst = 0.0;
+    for (std::size_t s = 1; s < states_; ++s) worst = std::max(worst, row[s]);
+    return std::min(worst, bound_);
+  }
 
-  std::vector<std::uint32_t> visited(ideal_count, 0);
-  std::vector<std::uint32_t> stack;
-  for (std::size_t i = 1; i < ideal_count; ++i) {
-    double* row = &best[i * states];
-    Choice* row_choice = &choice[i * states];
-    auto threshold = [&] {
-      double worst = 0.0;
-      for (std::size_t s = 1; s < states; ++s) worst = std::max(worst, row[s]);
-      return std::min(worst, bound);
-    };
-    double current_threshold = bound;
-    stack.assign(family.lower_neighbours[i].begin(), family.lower_neighbours[i].end());
+  // The transition of §5.1.1 for the ideal i: the last device holds I \ I' for an ideal I' ⊂ I,
+  // visited from i's lower neighbours downwards; a smaller I' only makes the block heavier, so the
+  // search stops below an I' whose block is already too heavy for both kinds of device.
+  void fill_row(std::size_t i, std::vector<std::uint32_t>& visited, std::vector<std::uint32_t>& stack) {
+    double current_threshold = bound_;
+    stack.assign(family_.lower_neighbours[i].begin(), family_.lower_neighbours[i].end());
     for (std::uint32_t j : stack) visited[j] = static_cast<std::uint32_t>(i);
     while (!stack.empty()) {
       const std::uint32_t j = stack.back();
       stack.pop_back();
-      const double accelerator_compute = accelerator_sum[i] - accelerator_sum[j];
-      const double cpu_compute = cpu_sum[i] - cpu_sum[j];
-      const bool accelerator_allowed = accelerators > 0 && unsupported_sum[i] == unsupported_sum[j] &&
-                                       size_sum[i] - size_sum[j] <= memory;
+      const double accelerator_compute = costs_.accelerator_sum[i] - costs_.accelerator_sum[j];
+      const double cpu_compute = costs_.cpu_sum[i] - costs_.cpu_sum[j];
+      const bool accelerator_allowed = accelerators_ > 0 && costs_.unsupported_sum[i] == costs_.unsupported_sum[j] &&
+                                       costs_.size_sum[i] - costs_.size_sum[j] <= memory_;
       const bool accelerator_useful = accelerator_allowed && accelerator_compute < current_threshold;
-      const bool cpu_useful = cpus > 0 && cpu_compute < current_threshold;
+      const bool cpu_useful = cpus_ > 0 && cpu_compute < current_threshold;
       if (!accelerator_useful && !cpu_useful) continue;  // every smaller I' is no better: prune
-      const double* previous = &best[static_cast<std::size_t>(j) * states];
       bool improved = false;
-      if (accelerator_useful) {
-        const double load = accelerator_compute + communication(i, j);
-        for (int a = 1; a <= accelerators; ++a)
-          for (int c = 0; c <= cpus; ++c) {
-            const double candidate = std::max(previous[state(a - 1, c)], load);
-            if (candidate < row[state(a, c)]) {
-              row[state(a, c)] = candidate;
-              row_choice[state(a, c)] = {j, Step::accelerator_block};
-              improved = true;
-            }
-          }
-      }
-      if (cpu_useful) {
-        for (int a = 0; a <= accelerators; ++a)
-          for (int c = 1; c <= cpus; ++c) {
-            const double candidate = std::max(previous[state(a, c - 1)], cpu_compute);
-            if (candidate < row[state(a, c)]) {
-              row[state(a, c)] = candidate;
-              row_choice[state(a, c)] = {j, Step::cpu_block};
-              improved = true;
-            }
-          }
-      }
-      if (improved) current_threshold = threshold();
-      for (std::uint32_t lower : family.lower_neighbours[j]) {
+      if (accelerator_useful) improved |= relax(i, j, accelerator_compute + communication(i, j), Step::accelerator_block);
+      if (cpu_useful) improved |= relax(i, j, cpu_compute, Step::cpu_block);
+      if (improved) current_threshold = threshold(i);
+      for (std::uint32_t lower : family_.lower_neighbours[j]) {
         if (visited[lower] == i) continue;
         visited[lower] = static_cast<std::uint32_t>(i);
         stack.push_back(lower);
       }
     }
-    // Devices may stay empty.
-    for (int a = 0; a <= accelerators; ++a)
-      for (int c = 0; c <= cpus; ++c) {
+  }
+
+  // max(dp[I'][a − 1][c], acc(I \ I')) (accelerator_block) or max(dp[I'][a][c − 1], cpu(I \ I'))
+  // (cpu_block) into every cell of ideal i's row it improves; `load` is the block's load. Returns
+  // whether a cell improved.
+  bool relax(std::size_t i, std::uint32_t j, double load, Step step) {
+    double* row = &best_[i * states_];
+    Choice* row_choice = &choice_[i * states_];
+    const double* previous = &best_[static_cast<std::size_t>(j) * states_];
+    const bool accelerator = step == Step::accelerator_block;
+    bool improved = false;
+    for (int a = accelerator ? 1 : 0; a <= accelerators_; ++a)
+      for (int c = accelerator ? 0 : 1; c <= cpus_; ++c) {
+        const double candidate = std::max(previous[accelerator ? state(a - 1, c) : state(a, c - 1)], load);
+        if (candidate < row[state(a, c)]) {
+          row[state(a, c)] = candidate;
+          row_choice[state(a, c)] = {j, step};
+          improved = true;
+        }
+      }
+    return improved;
+  }
+
+  // Devices may stay empty: dp[I][a][c] ≤ dp[I][a − 1][c] and ≤ dp[I][a][c − 1].
+  void allow_empty_devices(std::size_t i) {
+    double* row = &best_[i * states_];
+    Choice* row_choice = &choice_[i * states_];
+    for (int a = 0; a <= accelerators_; ++a)
+      for (int c = 0; c <= cpus_; ++c) {
         if (a > 0 && row[state(a - 1, c)] < row[state(a, c)]) {
           row[state(a, c)] = row[state(a - 1, c)];
           row_choice[state(a, c)] = {static_cast<std::uint32_t>(i), Step::fewer_accelerators};
@@ -359,51 +408,86 @@ PartitionResult partition_over_ideals(const Workload& workload, const ClassGraph
       }
   }
 
-  const std::size_t full = ideal_count - 1;
-  const double optimum = best[full * states + state(accelerators, cpus)];
+  // The block I \ I' of the ideals i ⊃ j as a device: its nodes, size and load.
+  DeviceBlock block_of(std::size_t i, std::size_t j, bool accelerator, std::vector<std::uint64_t>& block) const {
+    DeviceBlock device;
+    device.accelerator = accelerator;
+    const std::uint64_t* outer = family_.ideal(i);
+    const std::uint64_t* inner = family_.ideal(j);
+    for (std::size_t w = 0; w < family_.words; ++w) block[w] = outer[w] & ~inner[w];
+    for (std::size_t cls = 0; cls < graph_.class_count; ++cls)
+      if (has_bit(block.data(), cls)) device.nodes.insert(device.nodes.end(), graph_.members[cls].begin(), graph_.members[cls].end());
+    std::sort(device.nodes.begin(), device.nodes.end());
+    device.size_bytes = costs_.size_sum[i] - costs_.size_sum[j];
+    if (device.accelerator) {
+      device.compute_ms = costs_.accelerator_sum[i] - costs_.accelerator_sum[j];
+      device.communication_ms = graph_.communication_ms(block.data());
+    } else {
+      device.compute_ms = costs_.cpu_sum[i] - costs_.cpu_sum[j];
+    }
+    device.load_ms = device.compute_ms + device.communication_ms;
+    return device;
+  }
+
+  const ClassGraph& graph_;
+  const IdealFamily& family_;
+  const IdealCosts costs_;
+  const int accelerators_;
+  const int cpus_;
+  const double memory_;
+  const std::size_t cpu_states_;
+  const std::size_t states_;  // (a, c) cells per ideal
+  const double bound_;        // no cell above it is kept (the caller's upper bound, with a rounding margin)
+  std::vector<double> best_;  // [ideal × states + state(a, c)]
+  std::vector<Choice> choice_;
+};
+
+std::vector<DeviceBlock> IdealDp::stages() const {
+  std::vector<DeviceBlock> devices;
+  std::size_t i = family_.size() - 1;
+  int a = accelerators_, c = cpus_;
+  std::vector<std::uint64_t> block(family_.words);
+  while (i != 0) {
+    const Choice taken = choice_[i * states_ + state(a, c)];
+    PARTRAIN_CHECK(taken.step != Step::none, "internal error: broken DP reconstruction");
+    if (taken.step == Step::fewer_accelerators) { --a; continue; }
+    if (taken.step == Step::fewer_cpus) { --c; continue; }
+    const std::size_t j = taken.previous;
+    DeviceBlock device = block_of(i, j, taken.step == Step::accelerator_block, block);
+    if (device.accelerator) {
+      --a;
+    } else {
+      --c;
+    }
+    devices.push_back(std::move(device));
+    i = j;
+  }
+  std::reverse(devices.begin(), devices.end());
+  int accelerator_index = 0, cpu_index = 0;
+  for (DeviceBlock& device : devices) device.device_index = device.accelerator ? accelerator_index++ : cpu_index++;
+  return devices;
+}
+
+}  // namespace
+
+PartitionResult partition_over_ideals(const Workload& workload, const ClassGraph& graph, const IdealFamily& family,
+                                      const PartitionOptions& options, double upper_bound_ms) {
+  const int accelerators = options.accelerators >= 0 ? options.accelerators : workload.accelerators;
+  const int cpus = options.cpus >= 0 ? options.cpus : workload.cpus;
+  const double memory = options.accelerator_memory_bytes >= 0 ? options.accelerator_memory_bytes : workload.accelerator_memory_bytes;
+  IdealDp dp(graph, family, accelerators, cpus, memory, upper_bound_ms);
+  dp.fill();
+  const double optimum = dp.optimum();
   PARTRAIN_CHECK(std::isfinite(optimum),
                  workload.source << ": no feasible split with " << accelerators << " accelerators of "
                                  << static_cast<long long>(memory) << " bytes (" << memory / (1024.0 * 1024.0 * 1024.0) << " GiB) and " << cpus << " CPUs"
                                  << (cpus == 0 ? "; allow CPUs (--cpus) or give more accelerators or memory"
                                                : "; give more accelerators or memory"));
-
   PartitionResult result;
   result.max_load_ms = optimum;
-  result.ideal_count = ideal_count;
+  result.ideal_count = family.size();
   result.class_count = graph.class_count;
-  std::size_t i = full;
-  int a = accelerators, c = cpus;
-  std::vector<std::uint64_t> block(words);
-  while (i != 0) {
-    const Choice taken = choice[i * states + state(a, c)];
-    PARTRAIN_CHECK(taken.step != Step::none, "internal error: broken DP reconstruction");
-    if (taken.step == Step::fewer_accelerators) { --a; continue; }
-    if (taken.step == Step::fewer_cpus) { --c; continue; }
-    const std::size_t j = taken.previous;
-    DeviceBlock device;
-    device.accelerator = taken.step == Step::accelerator_block;
-    const std::uint64_t* outer = family.ideal(i);
-    const std::uint64_t* inner = family.ideal(j);
-    for (std::size_t w = 0; w < words; ++w) block[w] = outer[w] & ~inner[w];
-    for (std::size_t cls = 0; cls < graph.class_count; ++cls)
-      if (has_bit(block.data(), cls)) device.nodes.insert(device.nodes.end(), graph.members[cls].begin(), graph.members[cls].end());
-    std::sort(device.nodes.begin(), device.nodes.end());
-    device.size_bytes = size_sum[i] - size_sum[j];
-    if (device.accelerator) {
-      device.compute_ms = accelerator_sum[i] - accelerator_sum[j];
-      device.communication_ms = graph.communication_ms(block.data());
-      --a;
-    } else {
-      device.compute_ms = cpu_sum[i] - cpu_sum[j];
-      --c;
-    }
-    device.load_ms = device.compute_ms + device.communication_ms;
-    result.devices.push_back(std::move(device));
-    i = j;
-  }
-  std::reverse(result.devices.begin(), result.devices.end());
-  int accelerator_index = 0, cpu_index = 0;
-  for (DeviceBlock& device : result.devices) device.device_index = device.accelerator ? accelerator_index++ : cpu_index++;
+  result.devices = dp.stages();
   return result;
 }
 
