@@ -308,14 +308,17 @@ Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const
   return tensor;
 }
 
-RandomContext PipelineExecutor::random_context(std::int64_t step, int microbatch) const {
+std::int64_t PipelineExecutor::first_sample_in_step(int microbatch) const {
   const std::int64_t per_pipeline_replica = plan_.global_batch / plan_.pipeline_replicas;
+  return placement_.pipeline_replica * per_pipeline_replica + microbatch * plan_.microbatch_size() + samples_.first;
+}
+
+RandomContext PipelineExecutor::random_context(std::int64_t step, int microbatch) const {
   RandomContext random;
   random.seed = options_.seed;
   random.step = static_cast<std::uint32_t>(step);
   // Keyed by the sample's index in the step, so any plan draws the same masks for it.
-  random.first_sample =
-      static_cast<std::uint32_t>(placement_.pipeline_replica * per_pipeline_replica + microbatch * plan_.microbatch_size() + samples_.first);
+  random.first_sample = static_cast<std::uint32_t>(first_sample_in_step(microbatch));
   return random;
 }
 
@@ -493,9 +496,7 @@ void PipelineExecutor::forward(const Action& action, Pass& pass) {
 
 void PipelineExecutor::load_inputs(const StageProgram& program, MicrobatchState& state, std::int64_t step,
                                    int microbatch) {
-  const std::int64_t per_pipeline_replica = plan_.global_batch / plan_.pipeline_replicas;
-  const std::int64_t first =
-      step * plan_.global_batch + placement_.pipeline_replica * per_pipeline_replica + microbatch * plan_.microbatch_size() + samples_.first;
+  const std::int64_t first = step * plan_.global_batch + first_sample_in_step(microbatch);
   const io::NamedTensors batch = active_data_->samples(first, rows());
   for (int value : program.data_inputs) {
     auto found = batch.find(graph_.value(value).name);

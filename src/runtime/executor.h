@@ -249,6 +249,9 @@ class PipelineExecutor {
   Tensor to_compute(const Tensor& host) const;
   // Rows of this replica's part of a microbatch.
   std::int64_t rows() const { return samples_.second - samples_.first; }
+  // Index within the step of this rank's first sample of `microbatch` (pipeline replica, then
+  // microbatch, then this stage replica's rows): what keys the data and the dropout masks.
+  std::int64_t first_sample_in_step(int microbatch) const;
   // The dropout masks of microbatch `microbatch` of step `step`, keyed by the global sample index.
   RandomContext random_context(std::int64_t step, int microbatch) const;
   // Sub-pipelined TMP: rows [begin, end) of sub-microbatch `half` (0 or 1) of the rank's part.
