@@ -7,6 +7,7 @@
 // checkpointing the memory model said these layouts need up to 261 GiB.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "graph/tensor_parallel.h"
@@ -111,6 +112,37 @@ TEST(MegatronLayouts, SmallModelsNeedRecomputation) {
     const Graph model = gpt_of(layout);
     const Graph graph = layout.tensor_parallel > 1 ? tensor_parallel_graph(model, layout.tensor_parallel) : model;
     EXPECT_THROW(megatron_plan(layout, graph, "none"), Error) << layout.name;
+  }
+}
+
+// The automatic plan (rannc, recompute = "auto", the layout's t) of the models of one or two stages
+// is predicted at least as fast as Megatron's layout under its per-layer recomputation: the
+// planner may keep activations where they fit, or recompute selectively, instead of repeating every
+// forward. (The deep pipelines: validation/perf/README.md, `partrain plan` at scale.)
+TEST(MegatronLayouts, AutomaticPlansAreAtLeastAsFastAsTheLayouts) {
+  for (const MegatronLayout& layout : kTableOne) {
+    if (layout.pipeline_stages > 2) continue;
+    const Graph model = gpt_of(layout);
+    const Graph graph = layout.tensor_parallel > 1 ? tensor_parallel_graph(model, layout.tensor_parallel) : model;
+    const Plan megatron = megatron_plan(layout, graph, "layers");
+    partition::PlannerOptions options;
+    options.planner = "rannc";
+    options.world_size = layout.gpus;
+    options.tensor_parallel = layout.tensor_parallel;
+    options.global_batch = layout.global_batch;
+    options.mixed_precision = true;
+    options.memory_margin = 0;
+    options.max_microbatches = 64;
+    const auto cost = partition::make_analytic_cost_model(graph, a100(), /*mixed_precision=*/true);
+    const Plan automatic = partition::make_plan(graph, *cost, options);
+    EXPECT_LE(largest_stage_bytes(automatic), 80.0 * (1ull << 30)) << layout.name;
+    std::printf("%-6s Megatron's layout %.1f samples/s, rannc %.1f samples/s (%d stages, recompute %s on stage 0): %.3fx\n",
+                layout.name, megatron.predicted_samples_per_second(), automatic.predicted_samples_per_second(),
+                automatic.pipeline_stages(), recompute_name(automatic.stages[0].recompute),
+                automatic.predicted_samples_per_second() / megatron.predicted_samples_per_second());
+    EXPECT_GE(automatic.predicted_samples_per_second(), megatron.predicted_samples_per_second() * (1 - 1e-9))
+        << layout.name << ": rannc " << automatic.predicted_samples_per_second() << " samples/s, Megatron's layout "
+        << megatron.predicted_samples_per_second();
   }
 }
 
