@@ -346,9 +346,10 @@ std::vector<TrainingCase> tensor_parallel_cases(bool core) {
 // Per-layer checkpointing and selective recomputation (issue 24) on 4 ranks against one, for BERT and
 // GPT (unfused attention with dropout: selective recomputes QKᵀ, softmax, dropout and ×V): every
 // transformer layer checkpointed over 4 stages (1f1b) and every 2 layers over 2x2; selective over
-// 2x2 (gpipe) and interleaved (2x2, v = 2); with tensor parallelism (t = 2, 2 stages) per layer under
-// Merak's sub-pipelined TMP (the overlapped backward recomputes both halves) and selective; and
-// ResNet per layer (BatchNorm's running statistics must not change twice).
+// 2x2 (gpipe), interleaved (2x2, v = 2) and 4 stages under Merak's scp; with tensor parallelism
+// (t = 2, 2 stages) per layer under Merak's sub-pipelined TMP (the overlapped backward recomputes
+// both halves) and selective; per layer with t = 2 x 2 replicas and ZeRO-1; and ResNet per layer
+// (BatchNorm's running statistics must not change twice).
 std::vector<TrainingCase> recomputation_cases() {
   std::vector<TrainingCase> result;
   for (const std::string model : {"bert", "gpt"}) {
@@ -383,6 +384,13 @@ std::vector<TrainingCase> recomputation_cases() {
     result.push_back(c);
     c = make("tp2_2stages", "selective", {1, 1}, {second_stage});
     c.tensor_parallel = 2;
+    result.push_back(c);
+    c = make("4stages", "selective", {1, 1, 1, 1}, four_stages);
+    c.schedule = "scp";
+    result.push_back(c);
+    c = make("tp2_2replicas_zero1", "layers", {2}, {});
+    c.tensor_parallel = 2;
+    c.zero = 1;
     result.push_back(c);
   }
   TrainingCase resnet;
