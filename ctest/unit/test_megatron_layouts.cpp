@@ -99,6 +99,10 @@ TEST(MegatronLayouts, TableOneFitsEightyGibUnderPerLayerRecomputation) {
     ASSERT_EQ(plan.pipeline_stages(), layout.pipeline_stages) << layout.name;
     EXPECT_EQ(plan.microbatch_size() / plan.stages[0].replicas, layout.microbatch) << layout.name;
     for (const PlanStage& stage : plan.stages) EXPECT_EQ(stage.recompute, RecomputePolicy::Layers) << layout.name;
+    std::printf("%-7s t %d p %2d, %4d GPUs, batch %4lld, microbatch %2lld: largest stage %.1f GiB per GPU, %.1f samples/s\n",
+                layout.name, layout.tensor_parallel, layout.pipeline_stages, layout.gpus,
+                static_cast<long long>(layout.global_batch), static_cast<long long>(layout.microbatch),
+                largest_stage_bytes(plan) / (1ull << 30), plan.predicted_samples_per_second());
     EXPECT_LE(largest_stage_bytes(plan), 80.0 * (1ull << 30))
         << layout.name << ": " << largest_stage_bytes(plan) / (1ull << 30) << " GiB";
   }
