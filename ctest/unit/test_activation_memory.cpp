@@ -317,6 +317,33 @@ TensorMap feeds_for(const Graph& graph, std::int64_t batch) {
   return values;
 }
 
+// The small models of the runtime tests: GPT and BERT (unfused attention, dropout 0.1; hidden 32,
+// sequence 16) and a ResNet-18 of width 8 on 16x16 single-channel images.
+ModelConfig small_transformer(const std::string& type, std::int64_t layers) {
+  ModelConfig config;
+  config.type = type;
+  config.layers = layers;
+  config.hidden = 32;
+  config.heads = type == "bert" ? 2 : 4;
+  if (type == "bert") config.intermediate = 64;
+  config.vocab = 64;
+  config.max_position = 16;
+  config.seq_len = 16;
+  config.dropout = 0.1;
+  return config;
+}
+
+ModelConfig small_resnet() {
+  ModelConfig resnet;
+  resnet.type = "resnet";
+  resnet.depth = 18;
+  resnet.base_width = 8;
+  resnet.classes = 4;
+  resnet.image_size = 16;
+  resnet.channels = 1;
+  return resnet;
+}
+
 void expect_same_gradients_after_release(const ModelConfig& config, std::int64_t batch) {
   const Graph graph = build_model(config);
   const Subgraph all = whole_graph(graph);
@@ -366,41 +393,13 @@ void expect_same_gradients_after_release(const ModelConfig& config, std::int64_t
 }
 
 TEST(ActivationMemory, FreeingUnsavedValuesKeepsGradientsBitIdentical) {
-  ModelConfig gpt;
-  gpt.type = "gpt";
-  gpt.layers = 2;
-  gpt.hidden = 32;
-  gpt.heads = 4;
-  gpt.vocab = 64;
-  gpt.max_position = 16;
-  gpt.seq_len = 16;
-  gpt.dropout = 0.1;
-  expect_same_gradients_after_release(gpt, 2);
-  gpt.fused_attention = true;
-  expect_same_gradients_after_release(gpt, 2);
-
-  ModelConfig bert;
-  bert.type = "bert";
-  bert.layers = 2;
-  bert.hidden = 32;
-  bert.heads = 2;
-  bert.intermediate = 64;
-  bert.vocab = 64;
-  bert.max_position = 16;
-  bert.seq_len = 16;
-  bert.dropout = 0.1;
-  expect_same_gradients_after_release(bert, 2);
-  bert.fused_attention = true;
-  expect_same_gradients_after_release(bert, 2);
-
-  ModelConfig resnet;
-  resnet.type = "resnet";
-  resnet.depth = 18;
-  resnet.base_width = 8;
-  resnet.classes = 4;
-  resnet.image_size = 16;
-  resnet.channels = 1;
-  expect_same_gradients_after_release(resnet, 2);
+  for (const std::string type : {"gpt", "bert"}) {
+    ModelConfig config = small_transformer(type, 2);
+    expect_same_gradients_after_release(config, 2);
+    config.fused_attention = true;
+    expect_same_gradients_after_release(config, 2);
+  }
+  expect_same_gradients_after_release(small_resnet(), 2);
 }
 
 // Per-layer and selective recomputation through the runtime's stage program: the forward keeps only
@@ -464,46 +463,19 @@ void expect_recomputation_keeps_gradients(const ModelConfig& config, RecomputePo
 }
 
 TEST(ActivationMemory, RecomputationKeepsGradientsBitIdentical) {
-  ModelConfig gpt;
-  gpt.type = "gpt";
-  gpt.layers = 3;
-  gpt.hidden = 32;
-  gpt.heads = 4;
-  gpt.vocab = 64;
-  gpt.max_position = 16;
-  gpt.seq_len = 16;
-  gpt.dropout = 0.1;
-  ModelConfig bert = gpt;
-  bert.type = "bert";
-  bert.heads = 2;
-  bert.intermediate = 64;
-  for (const ModelConfig& config : {gpt, bert}) {
+  for (const std::string type : {"gpt", "bert"}) {
+    const ModelConfig config = small_transformer(type, 3);
     expect_recomputation_keeps_gradients(config, RecomputePolicy::Layers, 1, 2);
     expect_recomputation_keeps_gradients(config, RecomputePolicy::Layers, 2, 2);
     expect_recomputation_keeps_gradients(config, RecomputePolicy::Selective, 1, 2);
   }
-  ModelConfig resnet;
-  resnet.type = "resnet";
-  resnet.depth = 18;
-  resnet.base_width = 8;
-  resnet.classes = 4;
-  resnet.image_size = 16;
-  resnet.channels = 1;
-  expect_recomputation_keeps_gradients(resnet, RecomputePolicy::Layers, 1, 2);
+  expect_recomputation_keeps_gradients(small_resnet(), RecomputePolicy::Layers, 1, 2);
 }
 
 // The segments: per-layer blocks follow the layer names; selective finds one attention core per
 // layer (QKᵀ to ×V, five tasks with dropout), none in the fused form.
 TEST(ActivationMemory, RecomputedSegmentsOfEachPolicy) {
-  ModelConfig gpt;
-  gpt.type = "gpt";
-  gpt.layers = 3;
-  gpt.hidden = 32;
-  gpt.heads = 4;
-  gpt.vocab = 64;
-  gpt.max_position = 16;
-  gpt.seq_len = 16;
-  gpt.dropout = 0.1;
+  ModelConfig gpt = small_transformer("gpt", 3);
   const Graph graph = build_model(gpt);
   const std::vector<int> layers = tasks_of_layers(graph, {"h.0", "h.1", "h.2"});
   PlanStage stage;

@@ -263,22 +263,6 @@ void run_forward_overlapped(const Graph& graph, const Subgraph& subgraph, std::a
       [](int, std::size_t) {});
 }
 
-void run_backward_overlapped(const Graph& graph, const BackwardProgram& program, std::array<const TensorMap*, 2> values,
-                             std::array<TensorMap*, 2> grads, Backend& backend,
-                             const std::array<ExecutionOptions, 2>& options) {
-  std::array<OverlappingGroup, 2> groups = overlapping_groups(options);
-  std::array<ExecutionOptions, 2> own = options;
-  for (int h = 0; h < 2; ++h) own[h].tensor_parallel = &groups[h];
-  BackwardPass first(graph, program, *values[0], *grads[0], backend, own[0]);
-  BackwardPass second(graph, program, *values[1], *grads[1], backend, own[1]);
-  std::array<BackwardPass*, 2> passes{&first, &second};
-  alternate(
-      0, program.steps.size(), groups, [&](int h, std::size_t i) { passes[h]->run(i); },
-      [&](int h, std::size_t i) { passes[h]->finish(i); });
-  first.done();
-  second.done();
-}
-
 namespace {
 // The values a recomputed segment produced, made shape-only: its backward has run, and no earlier
 // task's backward reads what a later task produced.
@@ -331,10 +315,10 @@ void run_backward_recomputing(const Graph& graph, const BackwardProgram& program
   pass.done();
 }
 
-void run_backward_overlapped_recomputing(const Graph& graph, const BackwardProgram& program,
-                                         std::span<const RecomputedSegment> segments, std::array<TensorMap*, 2> values,
-                                         std::array<TensorMap*, 2> grads, Backend& backend,
-                                         const std::array<ExecutionOptions, 2>& options) {
+void run_backward_overlapped(const Graph& graph, const BackwardProgram& program,
+                             std::span<const RecomputedSegment> segments, std::array<TensorMap*, 2> values,
+                             std::array<TensorMap*, 2> grads, Backend& backend,
+                             const std::array<ExecutionOptions, 2>& options) {
   std::array<OverlappingGroup, 2> groups = overlapping_groups(options);
   std::array<ExecutionOptions, 2> own = options;
   for (int h = 0; h < 2; ++h) own[h].tensor_parallel = &groups[h];

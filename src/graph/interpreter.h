@@ -79,16 +79,12 @@ void run_forward_overlapped(const Graph& graph, const Subgraph& subgraph, std::a
 
 /// The backward passes of two sub-microbatches alternately (run_backward each; the all-reduces of
 /// Megatron's f overlap the other's computation). Parameter gradients of both are added to the
-/// tensors each `grads` map holds (give both maps the same accumulators).
-void run_backward_overlapped(const Graph& graph, const BackwardProgram& program, std::array<const TensorMap*, 2> values,
+/// tensors each `grads` map holds (give both maps the same accumulators). With recomputed
+/// `segments` (run_backward_recomputing; may be empty) each segment's forward is recomputed for
+/// both sub-microbatches (run_forward_overlapped) before its steps.
+void run_backward_overlapped(const Graph& graph, const BackwardProgram& program,
+                             std::span<const RecomputedSegment> segments, std::array<TensorMap*, 2> values,
                              std::array<TensorMap*, 2> grads, Backend& backend,
                              const std::array<ExecutionOptions, 2>& options);
-
-/// run_backward_overlapped with activation recomputation (run_backward_recomputing): each segment's
-/// forward is recomputed for both sub-microbatches (run_forward_overlapped) before its steps.
-void run_backward_overlapped_recomputing(const Graph& graph, const BackwardProgram& program,
-                                         std::span<const RecomputedSegment> segments, std::array<TensorMap*, 2> values,
-                                         std::array<TensorMap*, 2> grads, Backend& backend,
-                                         const std::array<ExecutionOptions, 2>& options);
 
 }  // namespace partrain

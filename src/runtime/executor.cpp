@@ -562,8 +562,8 @@ void PipelineExecutor::backward(const Action& action, Pass& pass) {
       option.training = true;
       option.on_parameter_gradient = on_gradient;
     }
-    run_backward_overlapped_recomputing(graph_, program.backward, program.segments, {&state.halves[0], &state.halves[1]},
-                                        {&grads[0], &grads[1]}, backend_, backward_options);
+    run_backward_overlapped(graph_, program.backward, program.segments, {&state.halves[0], &state.halves[1]},
+                            {&grads[0], &grads[1]}, backend_, backward_options);
   } else {
     run_backward_recomputing(graph_, program.backward, program.segments, state.values, grads[0], backend_,
                              {true, random_context(pass.step, action.microbatch), tensor_parallel_.get(), on_gradient});
