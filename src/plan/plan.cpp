@@ -198,7 +198,7 @@ void Plan::validate(const Graph& graph) const {
   PARTRAIN_CHECK(graph_hash == 0 || graph_hash == graph.hash(),
                  "plan (" << planner << "): it was made for another model (graph hash differs)");
   // (Planners validate their plans of tensor-parallel groups before recording t: only then must it match.)
-  PARTRAIN_CHECK(tensor_parallel == 1 ? !sequence_parallel : sequence_parallel == is_sequence_parallel(graph),
+  PARTRAIN_CHECK(tensor_parallel == 1 || sequence_parallel == is_sequence_parallel(graph),
                  "plan (" << planner << "): sequence_parallel is " << (sequence_parallel ? "true" : "false")
                           << " but the graph was made " << (sequence_parallel ? "without" : "with") << " it");
   const int task_count = static_cast<int>(graph.tasks().size());
