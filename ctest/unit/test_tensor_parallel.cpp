@@ -299,6 +299,15 @@ TEST(SequenceParallelGraph, CommunicationVolumesAreHalfAnAllReduceEach) {
     EXPECT_EQ(sequence.forward_allreduces, 4);
     EXPECT_EQ(sequence.backward_allreduces, 4);
   }
+  // Sub-pipelined TMP overlaps the deferrable f and g all-reduces; sequence parallelism's block.
+  partition::DeviceSpec device;
+  device.link_bandwidth = 1e6;  // communication comparable to the computation
+  device.flops_per_second = 1e9;
+  const auto pass = [&](const Graph& graph, bool sub_pipelined) {
+    return partition::make_analytic_cost_model(graph, device, false, sub_pipelined)->measure(layer(graph), 4).forward_seconds;
+  };
+  EXPECT_LT(pass(plain, true), pass(plain, false));
+  EXPECT_EQ(pass(part, true), pass(part, false));
 }
 
 TEST(SequenceParallelGraph, ClearErrors) {
