@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/activation_checkpointing.h"
 #include "graph/autodiff.h"
 #include "graph/interpreter.h"
 #include "graph/layer_names.h"
@@ -16,7 +17,10 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
 #include "partition/common/cost_model.h"
+#include "graph/tensor_parallel.h"
+#include "partition/common/recomputation.h"
 #include "partition/planner.h"
+#include "runtime/stage_program.h"
 
 namespace partrain {
 namespace {
@@ -189,6 +193,105 @@ TEST(ActivationMemory, PublishedGpt3LayerFigure) {
   EXPECT_EQ(analytic_bytes_per_layer(c, true), 2048.0 * 12288 * 32 + 4.0 * 96 * 2048 * 2048);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Korthikanti et al. 2022, Table 2: activation bytes per transformer layer under each recompute
+// policy and tensor parallelism, adapted to our ops term by term as above, against the planner's
+// figures (partition/common/recomputation.h) for layers 1–2 minus layer 1.
+// ---------------------------------------------------------------------------------------------
+
+// The planner's per-microbatch kept bytes (and the largest recomputed segment) of `tasks` under
+// `policy`.
+partition::StageRecomputation recomputation_of(const Graph& graph, const std::vector<int>& tasks, RecomputePolicy policy,
+                                               std::int64_t batch, bool bf16) {
+  PlanStage stage;
+  stage.tasks = tasks;
+  stage.recompute = policy;
+  const auto cost = partition::make_analytic_cost_model(graph, partition::DeviceSpec{}, bf16);
+  return partition::stage_recomputation(graph, *cost, stage, batch, bf16, cost->measure(tasks, batch));
+}
+
+// Kept bytes of one layer under `policy` (None: the saved tensors) on the tensor-parallel graph of degree t (1: the model).
+double kept_bytes_per_layer(const TransformerCase& c, RecomputePolicy policy, int t, bool bf16) {
+  const Graph model = build_model(transformer_config(c));
+  const Graph graph = t > 1 ? tensor_parallel_graph(model, t) : model;
+  const std::string prefix = std::string(c.type) == "gpt" ? "h." : "encoder.layer.";
+  const std::vector<int> one = tasks_of_layers(graph, {prefix + "1"});
+  const std::vector<int> two = tasks_of_layers(graph, {prefix + "1", prefix + "2"});
+  if (policy == RecomputePolicy::None) {  // everything saved: the cost model's activation bytes
+    const auto cost = partition::make_analytic_cost_model(graph, partition::DeviceSpec{}, bf16);
+    return cost->measure(two, c.batch).activation_bytes - cost->measure(one, c.batch).activation_bytes;
+  }
+  return recomputation_of(graph, two, policy, c.batch, bf16).checkpoint_bytes -
+         recomputation_of(graph, one, policy, c.batch, bf16).checkpoint_bytes;
+}
+
+// Table 2, per layer, 16-bit, our deviations applied (see korthikanti_bytes_per_layer):
+//   no recomputation, t-way tensor parallelism: sbh(10 + 24/t) + 5as²b/t. The replicated 10sbh are
+//     the two layer-norm inputs 4sbh, the QKV and MLP inputs 4sbh and the two hidden dropout masks
+//     2sbh; the split 24sbh/t are Q, K, V 6sbh, the projection input 2sbh, GELU input and output
+//     16sbh; the attention core 5as²b/t. Ours: (1) no masks −2sbh − as²b/t; (2) MLP width
+//     +4sb(i − 4h)/t; (3) attention dropout p = 0: −2as²b/t; (4) fused attention: −4as²b/t.
+//   selective recomputation: the attention core goes, sbh(10 + 24/t); ours −2sbh (masks) +(2).
+//     Fused attention already recomputes its probabilities: the same figure.
+//   full recomputation (per-layer checkpoints): 2sbh — the layer's input, whatever t (it is
+//     replicated over the tensor-parallel group).
+double table2_bytes_per_layer(const TransformerCase& c, RecomputePolicy policy, int t, bool bf16) {
+  const double s = static_cast<double>(c.seq_len), b = static_cast<double>(c.batch);
+  const double h = static_cast<double>(c.hidden), a = static_cast<double>(c.heads);
+  const double i = static_cast<double>(c.intermediate > 0 ? c.intermediate : 4 * c.hidden);
+  double ours = 0;
+  if (policy == RecomputePolicy::Layers) {
+    ours = 2 * s * b * h;
+  } else {
+    const double published = s * b * h * (10 + 24.0 / t) + (policy == RecomputePolicy::None ? 5 * a * s * s * b / t : 0.0);
+    ours = published - 2 * s * b * h + 4 * s * b * (i - 4 * h) / t;        // (1) hidden masks, (2)
+    if (policy == RecomputePolicy::None) {
+      ours -= a * s * s * b / t;                                             // (1) attention mask
+      if (!c.fused_attention && c.dropout == 0) ours -= 2 * a * s * s * b / t;  // (3)
+      if (c.fused_attention) ours -= 4 * a * s * s * b / t;                  // (4)
+    }
+  }
+  return ours * (bf16 ? 1.0 : 2.0);
+}
+
+TEST(ActivationMemory, RecomputePoliciesMatchKorthikantiTable2) {
+  for (const TransformerCase& c : kCases) {
+    if (c.seq_len * c.hidden > 1024 * 1024) continue;  // the GPT-3 layer: the row above covers it
+    for (bool bf16 : {false, true}) {
+      for (RecomputePolicy policy : {RecomputePolicy::Selective, RecomputePolicy::Layers})
+        EXPECT_EQ(kept_bytes_per_layer(c, policy, 1, bf16), table2_bytes_per_layer(c, policy, 1, bf16))
+            << c.name << " " << recompute_name(policy) << (bf16 ? " bf16" : " fp32");
+    }
+  }
+}
+
+TEST(ActivationMemory, TensorParallelRowsOfKorthikantiTable2) {
+  for (const TransformerCase& c : kCases) {
+    if (c.seq_len * c.hidden > 1024 * 1024) continue;
+    for (int t : {2, 4}) {
+      if (c.heads % t != 0) continue;
+      for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Layers})
+        EXPECT_EQ(kept_bytes_per_layer(c, policy, t, true), table2_bytes_per_layer(c, policy, t, true))
+            << c.name << " t = " << t << " " << recompute_name(policy);
+    }
+  }
+}
+
+// Per-layer checkpointing holds one layer's saved tensors at a time during the backward: the
+// largest recomputed segment of layers 1–2 is one layer's figure without its checkpointed input.
+TEST(ActivationMemory, PerLayerCheckpointingRecomputesOneLayerAtATime) {
+  for (const TransformerCase& c : kCases) {
+    if (c.seq_len * c.hidden > 1024 * 1024) continue;
+    const Graph graph = build_model(transformer_config(c));
+    const std::string prefix = std::string(c.type) == "gpt" ? "h." : "encoder.layer.";
+    const std::vector<int> two = tasks_of_layers(graph, {prefix + "1", prefix + "2"});
+    const double layer_input = 4.0 * c.seq_len * c.batch * c.hidden;  // fp32
+    EXPECT_EQ(recomputation_of(graph, two, RecomputePolicy::Layers, c.batch, false).recomputed_peak_bytes,
+              korthikanti_bytes_per_layer(c, false) - layer_input)
+        << c.name;
+  }
+}
+
 // GPT-3 175B (configs/gpt3-175b.toml: 96 layers, h 12288, a 96, s 2048, vocabulary 51,200, bf16,
 // AdamW) on 64 devices, uniform planner, t = 1, no ZeRO: what `partrain plan configs/gpt3-175b.toml
 // --planner uniform --world-size 64 --set parallel.tensor_parallel=1 --set parallel.zero=0 --set
@@ -229,6 +332,7 @@ TEST(ActivationMemory, Gpt3UniformSixtyFourStagesMatchesHandDerivation) {
   options.global_batch = 1536;
   options.mixed_precision = true;
   options.max_microbatches = 256;
+  options.recompute = "boundaries";  // what the figure derives (auto would keep everything: it fits)
   const Plan plan = partition::make_plan(graph, *cost, options);
   ASSERT_EQ(plan.stages.size(), 64u);
   ASSERT_EQ(plan.microbatches, 256);
@@ -269,6 +373,33 @@ TensorMap feeds_for(const Graph& graph, std::int64_t batch) {
   }
   for (auto& [id, tensor] : initialize_parameters(graph, 7)) values[id] = tensor;
   return values;
+}
+
+// The small models of the runtime tests: GPT and BERT (unfused attention, dropout 0.1; hidden 32,
+// sequence 16) and a ResNet-18 of width 8 on 16x16 single-channel images.
+ModelConfig small_transformer(const std::string& type, std::int64_t layers) {
+  ModelConfig config;
+  config.type = type;
+  config.layers = layers;
+  config.hidden = 32;
+  config.heads = type == "bert" ? 2 : 4;
+  if (type == "bert") config.intermediate = 64;
+  config.vocab = 64;
+  config.max_position = 16;
+  config.seq_len = 16;
+  config.dropout = 0.1;
+  return config;
+}
+
+ModelConfig small_resnet() {
+  ModelConfig resnet;
+  resnet.type = "resnet";
+  resnet.depth = 18;
+  resnet.base_width = 8;
+  resnet.classes = 4;
+  resnet.image_size = 16;
+  resnet.channels = 1;
+  return resnet;
 }
 
 void expect_same_gradients_after_release(const ModelConfig& config, std::int64_t batch) {
@@ -320,41 +451,113 @@ void expect_same_gradients_after_release(const ModelConfig& config, std::int64_t
 }
 
 TEST(ActivationMemory, FreeingUnsavedValuesKeepsGradientsBitIdentical) {
-  ModelConfig gpt;
-  gpt.type = "gpt";
-  gpt.layers = 2;
-  gpt.hidden = 32;
-  gpt.heads = 4;
-  gpt.vocab = 64;
-  gpt.max_position = 16;
-  gpt.seq_len = 16;
-  gpt.dropout = 0.1;
-  expect_same_gradients_after_release(gpt, 2);
+  for (const std::string type : {"gpt", "bert"}) {
+    ModelConfig config = small_transformer(type, 2);
+    expect_same_gradients_after_release(config, 2);
+    config.fused_attention = true;
+    expect_same_gradients_after_release(config, 2);
+  }
+  expect_same_gradients_after_release(small_resnet(), 2);
+}
+
+// Per-layer and selective recomputation through the runtime's stage program: the forward keeps only
+// the checkpoints and the saved tensors outside the segments (exactly the bytes the planner
+// predicts), the backward recomputes segment by segment, and the gradients are bit-identical to a
+// backward over a full forward.
+void expect_recomputation_keeps_gradients(const ModelConfig& config, RecomputePolicy policy, int layers,
+                                          std::int64_t batch) {
+  const Graph graph = build_model(config);
+  Plan plan;
+  plan.global_batch = batch;
+  PlanStage stage;
+  for (const Task& task : graph.tasks()) stage.tasks.push_back(task.id);
+  stage.recompute = policy;
+  stage.recompute_layers = layers;
+  plan.stages.push_back(stage);
+  const runtime::StageProgram program = runtime::build_stage_programs(graph, plan).at(0);
+  const std::string name = config.type + " " + recompute_name(policy) + "/" + std::to_string(layers);
+  ASSERT_FALSE(program.segments.empty()) << name << ": nothing is recomputed";
+
+  ExecutionOptions options;
+  options.training = true;
+  options.random = RandomContext{1234, 3, 1, 0, 0};
+  const TensorMap feeds = feeds_for(graph, batch);
+  const BackwardProgram& backward = program.backward;
+  auto seeded = [&](const TensorMap& values) {
+    TensorMap grads;
+    for (int v : backward.output_grads) grads[v] = Tensor::full(values.at(v).shape(), 1.0);
+    return grads;
+  };
+  TensorMap full = feeds;
+  run_forward(graph, program.subgraph, full, cpu_backend(), options);
+  TensorMap reference = seeded(full);
+  run_backward(graph, backward, full, reference, cpu_backend(), options);
+
+  std::unordered_set<int> keep(program.saved.begin(), program.saved.end());
+  keep.insert(program.loss);
+  TensorMap values = feeds;
+  ExecutionOptions freeing = options;
+  freeing.keep = &keep;
+  run_forward(graph, program.subgraph, values, cpu_backend(), freeing);
+  release_unsaved(graph, values, keep);
+  std::vector<int> kept;
+  for (const auto& [id, tensor] : values)
+    if (tensor.defined() && is_microbatch_value(graph, id) && id != program.loss) kept.push_back(id);
+  const auto cost = partition::make_analytic_cost_model(graph, partition::DeviceSpec{});
+  const partition::StageRecomputation predicted =
+      partition::stage_recomputation(graph, *cost, plan.stages[0], batch, false, cost->measure(stage.tasks, batch));
+  EXPECT_EQ(partition::activation_bytes_of(graph, kept, batch, false), predicted.checkpoint_bytes) << name;
+  EXPECT_LT(predicted.checkpoint_bytes, cost->measure(stage.tasks, batch).activation_bytes) << name;
+
+  TensorMap grads = seeded(values);
+  run_backward_recomputing(graph, backward, program.segments, values, grads, cpu_backend(), options);
+  for (int p : backward.parameter_grads) {
+    const Tensor& x = reference.at(p);
+    const Tensor& y = grads.at(p);
+    ASSERT_EQ(x.nbytes(), y.nbytes());
+    EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()), 0)
+        << name << ": gradient of " << graph.value(p).name << " differs with recomputation";
+  }
+}
+
+TEST(ActivationMemory, RecomputationKeepsGradientsBitIdentical) {
+  for (const std::string type : {"gpt", "bert"}) {
+    const ModelConfig config = small_transformer(type, 3);
+    expect_recomputation_keeps_gradients(config, RecomputePolicy::Layers, 1, 2);
+    expect_recomputation_keeps_gradients(config, RecomputePolicy::Layers, 2, 2);
+    expect_recomputation_keeps_gradients(config, RecomputePolicy::Selective, 1, 2);
+  }
+  expect_recomputation_keeps_gradients(small_resnet(), RecomputePolicy::Layers, 1, 2);
+}
+
+// The segments: per-layer blocks follow the layer names; selective finds one attention core per
+// layer (QKᵀ to ×V, five tasks with dropout), none in the fused form.
+TEST(ActivationMemory, RecomputedSegmentsOfEachPolicy) {
+  ModelConfig gpt = small_transformer("gpt", 3);
+  const Graph graph = build_model(gpt);
+  const std::vector<int> layers = tasks_of_layers(graph, {"h.0", "h.1", "h.2"});
+  PlanStage stage;
+  stage.tasks = layers;
+  stage.recompute = RecomputePolicy::Layers;
+  EXPECT_EQ(recomputed_segments(graph, stage).size(), 3u);
+  stage.recompute_layers = 2;
+  const std::vector<std::vector<int>> pairs = recomputed_segments(graph, stage);
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_EQ(layer_of(graph.task(pairs[1].front()).name), "h.2");
+  stage.recompute = RecomputePolicy::Selective;
+  const std::vector<std::vector<int>> cores = recomputed_segments(graph, stage);
+  ASSERT_EQ(cores.size(), 3u);
+  for (const std::vector<int>& core : cores) {
+    ASSERT_EQ(core.size(), 5u);
+    EXPECT_EQ(graph.task(core.front()).op, OpType::MatMul);
+    EXPECT_EQ(graph.task(core[2]).op, OpType::Softmax);
+    EXPECT_EQ(graph.task(core.back()).op, OpType::MatMul);
+  }
   gpt.fused_attention = true;
-  expect_same_gradients_after_release(gpt, 2);
-
-  ModelConfig bert;
-  bert.type = "bert";
-  bert.layers = 2;
-  bert.hidden = 32;
-  bert.heads = 2;
-  bert.intermediate = 64;
-  bert.vocab = 64;
-  bert.max_position = 16;
-  bert.seq_len = 16;
-  bert.dropout = 0.1;
-  expect_same_gradients_after_release(bert, 2);
-  bert.fused_attention = true;
-  expect_same_gradients_after_release(bert, 2);
-
-  ModelConfig resnet;
-  resnet.type = "resnet";
-  resnet.depth = 18;
-  resnet.base_width = 8;
-  resnet.classes = 4;
-  resnet.image_size = 16;
-  resnet.channels = 1;
-  expect_same_gradients_after_release(resnet, 2);
+  const Graph fused = build_model(gpt);
+  stage.tasks = tasks_of_layers(fused, {"h.0", "h.1", "h.2"});
+  EXPECT_TRUE(recomputed_segments(fused, stage).empty());
+  EXPECT_THROW(layer_checkpoint_blocks(graph, layers, 0), Error);
 }
 
 // What the backward reads, op by op, as the kernels do (a few ops spelled out as a guard against a

@@ -448,6 +448,84 @@ TEST(PlanBuilder, StageAwareRecomputationKeepsTheLayersTheMemoryAllows) {
   EXPECT_THROW(bad.validate(graph), partrain::Error);
 }
 
+// recompute = "auto" (issue 24): each stage takes the policy that repeats the least forward work and
+// fits — none, then selective (the attention cores), then every layer, then the whole stage — and
+// the plan records it. GPT-tiny with 6 layers over 2 stages (h.0–4 | h.5 and the head), 1F1B with 4
+// microbatches (stage 0 holds 2 in flight, stage 1 one). At every memory level between the fixed
+// policies' figures, each stage's choice is the first of those whose fixed-policy plan fits it, with
+// that plan's memory and backward time.
+TEST(PlanBuilder, AutoRecomputationChoosesPerStageTheCheapestThatFits) {
+  ModelConfig config = tiny_model_config("gpt");
+  config.layers = 6;
+  const Graph graph = build_model(config);
+  PlannerOptions options;
+  options.world_size = 2;
+  options.global_batch = 8;
+  options.microbatches = 4;
+  options.memory_margin = 0;
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  std::size_t cut = 0;
+  while (groups[cut].name != "h.5") ++cut;
+  const std::vector<std::vector<int>> stages = {join_groups(groups, 0, cut), join_groups(groups, cut, groups.size())};
+  DeviceSpec roomy;
+  roomy.memory_bytes = 1e12;
+  const auto figures = [&](const std::string& recompute) {
+    PlannerOptions fixed = options;
+    fixed.recompute = recompute;
+    return plan_from_stages(graph, stages, {1, 1}, *make_analytic_cost_model(graph, roomy), fixed, "test");
+  };
+  const std::vector<std::string> order = {"none", "selective", "layers", "boundaries"};
+  std::vector<Plan> fixed;
+  for (const std::string& name : order) fixed.push_back(figures(name));
+  const Plan &none = fixed[0], &selective = fixed[1], &layers = fixed[2];
+  // Selective repeats the attention cores' forward (a little), layers the stage's (all of it), and
+  // the backward pays it.
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_GT(selective.stages[s].recompute_seconds, 0);
+    EXPECT_LT(selective.stages[s].recompute_seconds, 0.5 * layers.stages[s].recompute_seconds);
+    EXPECT_NEAR(layers.stages[s].backward_seconds - none.stages[s].backward_seconds, layers.stages[s].recompute_seconds, 1e-15);
+    // The last stage's loss block checkpoints the logits, which its "none" keeps too: no less there.
+    EXPECT_LE(layers.stages[s].memory_bytes, none.stages[s].memory_bytes);
+  }
+  EXPECT_LT(layers.stages[0].memory_bytes, selective.stages[0].memory_bytes);
+  EXPECT_LT(selective.stages[0].memory_bytes, none.stages[0].memory_bytes);
+
+  std::vector<double> levels;
+  for (const Plan& plan : fixed)
+    for (const PlanStage& stage : plan.stages) levels.push_back(stage.memory_bytes * (1 + 1e-9));
+  int differing = 0;
+  for (double memory : levels) {
+    DeviceSpec device;
+    device.memory_bytes = memory;
+    Plan chosen;
+    try {
+      chosen = plan_from_stages(graph, stages, {1, 1}, *make_analytic_cost_model(graph, device), options, "test");
+    } catch (const Error&) {
+      continue;  // below what some stage needs under every policy
+    }
+    for (int s = 0; s < 2; ++s) {
+      std::size_t expected = 0;
+      while (expected + 1 < fixed.size() && fixed[expected].stages[s].memory_bytes > memory) ++expected;
+      EXPECT_EQ(recompute_name(chosen.stages[s].recompute), order[expected]) << "stage " << s << " at " << memory;
+      EXPECT_DOUBLE_EQ(chosen.stages[s].memory_bytes, fixed[expected].stages[s].memory_bytes) << s;
+      EXPECT_DOUBLE_EQ(chosen.stages[s].backward_seconds, fixed[expected].stages[s].backward_seconds) << s;
+    }
+    differing += chosen.stages[0].recompute != chosen.stages[1].recompute;
+  }
+  EXPECT_GT(differing, 0) << "no memory level gives the two stages different policies";
+
+  Plan every_two = figures("layers");
+  every_two.stages[0].recompute_layers = 2;
+  const Plan again = Plan::from_json(every_two.to_json(), "round trip");
+  EXPECT_EQ(again.stages[0].recompute, RecomputePolicy::Layers);
+  EXPECT_EQ(again.stages[0].recompute_layers, 2);
+  again.validate(graph);
+  Plan bad = again;
+  bad.stages[0].recompute_layers = 0;
+  EXPECT_THROW(bad.validate(graph), partrain::Error);
+  EXPECT_NE(format_plan_table(again).find("layers/2"), std::string::npos);
+}
+
 // §6.2's rule across stages: stage i keeps α_i = min(1, n_1·α_1 / n_i) of its layers (rounded down),
 // n_i the microbatches it holds beyond the one in its backward, with α_1 as large as the memory
 // allows. GPT with 12 layers on 4 stages of 3 under scp, M = 8; the memory is set to what the

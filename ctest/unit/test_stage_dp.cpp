@@ -301,6 +301,9 @@ RandomCase random_case(unsigned seed, bool with_parameters = true) {
   c.options.max_microbatches = 16;
   c.options.schedule = bit(rng) ? ScheduleKind::GPipe : ScheduleKind::OneForwardOneBackward;
   c.options.memory_margin = 0.0;
+  // The DP's model: recomputation at the stage boundaries (auto would let the final plan's
+  // per-stage choice drop it where memory allows, which the DP does not price).
+  c.options.recompute = "boundaries";
   return c;
 }
 

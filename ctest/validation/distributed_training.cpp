@@ -38,7 +38,7 @@ struct TrainingCase {
   std::vector<int> replicas;           // manual: replicas per stage
   std::string schedule = "1f1b";
   int virtual_stages = 1;              // interleaved: model chunks per pipeline rank (boundaries cut S·v chunks)
-  bool recompute = false;
+  std::string recompute = "none";      // [parallel] recompute of the run (manual plans)
   int tensor_parallel = 1;             // [parallel] tensor_parallel
   int zero = 0;                        // [parallel] zero
   bool sub_pipelined_tmp = false;      // [parallel] sub_pipelined_tmp
@@ -50,7 +50,10 @@ struct TrainingCase {
 };
 
 std::string case_name(const TrainingCase& c) {
-  return c.model + "_" + c.plan + "_" + c.schedule + (c.recompute ? "_recompute" : "");
+  const std::string recompute = c.recompute == "none"         ? ""
+                                : c.recompute == "boundaries" ? "_recompute"
+                                                              : "_recompute_" + c.recompute;
+  return c.model + "_" + c.plan + "_" + c.schedule + recompute;
 }
 
 // Distinguishes the single-rank references of cases that change the model.
@@ -172,7 +175,7 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
   const TrainingCase& c = GetParam();
   const std::string root = PARTRAIN_RUN_DIR;  // emptied by the CTest fixture before each ctest run
   std::vector<std::string> settings = {"parallel.planner=" + c.planner, "parallel.schedule=" + c.schedule,
-                                       "parallel.recompute=" + std::string(c.recompute ? "boundaries" : "none")};
+                                       "parallel.recompute=" + c.recompute};
   if (c.planner == "manual") {
     std::string replicas;
     for (int r : c.replicas) replicas += (replicas.empty() ? "" : ",") + std::to_string(r);
@@ -240,7 +243,7 @@ std::vector<TrainingCase> manual_cases(bool core) {
           c.boundaries = boundaries[layout];
           c.replicas = layouts[layout].replicas;
           c.schedule = schedule;
-          c.recompute = recompute;
+          c.recompute = recompute ? "boundaries" : "none";
           result.push_back(c);
         }
       }
@@ -281,7 +284,7 @@ std::vector<TrainingCase> interleaved_cases() {
       c.replicas = {2, 2};
       c.schedule = "interleaved";
       c.virtual_stages = 2;
-      c.recompute = recompute;
+      c.recompute = recompute ? "boundaries" : "none";
       result.push_back(c);
     }
   return result;
@@ -316,7 +319,7 @@ std::vector<TrainingCase> tensor_parallel_cases(bool core) {
     core_cases.push_back(c);
     c = make("tp2_2stages_subpipelined", 2, {1, 1}, true);                           // (d)
     c.schedule = "gpipe";
-    c.recompute = true;
+    c.recompute = "boundaries";
     c.sub_pipelined_tmp = true;
     core_cases.push_back(c);
     // (e) t = 2 x 2 replicas, sub-pipelined (two gradient hand-overs per parameter), 1 KiB gradient
@@ -332,7 +335,7 @@ std::vector<TrainingCase> tensor_parallel_cases(bool core) {
     core_cases.push_back(c);
     c = make("tp2_2stages", 2, {1, 1}, true);
     c.schedule = "gpipe";
-    c.recompute = true;
+    c.recompute = "boundaries";
     other_cases.push_back(c);
     other_cases.push_back(make("tp2_2replicas", 2, {2}, false));
     c = make("2x2_zero1", 1, {2, 2}, true);
@@ -346,7 +349,8 @@ std::vector<TrainingCase> tensor_parallel_cases(bool core) {
 // Sequence parallelism (Korthikanti et al. 2022 §4.2.2) on top of tensor parallelism: t = 2 with 1
 // stage (x 2 replicas) and with 2 stages, t = 4 with 1 stage and with 2 stages (8 ranks; BERT-tiny
 // with 4 heads), and t = 2 x 2 replicas with ZeRO-1, sub-pipelined TMP and 1 KiB buckets (the summed
-// sequence-parallel gradients are then ZeRO pieces). The tiny models' sequence (32) divides by t.
+// sequence-parallel gradients are then ZeRO pieces), and t = 2 x 2 stages under each recompute policy.
+// The tiny models' sequence (32) divides by t.
 std::vector<TrainingCase> sequence_parallel_cases() {
   std::vector<TrainingCase> result;
   for (const std::string model : {"bert", "gpt"}) {
@@ -373,7 +377,74 @@ std::vector<TrainingCase> sequence_parallel_cases() {
     c.sub_pipelined_tmp = true;
     c.planner_settings = {"parallel.bucket_mb=0.001"};
     result.push_back(c);
+    // With each recompute policy: the recomputed forward runs the all-gathers and reduce-scatters
+    // again, the kept checkpoints are the rank's part of the sequence.
+    for (const std::string recompute : {"boundaries", "selective", "layers"}) {
+      c = make("sp_tp2_2stages", 2, {1, 1}, true);
+      c.recompute = recompute;
+      result.push_back(c);
+    }
   }
+  return result;
+}
+
+// Per-layer checkpointing and selective recomputation (issue 24) on 4 ranks against one, for BERT and
+// GPT (unfused attention with dropout: selective recomputes QKᵀ, softmax, dropout and ×V): every
+// transformer layer checkpointed over 4 stages (1f1b) and every 2 layers over 2x2; selective over
+// 2x2 (gpipe), interleaved (2x2, v = 2) and 4 stages under Merak's scp; with tensor parallelism
+// (t = 2, 2 stages) per layer under Merak's sub-pipelined TMP (the overlapped backward recomputes
+// both halves) and selective; per layer with t = 2 x 2 replicas and ZeRO-1; and ResNet per layer
+// (BatchNorm's running statistics must not change twice).
+std::vector<TrainingCase> recomputation_cases() {
+  std::vector<TrainingCase> result;
+  for (const std::string model : {"bert", "gpt"}) {
+    const bool bert = model == "bert";
+    const std::vector<std::string> four_stages =
+        bert ? std::vector<std::string>{"encoder.layer.0", "encoder.layer.1", "pooler"} : std::vector<std::string>{"h.0", "h.1", "ln_f"};
+    const std::string second_stage = bert ? "encoder.layer.1" : "h.1";
+    auto make = [&](const std::string& plan, const std::string& recompute, std::vector<int> replicas,
+                    std::vector<std::string> boundaries) {
+      TrainingCase c;
+      c.model = model;
+      c.plan = plan;
+      c.recompute = recompute;
+      c.replicas = std::move(replicas);
+      c.boundaries = std::move(boundaries);
+      return c;
+    };
+    result.push_back(make("4stages", "layers", {1, 1, 1, 1}, four_stages));
+    TrainingCase c = make("2x2_every_2_layers", "layers", {2, 2}, {second_stage});
+    c.planner_settings = {"parallel.recompute_layers=2"};
+    result.push_back(c);
+    c = make("2x2", "selective", {2, 2}, {second_stage});
+    c.schedule = "gpipe";
+    result.push_back(c);
+    c = make("2x2_v2", "selective", {2, 2}, four_stages);
+    c.schedule = "interleaved";
+    c.virtual_stages = 2;
+    result.push_back(c);
+    c = make("tp2_2stages_subpipelined", "layers", {1, 1}, {second_stage});
+    c.tensor_parallel = 2;
+    c.sub_pipelined_tmp = true;
+    result.push_back(c);
+    c = make("tp2_2stages", "selective", {1, 1}, {second_stage});
+    c.tensor_parallel = 2;
+    result.push_back(c);
+    c = make("4stages", "selective", {1, 1, 1, 1}, four_stages);
+    c.schedule = "scp";
+    result.push_back(c);
+    c = make("tp2_2replicas_zero1", "layers", {2}, {});
+    c.tensor_parallel = 2;
+    c.zero = 1;
+    result.push_back(c);
+  }
+  TrainingCase resnet;
+  resnet.model = "resnet";
+  resnet.plan = "2x2";
+  resnet.recompute = "layers";
+  resnet.replicas = {2, 2};
+  resnet.boundaries = {"layer3.0"};
+  result.push_back(resnet);
   return result;
 }
 
@@ -386,7 +457,7 @@ std::vector<TrainingCase> planner_cases() {
       c.model = model;
       c.plan = planner;
       c.planner = planner;
-      c.recompute = true;
+      c.recompute = "boundaries";
       // BatchNorm needs groups of at least 4 of the 16 samples (see global_batch): one microbatch,
       // so that a plan's pieces are its replicas (at most 4). The CI machine's profiles once led the
       // rannc planner to 2-sample pieces, and the run diverged from step 3 on.
@@ -401,7 +472,7 @@ std::vector<TrainingCase> planner_cases() {
     c.plan = "merak";
     c.planner = "merak";
     c.schedule = "scp";
-    c.recompute = true;
+    c.recompute = "boundaries";
     c.planner_settings = {"parallel.stages=2"};
     return c;
   };
@@ -568,19 +639,21 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
       PlanStage stage;
       stage.tasks = stages[s];
       stage.replicas = replicas[s];
-      // None, whole, or (stage-aware) the tasks below a random one of the stage recomputed.
-      const int recompute = uniform(0, stage.tasks.size() > 1 ? 2 : 1);
-      stage.recompute = std::array{RecomputePolicy::None, RecomputePolicy::StageBoundaries, RecomputePolicy::StageAware}[recompute];
+      // None, whole, (stage-aware) the tasks below a random one of the stage recomputed, per-layer
+      // checkpoints every 1–2 layers, or selective.
+      const int recompute = stage.tasks.size() > 1 ? uniform(0, 4) : std::array{0, 1, 3, 4}[uniform(0, 3)];
+      stage.recompute = std::array{RecomputePolicy::None, RecomputePolicy::StageBoundaries, RecomputePolicy::StageAware,
+                                   RecomputePolicy::Layers, RecomputePolicy::Selective}[recompute];
       if (stage.recompute == RecomputePolicy::StageAware)
         stage.recompute_until_task = stage.tasks[uniform(1, static_cast<int>(stage.tasks.size()) - 1)];
+      if (stage.recompute == RecomputePolicy::Layers) stage.recompute_layers = uniform(1, 2);
       stage.summary = summarize_tasks(graph, stage.tasks);
       description << (s ? "; " : "") << "tasks " << cuts[s] << "-" << cuts[s + 1] - 1 << " ("
                   << graph.task(ordered[cuts[s]]).name << " .. " << graph.task(ordered[cuts[s + 1] - 1]).name
                   << ") x" << stage.replicas
-                  << (stage.recompute == RecomputePolicy::None           ? ""
-                      : stage.recompute == RecomputePolicy::StageBoundaries ? " recompute"
-                                                                            : " recompute below task " +
-                                                                                  std::to_string(stage.recompute_until_task));
+                  << (stage.recompute == RecomputePolicy::None ? "" : std::string(" recompute ") + recompute_name(stage.recompute))
+                  << (stage.recompute == RecomputePolicy::StageAware ? " below task " + std::to_string(stage.recompute_until_task) : "")
+                  << (stage.recompute == RecomputePolicy::Layers ? " every " + std::to_string(stage.recompute_layers) : "");
       plan.stages.push_back(std::move(stage));
     }
     description << "], " << plan.microbatches << " microbatches, " << schedule_name(plan.schedule);
@@ -639,6 +712,8 @@ INSTANTIATE_TEST_SUITE_P(Core, DistributedTraining, ::testing::ValuesIn(manual_c
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Interleaved, DistributedTraining, ::testing::ValuesIn(interleaved_cases()),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Recomputation, DistributedTraining, ::testing::ValuesIn(recomputation_cases()),
+                         [](const auto& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Planners, DistributedTraining, ::testing::ValuesIn(planner_cases()),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(TensorParallel, DistributedTraining, ::testing::ValuesIn(tensor_parallel_cases(true)),

@@ -34,6 +34,7 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.schedule = parse_schedule(parallel.schedule);
   options.virtual_stages = static_cast<int>(parallel.virtual_stages);
   options.recompute = parallel.recompute;
+  options.recompute_layers = static_cast<int>(parallel.recompute_layers);
   options.memory_margin = parallel.memory_margin;
   options.optimizer = config.train.optimizer;
   options.optimizer_state_copies = state_copies_of_optimizer(config.train.optimizer);
@@ -130,15 +131,14 @@ std::string format_device_throughput(const Plan& plan, const Graph& model, const
   const double samples = plan.predicted_samples_per_second();
   if (!(samples > 0) || plan.world_size <= 0) return "";
   const double model_flops = training_flops_per_sample(model) * samples / plan.world_size;
-  // Recomputation repeats the forward pass of the stages that recompute: their share of the
-  // (per-rank) forward FLOPs of the planned graph.
+  // Recomputation repeats the forward of the tasks each stage's policy recomputes: their share of
+  // the (per-rank) forward FLOPs of the planned graph.
   double all = 0, recomputed = 0;
   for (const PlanStage& stage : plan.stages) {
-    double forward = 0;
     for (int task : stage.tasks)
-      if (!planned.task(task).constant) forward += planned.task(task).cost.forward_flops;
-    all += forward;
-    if (stage.recompute != RecomputePolicy::None) recomputed += forward;
+      if (!planned.task(task).constant) all += planned.task(task).cost.forward_flops;
+    for (int task : recomputed_tasks(planned, stage))
+      if (!planned.task(task).constant) recomputed += planned.task(task).cost.forward_flops;
   }
   const double hardware_flops = model_flops * (1.0 + (all > 0 ? recomputed / all : 0.0) / 3.0);
   char text[256];

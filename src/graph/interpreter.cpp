@@ -190,8 +190,8 @@ class OverlappingGroup final : public TensorParallelGroup {
 // all-reduce pending, then the other runs while it is in flight; `step(h, i)` runs step i of h,
 // `after(h, i)` runs once the all-reduces step i started have completed.
 template <typename Step, typename After>
-void alternate(std::size_t steps, std::array<OverlappingGroup, 2>& groups, Step step, After after) {
-  std::array<std::size_t, 2> next{0, 0};
+void alternate(std::size_t begin, std::size_t steps, std::array<OverlappingGroup, 2>& groups, Step step, After after) {
+  std::array<std::size_t, 2> next{begin, begin};
   std::array<bool, 2> waiting{false, false};
   while (next[0] < steps || next[1] < steps || waiting[0] || waiting[1]) {
     for (int h = 0; h < 2; ++h) {
@@ -261,12 +261,65 @@ void run_forward_overlapped(const Graph& graph, const Subgraph& subgraph, std::a
   std::array<ExecutionOptions, 2> own = options;
   for (int h = 0; h < 2; ++h) own[h].tensor_parallel = &groups[h];
   alternate(
-      subgraph.tasks.size(), groups,
+      0, subgraph.tasks.size(), groups,
       [&](int h, std::size_t i) { forward_task(graph, graph.task(subgraph.tasks[i]), *values[h], backend, own[h]); },
       [](int, std::size_t) {});
 }
 
-void run_backward_overlapped(const Graph& graph, const BackwardProgram& program, std::array<const TensorMap*, 2> values,
+namespace {
+// The values a recomputed segment produced, made shape-only: its backward has run, and no earlier
+// task's backward reads what a later task produced.
+void release_segment(const Graph& graph, const RecomputedSegment& segment, TensorMap& values) {
+  for (int task : segment.forward.tasks)
+    for (int output : graph.task(task).outputs)
+      if (auto found = values.find(output); found != values.end() && found->second.defined())
+        found->second = found->second.shape_only();
+}
+
+// Calls run_range(begin, end) over the program's steps in order, in ranges that start and end at
+// segment boundaries, with recompute(segment) before and release(segment) after each segment's own.
+template <typename RunRange, typename Recompute, typename Release>
+void over_segments(std::size_t steps, std::span<const RecomputedSegment> segments, RunRange run_range,
+                   Recompute recompute, Release release) {
+  std::size_t next = 0;
+  for (const RecomputedSegment& segment : segments) {
+    PARTRAIN_CHECK(segment.first_step >= next && segment.first_step <= segment.end_step && segment.end_step <= steps,
+                   "backward with recomputation: segment steps [" << segment.first_step << ", " << segment.end_step
+                                                                   << ") out of order (program of " << steps << ")");
+    run_range(next, segment.first_step);
+    recompute(segment);
+    run_range(segment.first_step, segment.end_step);
+    release(segment);
+    next = segment.end_step;
+  }
+  run_range(next, steps);
+}
+}  // namespace
+
+void run_backward_recomputing(const Graph& graph, const BackwardProgram& program,
+                              std::span<const RecomputedSegment> segments, TensorMap& values, TensorMap& grads,
+                              Backend& backend, const ExecutionOptions& options) {
+  BackwardPass pass(graph, program, values, grads, backend, options);
+  ExecutionOptions forward_options = options;
+  forward_options.on_parameter_gradient = nullptr;
+  over_segments(
+      pass.size(), segments,
+      [&](std::size_t begin, std::size_t end) {
+        for (std::size_t i = begin; i < end; ++i) {
+          pass.run(i);
+          pass.finish(i);
+        }
+      },
+      [&](const RecomputedSegment& segment) {
+        forward_options.keep = &segment.keep;
+        run_forward(graph, segment.forward, values, backend, forward_options);
+      },
+      [&](const RecomputedSegment& segment) { release_segment(graph, segment, values); });
+  pass.done();
+}
+
+void run_backward_overlapped(const Graph& graph, const BackwardProgram& program,
+                             std::span<const RecomputedSegment> segments, std::array<TensorMap*, 2> values,
                              std::array<TensorMap*, 2> grads, Backend& backend,
                              const std::array<ExecutionOptions, 2>& options) {
   std::array<OverlappingGroup, 2> groups = overlapping_groups(options);
@@ -275,9 +328,22 @@ void run_backward_overlapped(const Graph& graph, const BackwardProgram& program,
   BackwardPass first(graph, program, *values[0], *grads[0], backend, own[0]);
   BackwardPass second(graph, program, *values[1], *grads[1], backend, own[1]);
   std::array<BackwardPass*, 2> passes{&first, &second};
-  alternate(
-      program.steps.size(), groups, [&](int h, std::size_t i) { passes[h]->run(i); },
-      [&](int h, std::size_t i) { passes[h]->finish(i); });
+  std::array<ExecutionOptions, 2> forward_options = options;
+  for (ExecutionOptions& option : forward_options) option.on_parameter_gradient = nullptr;
+  over_segments(
+      program.steps.size(), segments,
+      [&](std::size_t begin, std::size_t end) {
+        alternate(
+            begin, end, groups, [&](int h, std::size_t i) { passes[h]->run(i); },
+            [&](int h, std::size_t i) { passes[h]->finish(i); });
+      },
+      [&](const RecomputedSegment& segment) {
+        run_forward_overlapped(graph, segment.forward, values, backend, forward_options);
+        for (TensorMap* half : values) release_unsaved(graph, *half, segment.keep);
+      },
+      [&](const RecomputedSegment& segment) {
+        for (TensorMap* half : values) release_segment(graph, segment, *half);
+      });
   first.done();
   second.done();
 }

@@ -3,11 +3,13 @@
 // the innermost layer of a stage's execution; schedules, communication and optimizers sit above it.
 #include <array>
 #include <functional>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/backend.h"
 #include "graph/autodiff.h"
+#include "graph/subgraph.h"
 
 namespace partrain {
 
@@ -46,6 +48,27 @@ void run_forward(const Graph& graph, const Subgraph& subgraph, TensorMap& values
 void run_backward(const Graph& graph, const BackwardProgram& program, const TensorMap& values, TensorMap& grads,
                   Backend& backend, const ExecutionOptions& options = {});
 
+/// A run of consecutive steps of a backward program whose forward values were dropped after the
+/// forward (per-layer or selective activation recomputation, graph/activation_checkpointing.h):
+/// right before step `first_step` its forward runs again from the values it reads (its checkpoints,
+/// which the caller kept), keeping `keep`; after step `end_step − 1` the values it produced are
+/// released (shape-only stand-ins) before the next segment is recomputed.
+struct RecomputedSegment {
+  Subgraph forward;                  // the segment's tasks, in order
+  std::unordered_set<int> keep;      // what its recomputed forward keeps: the saved tensors its steps
+                                     // read and everything the rest of the backward still needs
+  std::size_t first_step = 0;        // steps [first_step, end_step) of the backward program
+  std::size_t end_step = 0;
+};
+
+/// run_backward with activation recomputation: `segments` (ascending first_step, not overlapping)
+/// are recomputed into `values` one at a time with `options` (training, the same random context as
+/// the original forward, so dropout masks repeat) and released after their steps. Gradients are
+/// bit-identical to run_backward on the values of a full forward.
+void run_backward_recomputing(const Graph& graph, const BackwardProgram& program,
+                              std::span<const RecomputedSegment> segments, TensorMap& values, TensorMap& grads,
+                              Backend& backend, const ExecutionOptions& options);
+
 /// Merak's sub-pipelined TMP (Lai et al., Merak §6.3): the forward passes of two sub-microbatches (the
 /// two halves of a microbatch: `values[h]` and `options[h]`, whose random contexts name each half's
 /// first sample) run alternately, switching whenever one starts a deferrable all-reduce of the
@@ -56,8 +79,11 @@ void run_forward_overlapped(const Graph& graph, const Subgraph& subgraph, std::a
 
 /// The backward passes of two sub-microbatches alternately (run_backward each; the all-reduces of
 /// Megatron's f overlap the other's computation). Parameter gradients of both are added to the
-/// tensors each `grads` map holds (give both maps the same accumulators).
-void run_backward_overlapped(const Graph& graph, const BackwardProgram& program, std::array<const TensorMap*, 2> values,
+/// tensors each `grads` map holds (give both maps the same accumulators). With recomputed
+/// `segments` (run_backward_recomputing; may be empty) each segment's forward is recomputed for
+/// both sub-microbatches (run_forward_overlapped) before its steps.
+void run_backward_overlapped(const Graph& graph, const BackwardProgram& program,
+                             std::span<const RecomputedSegment> segments, std::array<TensorMap*, 2> values,
                              std::array<TensorMap*, 2> grads, Backend& backend,
                              const std::array<ExecutionOptions, 2>& options);
 

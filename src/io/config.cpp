@@ -421,7 +421,8 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("devices_per_node", config.devices_per_node);
   reader.read_choice("schedule", config.schedule, {"gpipe", "1f1b", "scp", "interleaved"});
   reader.read_integer_or_auto("virtual_stages", config.virtual_stages, 0);
-  reader.read_choice("recompute", config.recompute, {"auto", "none", "boundaries", "stage_aware"});
+  reader.read_choice("recompute", config.recompute, {"auto", "none", "boundaries", "stage_aware", "layers", "selective"});
+  reader.read("recompute_layers", config.recompute_layers);
   reader.read("blocks", config.blocks);
   reader.read("max_microbatches", config.max_microbatches);
   reader.read("max_ideals", config.max_ideals);
@@ -446,6 +447,8 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   if (config.memory_margin < 0 || config.memory_margin >= 1) reader.fail("memory_margin", "must be in [0, 1)");
   if (config.devices_per_node <= 0) reader.fail("devices_per_node", "must be positive");
   if (config.blocks <= 0) reader.fail("blocks", "must be positive");
+  if (config.recompute_layers <= 0)
+    reader.fail("recompute_layers", "must be at least 1 (transformer layers per checkpointed block)");
   if (config.max_microbatches <= 0) reader.fail("max_microbatches", "must be positive");
   if (config.max_ideals <= 0) reader.fail("max_ideals", "must be positive");
   if (config.ip_time_limit <= 0) reader.fail("ip_time_limit", "must be positive (seconds)");

@@ -160,7 +160,10 @@ struct ParallelConfig {
   std::string schedule = "1f1b";         // gpipe, 1f1b, scp or interleaved
   std::int64_t virtual_stages = 1;       // interleaved: model chunks per pipeline rank (Megatron's v; 1: 1f1b);
                                          // 0 ("auto"): the uniform planner chooses v by predicted step time
-  std::string recompute = "auto";        // auto (boundaries when S > 1), none, boundaries, stage_aware
+  std::string recompute = "auto";        // auto (the planner chooses per stage), none, boundaries, stage_aware,
+                                         // layers, selective
+  std::int64_t recompute_layers = 1;     // layers: transformer layers per checkpointed block (Megatron's
+                                         // --recompute-num-layers)
   std::int64_t blocks = 32;              // RaNNC block count k
   std::int64_t max_microbatches = 64;    // RaNNC Algorithm 2 doubles the microbatch count up to this
   std::int64_t max_ideals = 200000;      // ideals planner: cap on enumerated ideals

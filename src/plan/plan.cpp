@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "graph/activation_checkpointing.h"
 #include "graph/layer_names.h"
 #include "graph/subgraph.h"
 #include "graph/tensor_parallel.h"
@@ -59,6 +60,8 @@ const char* recompute_name(RecomputePolicy policy) {
     case RecomputePolicy::None: return "none";
     case RecomputePolicy::StageBoundaries: return "boundaries";
     case RecomputePolicy::StageAware: return "stage_aware";
+    case RecomputePolicy::Layers: return "layers";
+    case RecomputePolicy::Selective: return "selective";
   }
   return "?";
 }
@@ -67,7 +70,38 @@ RecomputePolicy parse_recompute(const std::string& name) {
   if (name == "none") return RecomputePolicy::None;
   if (name == "boundaries") return RecomputePolicy::StageBoundaries;
   if (name == "stage_aware") return RecomputePolicy::StageAware;
-  PARTRAIN_FAIL("unknown recompute policy '" << name << "' (expected none, boundaries or stage_aware)");
+  if (name == "layers") return RecomputePolicy::Layers;
+  if (name == "selective") return RecomputePolicy::Selective;
+  PARTRAIN_FAIL("unknown recompute policy '" << name
+                                             << "' (expected none, boundaries, stage_aware, layers or selective)");
+}
+
+std::vector<std::vector<int>> recomputed_segments(const Graph& graph, const PlanStage& stage) {
+  if (stage.recompute == RecomputePolicy::Layers) return layer_checkpoint_blocks(graph, stage.tasks, stage.recompute_layers);
+  if (stage.recompute == RecomputePolicy::Selective) return attention_core_segments(graph, stage.tasks);
+  return {};
+}
+
+std::vector<int> recomputed_tasks(const Graph& graph, const PlanStage& stage) {
+  std::vector<int> tasks;
+  switch (stage.recompute) {
+    case RecomputePolicy::None: break;
+    case RecomputePolicy::StageBoundaries: tasks = stage.tasks; break;
+    case RecomputePolicy::StageAware:
+      for (int task : stage.tasks)
+        if (task < stage.recompute_until_task) tasks.push_back(task);
+      break;
+    case RecomputePolicy::Layers:
+    case RecomputePolicy::Selective:
+      for (const std::vector<int>& segment : recomputed_segments(graph, stage)) tasks.insert(tasks.end(), segment.begin(), segment.end());
+      std::sort(tasks.begin(), tasks.end());
+      break;
+  }
+  return tasks;
+}
+
+bool recomputes_before_backward(RecomputePolicy policy) {
+  return policy == RecomputePolicy::StageBoundaries || policy == RecomputePolicy::StageAware;
 }
 
 // ---------------- derived quantities ----------------
@@ -217,6 +251,8 @@ void Plan::validate(const Graph& graph) const {
                    "plan (" << planner << "): stage " << s << " recomputes the tasks below " << stage.recompute_until_task
                             << " under policy " << recompute_name(stage.recompute) << " (stage_aware needs an id in ("
                             << stage.tasks.front() << ", " << stage.tasks.back() << "], the others none)");
+    PARTRAIN_CHECK(stage.recompute_layers >= 1, "plan (" << planner << "): stage " << s << " checkpoints every "
+                                                         << stage.recompute_layers << " layers (recompute_layers must be ≥ 1)");
     std::vector<int> non_constant;
     for (int task : stage.tasks) {
       PARTRAIN_CHECK(task >= 0 && task < task_count, "plan (" << planner << "): stage " << s << " names task "
@@ -324,6 +360,8 @@ nlohmann::json Plan::to_json() const {
                           {"optimizer_seconds", stage.optimizer_seconds},
                           {"tasks", stage.tasks}});
     if (stage.recompute == RecomputePolicy::StageAware) stage_list.back()["recompute_until_task"] = stage.recompute_until_task;
+    if (stage.recompute == RecomputePolicy::Layers) stage_list.back()["recompute_layers"] = stage.recompute_layers;
+    if (stage.recompute_seconds > 0) stage_list.back()["recompute_seconds"] = stage.recompute_seconds;
   }
   return {{"format", "partrain-plan"},
           {"version", 2},
@@ -385,6 +423,8 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
       stage.replicas = entry.at("replicas").get<int>();
       stage.recompute = parse_recompute(entry.value("recompute", std::string("none")));
       stage.recompute_until_task = entry.value("recompute_until_task", -1);
+      stage.recompute_layers = entry.value("recompute_layers", 1);
+      stage.recompute_seconds = entry.value("recompute_seconds", 0.0);
       stage.forward_seconds = entry.value("forward_seconds", 0.0);
       stage.backward_seconds = entry.value("backward_seconds", 0.0);
       stage.memory_bytes = entry.value("memory_bytes", 0.0);
@@ -469,16 +509,19 @@ std::string format_plan_table(const Plan& plan) {
   out << " on " << plan.world_size << " devices, " << plan.microbatches << " microbatches of "
       << plan.microbatch_size() << " samples, schedule " << schedule_name(plan.schedule) << "\n";
   if (!plan.cost_model.empty()) out << "costs: " << plan.cost_model << "\n";
-  std::snprintf(line, sizeof line, "%-5s %-6s %-8s %-10s %10s %10s %10s %-9s %s\n", "stage", "tasks", "replicas",
+  std::snprintf(line, sizeof line, "%-5s %-6s %-8s %-10s %10s %10s %10s %-11s %s\n", "stage", "tasks", "replicas",
                 "mb/replica", "fwd_ms", "bwd_ms", "mem_GiB", "recompute", "layers");
   out << line;
   for (int s = 0; s < static_cast<int>(plan.stages.size()); ++s) {
     const PlanStage& stage = plan.stages[s];
     auto [begin, end] = plan.replica_samples(s, 0);
-    std::snprintf(line, sizeof line, "%-5d %-6zu %-8d %-10lld %10.3f %10.3f %10.3f %-9s %s%s\n", s,
+    std::string recompute = recompute_name(stage.recompute);  // "layers/2": checkpoints every 2 layers
+    if (stage.recompute == RecomputePolicy::Layers && stage.recompute_layers > 1)
+      recompute += "/" + std::to_string(stage.recompute_layers);
+    std::snprintf(line, sizeof line, "%-5d %-6zu %-8d %-10lld %10.3f %10.3f %10.3f %-11s %s%s\n", s,
                   stage.tasks.size(), stage.replicas, static_cast<long long>(end - begin),
                   stage.forward_seconds * 1e3, stage.backward_seconds * 1e3, stage.memory_bytes / (1ull << 30),
-                  recompute_name(stage.recompute), stage.summary.c_str(),
+                  recompute.c_str(), stage.summary.c_str(),
                   s == bottleneck && plan.stages.size() > 1 ? "  <- bottleneck" : "");
     out << line;
   }

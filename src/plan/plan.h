@@ -18,9 +18,22 @@ namespace partrain {
 /// Pipeline schedules: GPipe (fill-drain), 1F1B (PipeDream-flush), Merak's shifted critical path,
 /// Megatron's interleaved 1F1B (Narayanan et al. SC'21 §2.2: v model chunks per rank).
 enum class ScheduleKind { GPipe, OneForwardOneBackward, ShiftedCriticalPath, Interleaved };
-/// Activation recomputation of a stage: none, all stage boundaries (RaNNC's default when S > 1:
-/// only the stage's inputs are kept per microbatch), or Merak's stage-aware policy.
-enum class RecomputePolicy { None, StageBoundaries, StageAware };
+/// Activation recomputation of a stage (docs/parallelism.md §Activation recomputation): none; the
+/// whole stage from its inputs (RaNNC's stage boundaries: only the inputs are kept per microbatch);
+/// Merak's stage-aware policy (a prefix of the stage recomputed); per-layer checkpointing (Chen et
+/// al. 2016, Megatron-LM's --recompute-method uniform: the input of every n-th layer kept, one block
+/// of n layers recomputed at a time inside the backward); or selective recomputation (Korthikanti
+/// et al. 2022 §5: only the attention cores, QKᵀ to ×V, recomputed inside the backward).
+enum class RecomputePolicy { None, StageBoundaries, StageAware, Layers, Selective };
+
+struct PlanStage;
+/// The segments `stage` recomputes inside its backward (graph/activation_checkpointing.h): its
+/// blocks of recompute_layers layers under Layers, its attention cores under Selective, none under
+/// the other policies (which recompute before the backward or not at all). `stage.tasks` index `graph`.
+std::vector<std::vector<int>> recomputed_segments(const Graph& graph, const PlanStage& stage);
+/// Every task of `stage` whose forward its recompute policy repeats once per microbatch, ascending:
+/// all under boundaries, the prefix under stage_aware, the segments' under layers and selective.
+std::vector<int> recomputed_tasks(const Graph& graph, const PlanStage& stage);
 
 /// Numeric precision a plan is made for: fp32, or bf16 mixed precision (bf16 working parameters and
 /// activations; fp32 master weights, gradients and optimizer state).
@@ -33,8 +46,13 @@ Precision parse_precision(const std::string& name);      // throws partrain::Err
 int state_copies_of_optimizer(const std::string& optimizer);
 const char* schedule_name(ScheduleKind kind);            // "gpipe", "1f1b", "scp", "interleaved"
 ScheduleKind parse_schedule(const std::string& name);    // throws partrain::Error on an unknown name
-const char* recompute_name(RecomputePolicy policy);      // "none", "boundaries", "stage_aware"
+/// "none", "boundaries", "stage_aware", "layers", "selective".
+const char* recompute_name(RecomputePolicy policy);
+/// Inverse of recompute_name; throws partrain::Error naming the valid names for another.
 RecomputePolicy parse_recompute(const std::string& name);
+/// Whether the stage's forward is repeated as a whole before its backward (a Recompute action of the
+/// schedule: boundaries, stage_aware). Per-layer and selective recomputation run inside the backward.
+bool recomputes_before_backward(RecomputePolicy policy);
 
 /// One entry of Plan::stages: a pipeline stage, or under the interleaved schedule one model chunk
 /// (a "virtual stage").
@@ -49,8 +67,11 @@ struct PlanStage {
   /// (ids ascend in topological order, so these tasks are a convex prefix of the stage). −1 with
   /// the other policies.
   int recompute_until_task = -1;
+  /// Layers: transformer layers per checkpointed block (Megatron's --recompute-num-layers), ≥ 1.
+  int recompute_layers = 1;
   double forward_seconds = 0;   // predicted: one microbatch on one replica
   double backward_seconds = 0;  // predicted: one microbatch on one replica (incl. recomputation)
+  double recompute_seconds = 0; // predicted: the part of backward_seconds that repeats forward work
   double memory_bytes = 0;      // predicted peak bytes per device
   double allreduce_seconds = 0; // predicted: the stage's gradient all-reduce over its data-parallel group
   double optimizer_seconds = 0; // predicted: the optimizer step over the stage's parameters

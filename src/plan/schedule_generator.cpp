@@ -111,7 +111,7 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
   const ScheduleKind kind = plan.schedule;
   const bool scp = kind == ScheduleKind::ShiftedCriticalPath;
   const bool recompute =
-      plan.stages[s].recompute != RecomputePolicy::None && !(scp && s == S - 1);
+      recomputes_before_backward(plan.stages[s].recompute) && !(scp && s == S - 1);
 
   std::vector<Action> list;
   auto emit_forward = [&](int mb) {
@@ -166,7 +166,7 @@ std::vector<Action> generate_interleaved_rank(const Plan& plan, int rank) {
     const int chunk = k * S + s;
     previous[k] = links_to(plan, place, chunk - 1, begin, end);  // chunk k·S on stage 0 ← stage S-1's chunk
     next[k] = links_to(plan, place, chunk + 1, begin, end);
-    recompute[k] = plan.stages[chunk].recompute != RecomputePolicy::None;
+    recompute[k] = recomputes_before_backward(plan.stages[chunk].recompute);
   }
 
   std::vector<Action> list;

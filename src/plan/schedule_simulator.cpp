@@ -35,7 +35,8 @@ TimelineCosts TimelineCosts::from_plan(const Plan& plan) {
   for (const PlanStage& stage : plan.stages) {
     all_reduce.push_back(stage.allreduce_seconds);
     costs.stage_step_seconds.push_back(stage.optimizer_seconds);
-    const bool recomputes = stage.recompute != RecomputePolicy::None;
+    // Per-layer and selective recomputation happen inside the backward, which is charged whole.
+    const bool recomputes = recomputes_before_backward(stage.recompute);
     costs.forward_seconds.push_back(stage.forward_seconds);
     costs.recompute_seconds.push_back(recomputes ? stage.forward_seconds : 0.0);
     costs.backward_seconds.push_back(

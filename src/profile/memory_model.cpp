@@ -23,7 +23,9 @@ double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy) {
   // Working memory beyond the stored activations of one microbatch (temporaries of forward/backward).
   const double transient = std::max(0.0, m.peak_bytes - m.activation_bytes);
   double stored;
-  if (policy.recompute) {
+  if (policy.segmented) {
+    stored = in_flight * policy.checkpoint_bytes + policy.recomputed_peak_bytes;
+  } else if (policy.recompute) {
     // Each microbatch in flight keeps what its recomputation starts from (its received inputs) and,
     // when only part of the stage is recomputed (Merak §6.2), the saved tensors of the kept part; one
     // at a time holds all its saved tensors again. (A bound: the recomputed microbatch's input counts

@@ -14,6 +14,14 @@ struct MemoryPolicy {
   /// Stage-aware recomputation (Merak §6.2): bytes per microbatch of the activations of the stage's
   /// tasks that are not recomputed, kept with the boundary inputs; 0 recomputes the whole stage.
   double kept_activation_bytes = 0.0;
+  /// Per-layer or selective recomputation (graph/activation_checkpointing.h: segments recomputed
+  /// inside the backward, one at a time): each microbatch in flight keeps `checkpoint_bytes` (the
+  /// segments' checkpoints and the saved tensors of the tasks outside them) instead of the measured
+  /// activation bytes, and during a backward the largest segment's recomputed saved tensors,
+  /// `recomputed_peak_bytes`, are alive besides. Excludes `recompute`.
+  bool segmented = false;
+  double checkpoint_bytes = 0.0;
+  double recomputed_peak_bytes = 0.0;
   int microbatches_in_flight = 1;      // forward passes stored before their backward (1F1B: S - s; GPipe: M)
   double communication_buffer_bytes = 0.0;
   /// ZeRO-1 (Rajbhandari et al. 2020): ranks of the stage's data-parallel group that the optimizer
@@ -26,7 +34,8 @@ struct MemoryPolicy {
 /// tensors of graph/saved_tensors.h; Korthikanti et al. 2022 §4). Without recompute every in-flight
 /// microbatch keeps that; with recompute each in-flight microbatch keeps its boundary inputs (and
 /// the saved tensors of the kept layers of a partly recomputed stage), and one microbatch at a time
-/// holds its saved tensors again.
+/// holds its saved tensors again; with segmented recomputation each keeps its checkpoints and one
+/// segment at a time its recomputed saved tensors.
 double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy);
 
 /// Bytes of model state per (fp32) parameter byte: weights + gradients + optimizer state (+ bf16

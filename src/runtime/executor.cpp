@@ -552,18 +552,24 @@ void PipelineExecutor::backward(const Action& action, Pass& pass) {
   // In the step's last backward each completed gradient may start its bucket's all-reduce.
   std::function<void(int)> on_gradient;
   if (buckets_ && pass.in_last_backward) on_gradient = [this](int parameter) { buckets_->gradient_ready(parameter); };
+  // Per-layer or selective recomputation runs forward segments again inside the backward: BatchNorm
+  // updated its running statistics in the first forward, keep them from changing twice.
+  std::vector<std::pair<Tensor, Tensor>> buffers;
+  if (!program.segments.empty())
+    for (int value : program.buffers) buffers.emplace_back(state_.at(value), copy_to(state_.at(value), backend_));
   if (sub_pipelined_) {
     std::array<ExecutionOptions, 2> backward_options = half_options(pass.step, action.microbatch);
     for (ExecutionOptions& option : backward_options) {
       option.training = true;
       option.on_parameter_gradient = on_gradient;
     }
-    run_backward_overlapped(graph_, program.backward, {&state.halves[0], &state.halves[1]}, {&grads[0], &grads[1]},
-                            backend_, backward_options);
+    run_backward_overlapped(graph_, program.backward, program.segments, {&state.halves[0], &state.halves[1]},
+                            {&grads[0], &grads[1]}, backend_, backward_options);
   } else {
-    run_backward(graph_, program.backward, state.values, grads[0], backend_,
-                 {true, random_context(pass.step, action.microbatch), tensor_parallel_.get(), on_gradient});
+    run_backward_recomputing(graph_, program.backward, program.segments, state.values, grads[0], backend_,
+                             {true, random_context(pass.step, action.microbatch), tensor_parallel_.get(), on_gradient});
   }
+  for (auto& [live, copy] : buffers) backend_.copy(live, copy);
   collect_outgoing_gradients(program, state, grads);
   state.values.clear();
   state.halves = {};

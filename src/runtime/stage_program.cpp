@@ -1,11 +1,58 @@
 #include "runtime/stage_program.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "core/error.h"
+#include "graph/activation_checkpointing.h"
 
 namespace partrain::runtime {
+
+namespace {
+// Per-layer or selective recomputation of `program`'s stage (plan/plan.h recomputed_segments): the
+// backward's steps of each segment, what the forward keeps (the segments' checkpoints and the saved
+// tensors of the other tasks) and what each recomputation keeps (its own saved tensors besides).
+void add_recomputed_segments(const Graph& graph, StageProgram& program, const std::vector<std::vector<int>>& segments) {
+  std::map<int, std::size_t> step_of;  // task -> its step in the backward program
+  for (std::size_t i = 0; i < program.backward.steps.size(); ++i) step_of[program.backward.steps[i].task] = i;
+  std::set<int> kept, segment_tasks;
+  for (const std::vector<int>& tasks : segments) {
+    RecomputedSegment segment;
+    segment.first_step = program.backward.steps.size();
+    std::size_t steps = 0;
+    for (int task : tasks) {
+      segment_tasks.insert(task);
+      if (auto found = step_of.find(task); found != step_of.end()) {
+        segment.first_step = std::min(segment.first_step, found->second);
+        segment.end_step = std::max(segment.end_step, found->second + 1);
+        ++steps;
+      }
+    }
+    if (steps == 0) continue;  // no gradient reaches it: nothing of it is needed again
+    PARTRAIN_CHECK(segment.end_step - segment.first_step == steps,
+                   "stage " << program.stage << ": a recomputed segment's backward steps are not consecutive");
+    segment.forward = extract_subgraph(graph, tasks);
+    for (int value : segment_checkpoints(graph, tasks)) kept.insert(value);
+    BackwardProgram own;  // the segment's steps, for their saved tensors
+    own.steps.assign(program.backward.steps.begin() + static_cast<std::ptrdiff_t>(segment.first_step),
+                     program.backward.steps.begin() + static_cast<std::ptrdiff_t>(segment.end_step));
+    for (int value : saved_for_backward(graph, own)) segment.keep.insert(value);
+    program.segments.push_back(std::move(segment));
+  }
+  BackwardProgram outside;  // the steps of tasks in no segment
+  for (const BackwardStep& step : program.backward.steps)
+    if (!segment_tasks.count(step.task)) outside.steps.push_back(step);
+  for (int value : saved_for_backward(graph, outside)) kept.insert(value);
+  program.saved.assign(kept.begin(), kept.end());
+  for (RecomputedSegment& segment : program.segments) {
+    segment.keep.insert(kept.begin(), kept.end());
+    if (program.loss >= 0) segment.keep.insert(program.loss);
+  }
+  std::sort(program.segments.begin(), program.segments.end(),
+            [](const RecomputedSegment& a, const RecomputedSegment& b) { return a.first_step < b.first_step; });
+}
+}  // namespace
 
 std::vector<StageProgram> build_stage_programs(const Graph& graph, const Plan& plan) {
   const int stage_count = static_cast<int>(plan.stages.size());
@@ -46,6 +93,11 @@ std::vector<StageProgram> build_stage_programs(const Graph& graph, const Plan& p
       program.recomputed = extract_subgraph(graph, prefix);  // a prefix of a topological order: convex
       std::sort(program.kept_values.begin(), program.kept_values.end());
     }
+    for (int output : graph.outputs())
+      if (std::binary_search(program.subgraph.outputs.begin(), program.subgraph.outputs.end(), output))
+        program.loss = output;
+    if (const std::vector<std::vector<int>> segments = recomputed_segments(graph, plan.stages[s]); !segments.empty())
+      add_recomputed_segments(graph, program, segments);
     for (int value : program.subgraph.inputs) {
       switch (graph.value(value).kind) {
         case ValueKind::Param: program.parameters.push_back(value); break;
@@ -57,9 +109,6 @@ std::vector<StageProgram> build_stage_programs(const Graph& graph, const Plan& p
     }
     if (s > 0) program.received.assign(crossing[s - 1].begin(), crossing[s - 1].end());
     program.sent.assign(crossing[s].begin(), crossing[s].end());
-    for (int output : graph.outputs())
-      if (std::binary_search(program.subgraph.outputs.begin(), program.subgraph.outputs.end(), output))
-        program.loss = output;
   }
   // Gradients, from the last stage back: a received value sends a gradient back when this stage's
   // backward produces one for it or when it relays one that came from the next stage.

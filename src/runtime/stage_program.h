@@ -34,6 +34,10 @@ struct StageProgram {
   /// when the stage recomputes whole or not at all.
   Subgraph recomputed;
   std::vector<int> kept_values;      // ascending id
+  /// Per-layer or selective recomputation (PlanStage::recompute Layers, Selective): the parts of the
+  /// backward whose forward values the forward drops and the backward recomputes, in backward order.
+  /// `saved` then holds the checkpoints and the saved tensors of the tasks outside the segments.
+  std::vector<RecomputedSegment> segments;
 };
 
 /// The programs of every stage of a plan, in stage order. Throws partrain::Error when a stage is not

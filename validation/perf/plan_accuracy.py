@@ -7,7 +7,7 @@ and the rannc planner's regret (docs/planning.md §Predictions).
 
 A benchmark, not a test: it asserts nothing. For each tiny model it trains a set of manual plans
 (1-2 stages on 2 ranks; with --ranks 4 also unequal replicas and 3-4 stages; gpipe/1f1b/scp,
-recompute on/off, several microbatch counts) and the plan the default planner (rannc) picks, each
+recompute none/selective/layers/boundaries, several microbatch counts) and the plan the default planner (rannc) picks, each
 with `mpirun -np RANKS partrain train ... --set profile.enabled=true`, so every prediction comes from
 costs profiled on the ranks (ProfileDB cached in --profile-cache; --cold deletes it first). From each
 run's plan.json and metrics.jsonl it takes the predicted step time (plan.predicted_step_seconds) vs
@@ -51,6 +51,9 @@ def plan_set(model, ranks):
         ("2st", [1, 1], "1f1b", "none", 8),
         ("2st", [1, 1], "1f1b", "boundaries", 4),
         ("2st", [1, 1], "scp", "boundaries", 4),
+        ("2st", [1, 1], "1f1b", "none", 4),  # the same plan as the next three, without recomputation
+        ("2st", [1, 1], "1f1b", "selective", 4),
+        ("2st", [1, 1], "1f1b", "layers", 4),
     ]
     if ranks >= 4:
         plans += [
@@ -124,7 +127,8 @@ def trace_figures(plan, directory):
     # pairs the schedule runs count (scp's last stage never recomputes).
     def predicted_cost(stage, kind):
         entry = plan["stages"][stage]
-        recomputes = entry["recompute"] != "none"
+        # Per-layer and selective recomputation run inside the Backward (no Recompute action).
+        recomputes = entry["recompute"] in ("boundaries", "stage_aware")
         if kind == "Backward" and recomputes:
             return max(0.0, entry["backward_seconds"] - entry["forward_seconds"])
         return entry["backward_seconds"] if kind == "Backward" else entry["forward_seconds"]
@@ -140,7 +144,8 @@ def error(measured, predicted):
 
 def describe(plan):
     replicas = ",".join(str(stage["replicas"]) for stage in plan["stages"])
-    recompute = "rc" if any(stage["recompute"] != "none" for stage in plan["stages"]) else "-"
+    policies = sorted({stage["recompute"] for stage in plan["stages"]} - {"none"})
+    recompute = ",".join("rc" if p == "boundaries" else p for p in policies) or "-"
     copies = f" x{plan['pipeline_replicas']}" if plan["pipeline_replicas"] > 1 else ""
     return f"{len(plan['stages'])}st [{replicas}]{copies} {plan['schedule']} M={plan['microbatches']} {recompute}"
 
@@ -247,6 +252,7 @@ def main():
     parser.add_argument("--cold", action="store_true", help="delete the profile cache first (every model profiles again)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run before it is killed (default 300)")
     parser.add_argument("--json", help="also write every result as JSON here")
+    parser.add_argument("--plans", default="", help="only the plans whose label contains this (e.g. -1f1b-), and rannc's")
     parser.add_argument("--report", metavar="JSON", help="only print the tables of a --json file written before")
     args = parser.parse_args()
     if args.report:
@@ -276,6 +282,8 @@ def main():
         for name, replicas, schedule, recompute, microbatches in plan_set(model, args.ranks):
             stages = len(replicas)
             label = f"{name}{''.join(map(str, replicas))}-{schedule}-{recompute}-m{microbatches}"
+            if args.plans not in label:
+                continue
             bounds = ",".join(f'"{b}"' for b in boundaries.get(stages, []))
             cases.append((label, ["parallel.planner=manual", f"parallel.stages={stages}",
                                   f"parallel.replicas=[{','.join(map(str, replicas))}]", f"parallel.boundaries=[{bounds}]",

@@ -322,6 +322,10 @@ Plan plan_capslog(const Graph& graph, const CostModel& cost, const PlannerOption
     // The profiling runs are made in the target run's setup (§III-A): its microbatch count, fixed.
     PlannerOptions target = options;
     target.microbatches = planning_microbatches(options, stages, replicas);
+    // CAPSlog's peaks are measured under one recompute policy, which the plan must then run: "auto"
+    // is resolved here as for the profiling runs, not re-chosen per stage (whose memory the trimmed
+    // runs did not measure).
+    if (target.recompute == "auto") target.recompute = recompute_name(recompute_policy(options, stages));
     const std::vector<CapslogProfilingRun> runs = capslog_profiling_runs(layer_count, stages);
     const CapslogPeaks peaks = capslog_profiling_peaks(graph, groups, runs, cost, target, stages, replicas);
     const CapslogLayerMemory memory = capslog_solve_memory(layer_count, runs, peaks.peaks);

@@ -115,6 +115,22 @@ LinearBytes value_bytes(const Value& value, bool mixed_precision) {
   return {2 * one - two, two - one};
 }
 
+}  // namespace
+
+double activation_bytes_of(const Graph& graph, std::span<const int> values, std::int64_t batch, bool mixed_precision) {
+  std::vector<int> distinct(values.begin(), values.end());
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  double bytes = 0;
+  for (int value : distinct) {
+    const LinearBytes linear = value_bytes(graph.value(value), mixed_precision);
+    bytes += linear.fixed + linear.per_sample * static_cast<double>(batch);
+  }
+  return bytes;
+}
+
+namespace {
+
 // ---------------------------------------------------------------------------------------------
 // Analytic model
 // ---------------------------------------------------------------------------------------------

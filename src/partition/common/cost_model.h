@@ -81,6 +81,11 @@ void add_tensor_parallel_allreduces(profile::Measurement& measurement, const Gra
                                     const profile::CommunicationProfile& communication, const DeviceSpec& device,
                                     bool sub_pipelined_tmp);
 
+/// Bytes of the microbatch values `values` (any order, duplicates counted once) of `graph` at `batch`
+/// samples, as the runtime keeps them: f32 activations in bf16 when `mixed_precision`, every other
+/// value in its own dtype (the analytic model's count of saved tensors).
+double activation_bytes_of(const Graph& graph, std::span<const int> values, std::int64_t batch, bool mixed_precision);
+
 /// Costs for planners. Implementations must be cheap to call repeatedly (cache what they can).
 class CostModel {
  public:

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "graph/layer_names.h"
+#include "partition/common/recomputation.h"
 #include "plan/schedule.h"
 #include "plan/schedule_simulator.h"
 
@@ -304,29 +305,30 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
   plan.world_size = plan.pipeline_replicas * plan.devices_per_pipeline_replica();
   const bool stage_aware = recompute_policy(options, stage_count) == RecomputePolicy::StageAware;
   if (stage_aware) choose_stage_aware_recomputation(plan, graph, cost, options);
+  const double usable = options.usable_memory_bytes(cost.device());
   for (int s = 0; s < stage_count; ++s) {
     PlanStage& stage = plan.stages[s];
     auto [begin, end] = plan.replica_samples(s, 0);  // replica 0 holds the largest share
     const profile::Measurement m = cost.measure(stage.tasks, end - begin);
     const int group = stage.replicas * plan.pipeline_replicas;  // the stage's data-parallel group
     profile::MemoryPolicy policy = stage_memory_policy(options, s, stage_count, plan.microbatches, group);
-    double recompute_seconds = 0.0;  // the forward the backward repeats
-    if (stage_aware) {
-      policy.recompute = stage.recompute != RecomputePolicy::None;
-      if (options.schedule != ScheduleKind::Interleaved)  // interleaved chunks: stage_memory_policy's count
-        policy.microbatches_in_flight =
-            microbatches_in_flight(options.schedule, s, stage_count, plan.microbatches, policy.recompute);
-      if (stage.recompute == RecomputePolicy::StageAware) {
-        std::vector<int> recomputed, kept;
-        for (int task : stage.tasks) (task < stage.recompute_until_task ? recomputed : kept).push_back(task);
-        recompute_seconds = cost.measure(recomputed, end - begin).forward_seconds;
-        policy.kept_activation_bytes = cost.measure(kept, end - begin).activation_bytes;
-      }
+    StageRecomputation recomputation;  // the forward the backward repeats, and the memory it saves
+    if (options.recompute == "auto") {
+      recomputation = choose_stage_recomputation(stage, graph, cost, options, s, stage_count, plan.microbatches, group,
+                                                 end - begin, m, usable / plan.virtual_stages);
+      policy = recomputation_memory_policy(options, s, stage_count, plan.microbatches, group, recomputation);
     } else {
-      stage.recompute = recompute_policy(options, stage_count);
-      stage.recompute_until_task = -1;
+      if (!stage_aware) {
+        stage.recompute = recompute_policy(options, stage_count);
+        stage.recompute_until_task = -1;
+        stage.recompute_layers = options.recompute_layers;
+      }
+      recomputation = stage_recomputation(graph, cost, stage, end - begin, options.mixed_precision, m);
+      if (stage_aware || recomputation.segmented)
+        policy = recomputation_memory_policy(options, s, stage_count, plan.microbatches, group, recomputation);
     }
-    if (stage.recompute == RecomputePolicy::StageBoundaries) recompute_seconds = m.forward_seconds;
+    const double recompute_seconds = recomputation.recompute_seconds;
+    stage.recompute_seconds = recompute_seconds;
     stage.forward_seconds = m.forward_seconds + cost.transfer_seconds(m.boundary_output_bytes, across_nodes);
     stage.backward_seconds = m.backward_seconds + cost.transfer_seconds(m.boundary_input_bytes, across_nodes) +
                              recompute_seconds;

@@ -39,7 +39,10 @@ struct PlannerOptions {
   /// manual and uniform planners lay out S·v chunks (`stages` and `replicas` count pipeline stages,
   /// `boundaries` chunks); the other planners need 1.
   int virtual_stages = 1;
-  std::string recompute = "auto";        // auto (boundaries when S > 1), none, boundaries, stage_aware
+  /// auto (per stage the cheapest of none, selective, layers and boundaries that fits memory), none,
+  /// boundaries, stage_aware, layers or selective (docs/parallelism.md §Activation recomputation).
+  std::string recompute = "auto";
+  int recompute_layers = 1;              // layers: transformer layers per checkpointed block (≥ 1)
   double memory_margin = 0.1;            // usable memory = device memory × (1 − margin)
   std::string optimizer = "adamw";       // recorded in the plan; its state copies count in memory
   int optimizer_state_copies = 2;        // AdamW 2, SGD 1 (state_copies_of_optimizer)
