@@ -1,6 +1,7 @@
 // CUDA vs CPU: the tensor-parallel ops (kernels/cuda/tensor_parallel.cu against
 // kernels/cpu/tensor_parallel.cpp), forward and backward, f32 and bf16, as rank 0 and rank t − 1 of
-// groups of t = 2 and 4, and Dropout on a tensor-parallel part. Both backends reduce over the same
+// groups of t = 2 and 4, Dropout on a tensor-parallel part, and sequence parallelism's all-gathers,
+// reduce-scatters, scatter and gather (also against a hand-computed layout). Both backends reduce over the same
 // test-local group (below), so each rank's results are compared as they are. Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -31,10 +32,13 @@ using Reduction = TensorParallelGroup::Reduction;
 // legacy default stream, which does not wait for the CUDA backend's non-blocking stream: like a
 // group over a communicator that is not CUDA-aware, it sees correct data only because the kernels
 // synchronise their stream before an all-reduce. Records every call; a deferrable all-reduce
-// (Megatron's f and g) completes at once.
+// (Megatron's f and g) completes at once. An all-gather puts rank r's part as this rank's part +
+// (r − rank) · kGatherStep; a reduce-scatter returns Σ_r (r + 1) · (block r of the input): both
+// depend on where each block lies, so the kernels' rearranging is checked.
 class SimulatedGroup final : public TensorParallelGroup {
  public:
   static constexpr float kMaxLead = 0.5f;
+  static constexpr float kGatherStep = 0.25f;
   struct Call {
     Reduction reduction;
     std::int64_t elements;
@@ -48,8 +52,29 @@ class SimulatedGroup final : public TensorParallelGroup {
 
   void all_reduce(const Tensor& tensor, Reduction reduction) override { reduce(tensor, reduction, false); }
   void all_reduce_deferrable(const Tensor& tensor) override { reduce(tensor, Reduction::Sum, true); }
+  void all_gather(const Tensor& input, const Tensor& output) override {
+    ASSERT_EQ(input.dtype(), DType::F32);
+    ASSERT_EQ(output.numel(), input.numel() * size_);
+    ++all_gathers;
+    const std::vector<float> part = host_values(input);
+    std::vector<float> whole;
+    for (int r = 0; r < size_; ++r)
+      for (float value : part) whole.push_back(value + static_cast<float>(r - rank_) * kGatherStep);
+    write_values(output, whole);
+  }
+  void reduce_scatter(const Tensor& input, const Tensor& output) override {
+    ASSERT_EQ(input.dtype(), DType::F32);
+    ASSERT_EQ(input.numel(), output.numel() * size_);
+    ++reduce_scatters;
+    const std::vector<float> whole = host_values(input);
+    std::vector<float> part(static_cast<std::size_t>(output.numel()), 0.f);
+    for (int r = 0; r < size_; ++r)
+      for (std::size_t i = 0; i < part.size(); ++i) part[i] += static_cast<float>(r + 1) * whole[r * part.size() + i];
+    write_values(output, part);
+  }
 
   std::vector<Call> calls;
+  int all_gathers = 0, reduce_scatters = 0;
 
  private:
   void reduce(const Tensor& tensor, Reduction reduction, bool deferrable) {
@@ -71,6 +96,24 @@ class SimulatedGroup final : public TensorParallelGroup {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     } else {
       std::copy(values.begin(), values.end(), tensor.data<float>());
+    }
+  }
+
+  static std::vector<float> host_values(const Tensor& tensor) {
+    std::vector<float> values(static_cast<std::size_t>(tensor.numel()));
+    if (tensor.device().is_cpu()) {
+      std::copy(tensor.data<float>(), tensor.data<float>() + tensor.numel(), values.begin());
+    } else if (!values.empty()) {
+      EXPECT_EQ(cudaMemcpy(values.data(), tensor.raw_data(), tensor.nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return values;
+  }
+  static void write_values(const Tensor& tensor, const std::vector<float>& values) {
+    if (tensor.device().is_cpu()) {
+      std::copy(values.begin(), values.end(), tensor.data<float>());
+    } else if (!values.empty()) {
+      EXPECT_EQ(cudaMemcpy(tensor.raw_data(), values.data(), tensor.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     }
   }
 
@@ -309,6 +352,90 @@ TEST(CudaTensorParallel, NoGroupIsAnError) {
       error_messages(backend, OpType::VocabParallelEmbedding, {}, nullptr,
                      {normal_tensor({4, 3}, 51), index_tensor({2}, 4, 52, DType::I64)}, {{2, 3}}, {4, 3});
   EXPECT_FALSE(embedding[0].empty());
+}
+
+// ---------------- sequence parallelism ----------------
+Attributes sequence_attributes(std::int64_t axis, int parts) { return {{"axis", axis}, {"parts", std::int64_t{parts}}}; }
+
+TEST(CudaSequenceParallel, AllGatherReduceScatterScatterAndGatherMatchTheCpu) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  for (const auto& [rank, size] : kRanks) {
+    SCOPED_TRACE(rank_name(rank, size));
+    SimulatedGroup group(rank, size);
+    CudaOpCheck check;
+    check.tensor_parallel = &group;
+    // [B, S/t, H] parts along the sequence (axis 1), a batch of 1 (no rearranging) and a constant
+    // [S, H] tensor split along axis 0 (the position vectors).
+    for (const auto& [part, axis] : {std::pair{Shape{2, 3, 8}, std::int64_t{1}}, std::pair{Shape{1, 5, 7}, std::int64_t{1}},
+                                     std::pair{Shape{3, 40, 33}, std::int64_t{1}}, std::pair{Shape{4, 16}, std::int64_t{0}}}) {
+      SCOPED_TRACE(shape_string(part) + " axis " + std::to_string(axis));
+      Shape whole = part;
+      whole[static_cast<std::size_t>(axis)] *= size;
+      const Attributes attributes = sequence_attributes(axis, size);
+      expect_cuda_matches_cpu(OpType::SequenceParallelAllGather, attributes, {normal_tensor(part, 70)}, check);
+      expect_cuda_matches_cpu(OpType::SequenceParallelReduceScatter, attributes, {normal_tensor(whole, 71)}, check);
+      expect_cuda_matches_cpu(OpType::SequenceParallelScatter, attributes, {normal_tensor(whole, 72)}, check);
+      expect_cuda_matches_cpu(OpType::SequenceParallelGather, attributes, {normal_tensor(part, 73)}, check);
+    }
+    EXPECT_GT(group.all_gathers, 0);
+    EXPECT_GT(group.reduce_scatters, 0);
+  }
+}
+
+// The layouts by hand, rank 1 of 2, a part [2, 1, 3] of a whole [2, 2, 3] (sequence axis 1), on
+// both backends: the all-gather puts rank r's part at sequence position r of every sample; the
+// reduce-scatter hands the group sample-by-sample blocks; the scatter takes position 1; the
+// gather's backward takes the rank's part of the gradient.
+TEST(CudaSequenceParallel, LayoutsByHand) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  const Attributes attributes = sequence_attributes(1, 2);
+  const std::vector<float> part_values = {1, 2, 3, 4, 5, 6};                       // [2, 1, 3]
+  const std::vector<float> whole_values = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};  // [2, 2, 3]
+  const float step = SimulatedGroup::kGatherStep;
+  // Rank 0's part is rank 1's − step (SimulatedGroup); sample o holds [rank 0's row, rank 1's row].
+  const std::vector<float> gathered = {1 - step, 2 - step, 3 - step, 1, 2, 3, 4 - step, 5 - step, 6 - step, 4, 5, 6};
+  // Σ_r (r + 1) · block r, blocks r = [sample 0 row r, sample 1 row r]: 1·rows 0 + 2·rows 1.
+  const std::vector<float> reduced = {1 + 2 * 4, 2 + 2 * 5, 3 + 2 * 6, 7 + 2 * 10, 8 + 2 * 11, 9 + 2 * 12};
+  const std::vector<float> rank_part = {4, 5, 6, 10, 11, 12};
+  for (Backend* backend : {static_cast<Backend*>(&cpu_backend()), static_cast<Backend*>(&cuda::cuda_backend(0))}) {
+    SCOPED_TRACE(backend->name());
+    SimulatedGroup group(1, 2);
+    const KernelContext context{attributes, *backend, true, {}, &group};
+    const Tensor part = to_backend(Tensor::from_vector<float>({2, 1, 3}, part_values), *backend);
+    const Tensor whole = to_backend(Tensor::from_vector<float>({2, 2, 3}, whole_values), *backend);
+    const Tensor part_out = backend->empty({2, 1, 3});
+    const Tensor whole_out = backend->empty({2, 2, 3});
+    backend->forward(OpType::SequenceParallelAllGather, context, std::vector<Tensor>{part}, std::vector<Tensor>{whole_out});
+    EXPECT_EQ(to_host(whole_out, *backend).to_float_vector(), gathered);
+    backend->forward(OpType::SequenceParallelReduceScatter, context, std::vector<Tensor>{whole},
+                     std::vector<Tensor>{part_out});
+    EXPECT_EQ(to_host(part_out, *backend).to_float_vector(), reduced);
+    // f's backward is g's forward and vice versa.
+    backend->backward(OpType::SequenceParallelAllGather, context, std::vector<Tensor>{part}, std::vector<Tensor>{whole_out},
+                      std::vector<Tensor>{whole}, std::vector<Tensor>{part_out});
+    EXPECT_EQ(to_host(part_out, *backend).to_float_vector(), reduced);
+    backend->forward(OpType::SequenceParallelScatter, context, std::vector<Tensor>{whole}, std::vector<Tensor>{part_out});
+    EXPECT_EQ(to_host(part_out, *backend).to_float_vector(), rank_part);
+    backend->backward(OpType::SequenceParallelGather, context, std::vector<Tensor>{part}, std::vector<Tensor>{whole_out},
+                      std::vector<Tensor>{whole}, std::vector<Tensor>{part_out});
+    EXPECT_EQ(to_host(part_out, *backend).to_float_vector(), rank_part);
+    EXPECT_EQ(group.all_gathers, 1);
+    EXPECT_EQ(group.reduce_scatters, 2);
+  }
+}
+
+TEST(CudaSequenceParallel, WrongGroupSizeIsTheCpuError) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  SimulatedGroup group(0, 2);
+  const Attributes attributes = sequence_attributes(1, 4);  // made for 4 ranks
+  const std::vector<std::string> cpu = error_messages(cpu_backend(), OpType::SequenceParallelAllGather, attributes, &group,
+                                                      {normal_tensor({2, 3, 4}, 80)}, {{2, 12, 4}}, {2, 3, 4});
+  const std::vector<std::string> gpu = error_messages(cuda::cuda_backend(0), OpType::SequenceParallelAllGather, attributes,
+                                                      &group, {normal_tensor({2, 3, 4}, 80)}, {{2, 12, 4}}, {2, 3, 4});
+  EXPECT_NE(cpu[0].find("SequenceParallelAllGather was made for 4 ranks but runs in a tensor-parallel group of 2"),
+            std::string::npos)
+      << cpu[0];
+  EXPECT_EQ(gpu[0], cpu[0]);
 }
 
 // ---------------- Dropout on a tensor-parallel part ----------------

@@ -3,6 +3,9 @@
 // (dropout on, attention dropout included) forward and backward on the same batch; the loss must
 // equal the one-device graph's within 1e-5 relative and every parameter gradient, split or
 // replicated, must equal the rank's part of the one-device gradient within 1e-5 (relative L2).
+// The same with sequence parallelism (Korthikanti et al. 2022 §4.2.2): the gradients of the
+// sequence-parallel parameters (LayerNorm, row-parallel biases) are partial on each rank and summed
+// over the group first, as the executor does before the optimizer step.
 // Every rank runs every test with the same collective calls (see test_communicator.cpp).
 #include <gtest/gtest.h>
 
@@ -84,18 +87,20 @@ double relative_l2(const Tensor& actual, const Tensor& expected) {
   return std::sqrt(difference) / std::max(std::sqrt(norm), 1e-4);
 }
 
-void expect_tensor_parallel_matches(const std::string& type, int degree) {
+void expect_tensor_parallel_matches(const std::string& type, int degree, bool sequence_parallel = false) {
   comm::MpiCommunicator& world = testing::mpi_world();
   std::vector<int> members;
   for (int rank = 0; rank < std::min(degree, world.size()); ++rank) members.push_back(rank);
   const std::unique_ptr<comm::Communicator> group_communicator = world.group(members);  // collective
   if (world.size() < degree || !group_communicator) return;
   comm::CommunicatorTensorParallelGroup group(*group_communicator);
-  SCOPED_TRACE(type + " t=" + std::to_string(degree) + " rank " + std::to_string(group.rank()));
+  SCOPED_TRACE(type + " t=" + std::to_string(degree) + (sequence_parallel ? " sequence parallel" : "") + " rank " +
+               std::to_string(group.rank()));
 
   const ModelConfig config = testing::small_transformer_config(type);
   const Graph whole = build_model(config);
-  const Graph part = tensor_parallel_graph(whole, degree);
+  const Graph part = tensor_parallel_graph(whole, degree, sequence_parallel);
+  ASSERT_EQ(is_sequence_parallel(part), sequence_parallel);
   const auto parameters = initialize_parameters(whole, 5);
   TensorMap whole_values = make_batch(whole, config, 3);
   for (const auto& [value, tensor] : parameters) whole_values[value] = tensor;
@@ -106,7 +111,14 @@ void expect_tensor_parallel_matches(const std::string& type, int degree) {
   }
 
   const Result reference = train_pass(whole, whole_values, nullptr);
-  const Result split = train_pass(part, part_values, &group);
+  Result split = train_pass(part, part_values, &group);
+  const std::vector<int> partial = sequence_parallel_parameters(part);
+  for (int parameter : partial) group_communicator->all_reduce(split.gradients.at(parameter));
+  // Every LayerNorm (2 per layer, the final or the head's one, BERT's embedding one) is read on the
+  // rank's part of the sequence.
+  if (sequence_parallel) {
+    EXPECT_GE(partial.size(), static_cast<std::size_t>(2 * (2 * config.layers + 1)));
+  }
   EXPECT_NEAR(split.loss, reference.loss, 1e-5 * std::abs(reference.loss));
   int sharded = 0;
   for (int parameter : part.parameters()) {
@@ -126,6 +138,16 @@ TEST(TensorParallelGraph, BertMatchesOneDevice) {
 TEST(TensorParallelGraph, GptMatchesOneDevice) {
   expect_tensor_parallel_matches("gpt", 2);
   expect_tensor_parallel_matches("gpt", 4);
+}
+
+TEST(SequenceParallelGraph, BertMatchesOneDevice) {
+  expect_tensor_parallel_matches("bert", 2, true);
+  expect_tensor_parallel_matches("bert", 4, true);
+}
+
+TEST(SequenceParallelGraph, GptMatchesOneDevice) {
+  expect_tensor_parallel_matches("gpt", 2, true);
+  expect_tensor_parallel_matches("gpt", 4, true);
 }
 
 }  // namespace

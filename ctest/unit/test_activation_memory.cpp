@@ -13,6 +13,7 @@
 #include "graph/interpreter.h"
 #include "graph/layer_names.h"
 #include "graph/saved_tensors.h"
+#include "graph/tensor_parallel.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
 #include "partition/common/cost_model.h"
@@ -59,8 +60,9 @@ std::vector<int> tasks_of_layers(const Graph& graph, const std::vector<std::stri
 // at the case's batch. The boundary terms (layer 1's input, the set's last output) cancel, leaving
 // layer 2's saved tensors and its output (which layer 3 reads and saves: one residual stream per
 // layer, the "layer norm input" of Korthikanti's count).
-double analytic_bytes_per_layer(const TransformerCase& c, bool bf16) {
-  const Graph graph = build_model(transformer_config(c));
+// On one rank of a tensor-parallel group of t (with or without sequence parallelism) when t > 1.
+double analytic_bytes_per_layer(const TransformerCase& c, bool bf16, int t = 1, bool sequence_parallel = false) {
+  const Graph graph = tensor_parallel_graph(build_model(transformer_config(c)), t, sequence_parallel);
   const std::string prefix = std::string(c.type) == "gpt" ? "h." : "encoder.layer.";
   const auto model = partition::make_analytic_cost_model(graph, partition::DeviceSpec{}, bf16);
   const std::vector<int> one = tasks_of_layers(graph, {prefix + "1"});
@@ -114,6 +116,62 @@ const TransformerCase kCases[] = {
     {"bert-large", "bert", 1024, 16, 0, 512, 1, 0.1, false},
     {"bert-large-fused", "bert", 1024, 16, 0, 512, 1, 0.1, true},
 };
+
+// Korthikanti et al. Table 2, the rows with t-way tensor parallelism, per rank and layer (16-bit):
+//   "tensor parallelism (baseline)": s·b·h·(10 + 24/t + 5as/(ht)): replicated LayerNorm inputs 4sbh,
+//     QKV and MLP inputs 2sbh each, the two dropout masks after the row-parallel layers 2sbh; split
+//     Q, K, V, projection input, GELU input and output 24sbh/t; attention 5as²b/t.
+//   "tensor + sequence parallelism": s·b·h/t·(34 + 5as/h): everything of §4's count split over t.
+// Ours, term by term against each row (the deviations (1)–(5) above, taken per rank):
+//   (1) no dropout masks: tensor parallel −2sbh (the replicated ones) − as²b/t; sequence parallel
+//       −(2sbh + as²b)/t.
+//   (2) MLP width: +2·2·s·b·(i − 4h)/t (the GELU input and output are split over t in both rows).
+//   (3), (4) as above, divided by t (the attention tensors hold the rank's heads).
+//   (5) element size as above.
+//   (6) sequence parallelism only: the inputs of the two column-parallel GEMMs (QKV, MLP-up) are
+//       the all-gathered [b, s, h] tensors, which the GEMMs save whole for their weight gradients;
+//       Megatron saves the rank's part and all-gathers it again in the backward (§4.2.2), so the
+//       row counts 2sbh/t for each: +2·2sbh·(1 − 1/t).
+double korthikanti_parallel_bytes_per_layer(const TransformerCase& c, bool bf16, int t, bool sequence_parallel) {
+  const double s = static_cast<double>(c.seq_len), b = static_cast<double>(c.batch);
+  const double h = static_cast<double>(c.hidden), a = static_cast<double>(c.heads);
+  const double i = static_cast<double>(c.intermediate > 0 ? c.intermediate : 4 * c.hidden);
+  const double published = sequence_parallel ? s * b * h / t * (34 + 5 * a * s / h)        // Table 2, 16-bit
+                                             : s * b * h * (10 + 24.0 / t + 5 * a * s / (h * t));
+  double ours = published - (sequence_parallel ? (2 * s * b * h + a * s * s * b) / t       // (1)
+                                               : 2 * s * b * h + a * s * s * b / t);
+  ours += 2 * 2 * s * b * (i - 4 * h) / t;                                                 // (2)
+  if (!c.fused_attention && c.dropout == 0) ours -= 2 * a * s * s * b / t;                 // (3)
+  if (c.fused_attention) ours -= 4 * a * s * s * b / t;                                    // (4)
+  if (sequence_parallel) ours += 2 * 2 * s * b * h * (1 - 1.0 / t);                        // (6)
+  return ours * (bf16 ? 1.0 : 2.0);                                                        // (5)
+}
+
+TEST(ActivationMemory, PerLayerBytesPerRankMatchKorthikantiTensorAndSequenceParallelRows) {
+  int checked = 0;
+  for (const TransformerCase& c : kCases) {
+    for (int t : {2, 4}) {
+      const std::int64_t intermediate = c.intermediate > 0 ? c.intermediate : 4 * c.hidden;
+      if (c.heads % t != 0 || c.seq_len % t != 0 || intermediate % t != 0) continue;
+      for (bool sequence_parallel : {false, true}) {
+        for (bool bf16 : {false, true}) {
+          // Exact up to the rounding of the /t terms (sums of integers and halves, quarters).
+          const double expected = korthikanti_parallel_bytes_per_layer(c, bf16, t, sequence_parallel);
+          EXPECT_NEAR(analytic_bytes_per_layer(c, bf16, t, sequence_parallel), expected, 1e-9 * expected)
+              << c.name << " t=" << t << (sequence_parallel ? " sequence parallel" : " tensor parallel")
+              << (bf16 ? " bf16" : " fp32");
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 50);
+  // The published rows themselves for GPT-3's layer (s 2048, h 12288, a 96, b 1, t 8), 16-bit, and
+  // sequence parallelism dividing the no-parallelism figure by t exactly.
+  const double s = 2048, h = 12288, a = 96, t = 8;
+  EXPECT_EQ(s * h / t * (34 + 5 * a * s / h), (855638016.0 + 2013265920.0) / 8);
+  EXPECT_EQ(s * h * (10 + 24 / t + 5 * a * s / (h * t)), s * h * 13 + 5 * a * s * s / t);
+}
 
 TEST(ActivationMemory, PerLayerBytesMatchKorthikantiAdaptedToOurOps) {
   for (const TransformerCase& c : kCases) {

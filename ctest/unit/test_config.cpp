@@ -156,6 +156,29 @@ TEST(Config, TensorParallelAndZeroMayBeLeftToThePlanner) {
   EXPECT_NE(error("device_efficiency = 1.5\n").find("key 'device_efficiency' must be in (0, 1]"), std::string::npos);
 }
 
+TEST(Config, SequenceParallelNeedsTensorParallelismAndATransformer) {
+  const auto parallel = [](const std::string& text) {
+    return read_parallel_config(ConfigDocument::parse("[parallel]\n" + text, "configs/x.toml"));
+  };
+  EXPECT_FALSE(parallel("").sequence_parallel);  // default
+  EXPECT_TRUE(parallel("tensor_parallel = 2\nsequence_parallel = true\n").sequence_parallel);
+  EXPECT_TRUE(parallel("tensor_parallel = \"auto\"\nsequence_parallel = true\n").sequence_parallel);
+  EXPECT_EQ(error_message([&] { parallel("sequence_parallel = true\n"); }),
+            "configs/x.toml:2: [parallel] key 'sequence_parallel' = true needs tensor_parallel > 1 (or \"auto\"): it "
+            "splits the sequence over the tensor-parallel group");
+  const std::string resnet = error_message([] {
+    const std::string path = std::filesystem::temp_directory_path() / "partrain-sequence-parallel-resnet.toml";
+    {
+      std::ofstream out(path);
+      out << "[model]\ntype = \"resnet\"\n[parallel]\ntensor_parallel = 2\nsequence_parallel = true\n";
+    }
+    load_experiment(path, {});
+  });
+  EXPECT_NE(resnet.find("[parallel] key 'sequence_parallel' = true, but a resnet has no tensor-parallel layers"),
+            std::string::npos)
+      << resnet;
+}
+
 TEST(Config, GradientBucketSizeIsPositiveMebibytes) {
   const auto parallel = [](const std::string& text) {
     return read_parallel_config(ConfigDocument::parse("[parallel]\n" + text, "configs/x.toml"));

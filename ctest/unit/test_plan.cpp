@@ -155,6 +155,17 @@ TEST(Plan, TensorParallelRankMapGroupsAndSchedule) {
   nlohmann::json old = plan.to_json();
   old.erase("tensor_parallel");
   EXPECT_EQ(Plan::from_json(old, "test").tensor_parallel, 1);
+  // Sequence parallelism: kept in the JSON, false when absent (plans made before it), only with t > 1.
+  EXPECT_FALSE(Plan::from_json(plan.to_json(), "test").sequence_parallel);
+  plan.sequence_parallel = true;
+  EXPECT_TRUE(Plan::from_json(plan.to_json(), "test").sequence_parallel);
+  nlohmann::json without = plan.to_json();
+  without.erase("sequence_parallel");
+  EXPECT_FALSE(Plan::from_json(without, "test").sequence_parallel);
+  Plan one = two_stage_plan(graph);
+  one.sequence_parallel = true;
+  EXPECT_NE(error_message([&] { one.validate(graph); }).find("sequence_parallel needs tensor_parallel > 1, got 1"),
+            std::string::npos);
 }
 
 TEST(Plan, ValidationNamesTheProblem) {

@@ -5,12 +5,15 @@
 // ctest/mpi/test_tensor_parallel_graph.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "app/planning.h"
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
+#include "models/layers.h"
 #include "models/model.h"
+#include "partition/common/cost_model.h"
 #include "support/tiny_models.h"
 
 namespace partrain {
@@ -165,6 +168,181 @@ TEST(TensorParallelGraph, ShardsRoundTripWithFusedBlocks) {
   EXPECT_THROW(shard_of(whole, Sharding{1, 5, 1}, 0), Error);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Sequence parallelism (Korthikanti et al. 2022 §4.2.2): the numbers are checked against one device
+// on MPI ranks (ctest/mpi/test_tensor_parallel_graph.cpp) and in training (validation).
+// ---------------------------------------------------------------------------------------------
+
+const Shape& shape_of(const Graph& graph, const std::string& value) { return graph.value(graph.value_id(value)).type.shape; }
+
+TEST(SequenceParallelGraph, GptResidualStreamHoldsItsPartOfTheSequence) {
+  const ModelConfig config = testing::small_transformer_config("gpt");  // hidden 64, seq 16, vocabulary 512
+  const Graph whole = build_model(config);
+  for (int t : {2, 4}) {
+    SCOPED_TRACE("t=" + std::to_string(t));
+    const Graph part = tensor_parallel_graph(whole, t, true);
+    EXPECT_TRUE(is_sequence_parallel(part));
+    EXPECT_FALSE(is_sequence_parallel(tensor_parallel_graph(whole, t)));
+    const std::int64_t s = 16 / t;
+    // The embeddings: the vocabulary-parallel lookup reduce-scattered, the position vectors scattered.
+    EXPECT_EQ(shape_of(part, "transformer.wte.reduce_scatter"), (Shape{kBatch, s, 64}));
+    EXPECT_EQ(shape_of(part, "transformer.wpe.sequence_parallel_scatter"), (Shape{s, 64}));
+    EXPECT_EQ(shape_of(part, "transformer.embeddings"), (Shape{kBatch, s, 64}));
+    for (int layer = 0; layer < 2; ++layer) {
+      const std::string prefix = "transformer.h." + std::to_string(layer);
+      // The residual stream, LayerNorms and dropouts on [B, S/t, H]; the GEMMs read [B, S, H].
+      for (const char* value : {".ln_1", ".attn.residual", ".ln_2", ".mlp.residual", ".attn.c_proj.reduce_scatter",
+                                ".attn.c_proj.add_bias", ".mlp.c_proj.add_bias"})
+        EXPECT_EQ(shape_of(part, prefix + value), (Shape{kBatch, s, 64})) << prefix + value;
+      EXPECT_EQ(shape_of(part, prefix + ".ln_1.sequence_parallel_all_gather"), (Shape{kBatch, 16, 64}));
+      EXPECT_EQ(shape_of(part, prefix + ".ln_2.sequence_parallel_all_gather"), (Shape{kBatch, 16, 64}));
+      EXPECT_EQ(shape_of(part, prefix + ".attn.c_attn"), (Shape{kBatch, 16, 3 * 64 / t}));
+      EXPECT_EQ(shape_of(part, prefix + ".mlp.c_fc"), (Shape{kBatch, 16, 128 / t}));  // intermediate 128
+      // The c_attn Gemm reads the all-gathered LayerNorm output.
+      const Task& c_attn = part.task(part.value(part.value_id(prefix + ".attn.c_attn")).producer);
+      EXPECT_EQ(part.value(c_attn.inputs[0]).name, prefix + ".ln_1.sequence_parallel_all_gather");
+    }
+    // The LM head reads the whole sequence: ln_f on the part, all-gathered.
+    EXPECT_EQ(shape_of(part, "transformer.ln_f"), (Shape{kBatch, s, 64}));
+    EXPECT_EQ(shape_of(part, "lm_head"), (Shape{kBatch, 16, 512 / t}));
+
+    const std::map<OpType, int> ops = count_ops(part);
+    EXPECT_EQ(ops.at(OpType::SequenceParallelAllGather), 2 * 2 + 1);      // QKV and MLP-up per layer, the LM head
+    EXPECT_EQ(ops.at(OpType::SequenceParallelReduceScatter), 2 * 2 + 1);  // attention output and MLP-down, the embedding
+    EXPECT_EQ(ops.at(OpType::SequenceParallelScatter), 1);                // the position vectors
+    EXPECT_EQ(ops.count(OpType::SequenceParallelGather), 0u);
+    EXPECT_EQ(ops.count(OpType::TensorParallelCopy), 0u);
+    EXPECT_EQ(ops.count(OpType::TensorParallelAllReduce), 0u);
+
+    // Parameters keep names and whole shapes; LayerNorms and row-parallel biases are sequence parallel.
+    std::vector<std::string> sequence_parallel;
+    for (int value : sequence_parallel_parameters(part)) sequence_parallel.push_back(part.value(value).name);
+    const std::vector<std::string> expected = {
+        "transformer.h.0.ln_1.weight", "transformer.h.0.ln_1.bias", "transformer.h.0.attn.c_proj.bias",
+        "transformer.h.0.ln_2.weight", "transformer.h.0.ln_2.bias", "transformer.h.0.mlp.c_proj.bias",
+        "transformer.h.1.ln_1.weight", "transformer.h.1.ln_1.bias", "transformer.h.1.attn.c_proj.bias",
+        "transformer.h.1.ln_2.weight", "transformer.h.1.ln_2.bias", "transformer.h.1.mlp.c_proj.bias",
+        "transformer.ln_f.weight",     "transformer.ln_f.bias"};
+    std::vector<std::string> sorted_actual = sequence_parallel, sorted_expected = expected;
+    std::sort(sorted_actual.begin(), sorted_actual.end());
+    std::sort(sorted_expected.begin(), sorted_expected.end());
+    EXPECT_EQ(sorted_actual, sorted_expected);
+    for (int value : part.parameters()) {
+      const Value& v = part.value(value);
+      EXPECT_EQ(whole_shape(v), whole.value(whole.value_id(v.name)).type.shape) << v.name;
+      EXPECT_FALSE(v.sharding.sharded() && v.sharding.sequence_parallel) << v.name;
+    }
+    // Each rank normalises its 1/t of the positions.
+    const auto layer_norm_flops = [](const Graph& graph) { return flops_of(graph, OpType::LayerNorm, "transformer.h.0.ln_1"); };
+    EXPECT_DOUBLE_EQ(layer_norm_flops(part) * t, layer_norm_flops(whole));
+    EXPECT_NE(part.hash(), tensor_parallel_graph(whole, t).hash());
+  }
+  // Degree 1: nothing to split.
+  EXPECT_EQ(tensor_parallel_graph(whole, 1, true).hash(), whole.hash());
+}
+
+TEST(SequenceParallelGraph, BertGathersForThePoolerAndScattersTheEmbeddings) {
+  const ModelConfig config = testing::small_transformer_config("bert");
+  const Graph part = tensor_parallel_graph(build_model(config), 2, true);
+  const std::map<OpType, int> ops = count_ops(part);
+  EXPECT_EQ(ops.at(OpType::SequenceParallelAllGather), 2 * 2 + 1);      // shared QKV input, MLP-up; the MLM decoder
+  EXPECT_EQ(ops.at(OpType::SequenceParallelReduceScatter), 2 * 2 + 1);  // the word embeddings
+  EXPECT_EQ(ops.at(OpType::SequenceParallelScatter), 2);                // token types and positions
+  EXPECT_EQ(ops.at(OpType::SequenceParallelGather), 1);                 // the pooler's first token
+  EXPECT_EQ(shape_of(part, "bert.embeddings.LayerNorm"), (Shape{kBatch, 8, 64}));
+  EXPECT_EQ(shape_of(part, "bert.encoder.layer.1.output.LayerNorm"), (Shape{kBatch, 8, 64}));
+  // The MLM transform runs per token on the part; its dense layer's parameters are sequence parallel.
+  EXPECT_EQ(shape_of(part, "cls.predictions.transform.LayerNorm"), (Shape{kBatch, 8, 64}));
+  EXPECT_TRUE(part.value(part.value_id("cls.predictions.transform.dense.weight")).sharding.sequence_parallel);
+  // The pooler reads token 0 of the whole sequence; its parameters are replicated as before.
+  EXPECT_EQ(shape_of(part, "bert.encoder.layer.1.output.LayerNorm.sequence_parallel_gather"), (Shape{kBatch, 16, 64}));
+  EXPECT_FALSE(part.value(part.value_id("bert.pooler.dense.weight")).sharding.sequence_parallel);
+  EXPECT_TRUE(part.value(part.value_id("bert.embeddings.LayerNorm.weight")).sharding.sequence_parallel);
+  // The data inputs stay whole.
+  EXPECT_EQ(shape_of(part, "input_ids"), (Shape{kBatch, 16}));
+  EXPECT_EQ(shape_of(part, "attention_mask"), (Shape{kBatch, 1, 1, 16}));
+}
+
+// The all-gathers and reduce-scatters move (t − 1)/t of the whole tensor per rank, half an
+// all-reduce: a layer moves the bytes of plain tensor parallelism in twice as many collectives.
+TEST(SequenceParallelGraph, CommunicationVolumesAreHalfAnAllReduceEach) {
+  const Graph whole = build_model(testing::small_transformer_config("gpt"));
+  const Graph plain = tensor_parallel_graph(whole, 2);
+  const Graph part = tensor_parallel_graph(whole, 2, true);
+  const double hidden_bytes = 16.0 * 64 * 4;  // [1, 16, 64] f32
+  for (const Task& task : part.tasks()) {
+    if (task.op == OpType::SequenceParallelAllGather || task.op == OpType::SequenceParallelReduceScatter) {
+      EXPECT_EQ(task.cost.forward_allreduce_bytes, hidden_bytes / 2) << task.name;
+      EXPECT_EQ(task.cost.backward_allreduce_bytes, hidden_bytes / 2) << task.name;
+    }
+    if (task.op == OpType::SequenceParallelScatter) {  // the [16, 64] position vectors: all-gathered backward
+      EXPECT_EQ(task.cost.forward_allreduce_bytes, 0) << task.name;
+      EXPECT_EQ(task.cost.backward_allreduce_bytes, hidden_bytes / 2) << task.name;
+    }
+    if (task.op >= OpType::SequenceParallelAllGather && task.op <= OpType::SequenceParallelGather) {
+      EXPECT_EQ(task.cost.forward_flops, 0) << task.name;
+    }
+  }
+  const auto layer = [](const Graph& graph) {
+    std::vector<int> tasks;
+    for (const Task& task : graph.tasks())
+      if (task.name.starts_with("transformer.h.0.")) tasks.push_back(task.id);
+    return tasks;
+  };
+  for (std::int64_t batch : {1, 3}) {
+    const partition::TensorParallelTraffic tensor = partition::tensor_parallel_traffic(plain, layer(plain), batch);
+    const partition::TensorParallelTraffic sequence = partition::tensor_parallel_traffic(part, layer(part), batch);
+    EXPECT_EQ(sequence.forward_bytes, tensor.forward_bytes);
+    EXPECT_EQ(sequence.backward_bytes, tensor.backward_bytes);
+    EXPECT_EQ(tensor.forward_bytes, 2 * hidden_bytes * batch);
+    EXPECT_EQ(tensor.forward_allreduces, 2);
+    EXPECT_EQ(sequence.forward_allreduces, 4);
+    EXPECT_EQ(sequence.backward_allreduces, 4);
+  }
+  // Sub-pipelined TMP overlaps the deferrable f and g all-reduces; sequence parallelism's block.
+  partition::DeviceSpec device;
+  device.link_bandwidth = 1e6;  // communication comparable to the computation
+  device.flops_per_second = 1e9;
+  const auto pass = [&](const Graph& graph, bool sub_pipelined) {
+    return partition::make_analytic_cost_model(graph, device, false, sub_pipelined)->measure(layer(graph), 4).forward_seconds;
+  };
+  EXPECT_LT(pass(plain, true), pass(plain, false));
+  EXPECT_EQ(pass(part, true), pass(part, false));
+}
+
+TEST(SequenceParallelGraph, ClearErrors) {
+  ModelConfig config = testing::small_transformer_config("gpt");
+  config.seq_len = 18;
+  try {
+    tensor_parallel_graph(build_model(config), 4, true);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(error.message().find("sequence length (18) is not a multiple of the tensor-parallel degree 4"),
+              std::string::npos)
+        << error.message();
+  }
+  EXPECT_NO_THROW(tensor_parallel_graph(build_model(config), 4));  // without sequence parallelism it is fine
+  // A LayerNorm parameter read on the whole sequence and on the rank's part: its gradient could not
+  // be summed over the group.
+  Graph graph;
+  const int x = graph.add_input("x", {kBatch, 8, 16});
+  const int shared = layers::layer_norm(graph, "first", x, 16, 1e-5);
+  int y = layers::linear(graph, "up", shared, 16, 32, false, layers::column_parallel());
+  y = layers::linear(graph, "down", y, 32, 16, false, layers::row_parallel());
+  const int weight = graph.value_id("first.weight"), bias = graph.value_id("first.bias");
+  graph.mark_output(graph.add(OpType::LayerNorm, "second", {y, weight, bias}, {{"eps", 1e-5}}));
+  EXPECT_NO_THROW(tensor_parallel_graph(graph, 2));
+  try {
+    tensor_parallel_graph(graph, 2, true);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(error.message().find("parameter 'first.weight' is used with two different shardings (on the rank's part of "
+                                   "the sequence and on the whole sequence)"),
+              std::string::npos)
+        << error.message();
+  }
+}
+
 // app::PlannedGraphs: each degree's graph built once and handed out again; a degree the model does
 // not allow is refused with the [model] key, before any graph is built.
 TEST(PlannedGraphs, EachDegreeBuiltOnce) {
@@ -183,6 +361,22 @@ TEST(PlannedGraphs, EachDegreeBuiltOnce) {
   const Graph& four = provider(4);
   EXPECT_EQ(&graphs.of_degree(4), &four);
   EXPECT_EQ(four.hash(), tensor_parallel_graph(graphs.model(), 4).hash());
+  // With sequence parallelism: another graph of the same degree, also built once.
+  const Graph& two_sequence = graphs.of_degree(2, true);
+  EXPECT_EQ(&graphs.of_degree(2, true), &two_sequence);
+  EXPECT_NE(&two_sequence, &two);
+  EXPECT_TRUE(is_sequence_parallel(two_sequence));
+  EXPECT_EQ(&graphs.provider(true)(2), &two_sequence);
+  EXPECT_EQ(&graphs.provider(true)(1), &graphs.model());
+  config.model.seq_len = 18;
+  try {
+    graphs.of_degree(4, true);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(error.message().find("small.toml: [model] seq_len = 18 is not a multiple of [parallel] tensor_parallel = 4"),
+              std::string::npos)
+        << error.message();
+  }
   try {
     graphs.of_degree(8);  // 4 heads
     FAIL() << "expected an error";

@@ -42,6 +42,8 @@ struct TrainingCase {
   int tensor_parallel = 1;             // [parallel] tensor_parallel
   int zero = 0;                        // [parallel] zero
   bool sub_pipelined_tmp = false;      // [parallel] sub_pipelined_tmp
+  bool sequence_parallel = false;      // [parallel] sequence_parallel
+  int ranks = 4;                       // MPI ranks of the run
   std::vector<std::string> model_overrides;  // e.g. more heads, for the run and its single-rank reference
   std::vector<std::string> planner_settings; // for the run only (its reference is a fixed single-rank plan)
   bool expect_partial_recompute = false;     // the run's plan must recompute part of a stage (stage_aware)
@@ -186,11 +188,12 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
     settings.push_back("parallel.tensor_parallel=" + std::to_string(c.tensor_parallel));
     settings.push_back("parallel.zero=" + std::to_string(c.zero));
     settings.push_back(std::string("parallel.sub_pipelined_tmp=") + (c.sub_pipelined_tmp ? "true" : "false"));
+    settings.push_back(std::string("parallel.sequence_parallel=") + (c.sequence_parallel ? "true" : "false"));
     settings.push_back("parallel.virtual_stages=" + std::to_string(c.virtual_stages));
   }
   settings.insert(settings.end(), c.planner_settings.begin(), c.planner_settings.end());
   const std::string distributed = root + "/" + case_name(c) + "-" + std::to_string(::getpid());
-  run_training(c, 4, distributed, settings);
+  run_training(c, c.ranks, distributed, settings);
   if (HasFailure()) return;
   if (c.expect_partial_recompute) {
     const nlohmann::json plan = nlohmann::json::parse(std::ifstream(distributed + "/plan.json"));
@@ -339,6 +342,48 @@ std::vector<TrainingCase> tensor_parallel_cases(bool core) {
     c.zero = 1;
     other_cases.push_back(c);
     for (const TrainingCase& chosen : core ? core_cases : other_cases) result.push_back(chosen);
+  }
+  return result;
+}
+
+// Sequence parallelism (Korthikanti et al. 2022 §4.2.2) on top of tensor parallelism: t = 2 with 1
+// stage (x 2 replicas) and with 2 stages, t = 4 with 1 stage and with 2 stages (8 ranks; BERT-tiny
+// with 4 heads), and t = 2 x 2 replicas with ZeRO-1, sub-pipelined TMP and 1 KiB buckets (the summed
+// sequence-parallel gradients are then ZeRO pieces), and t = 2 x 2 stages under each recompute policy.
+// The tiny models' sequence (32) divides by t.
+std::vector<TrainingCase> sequence_parallel_cases() {
+  std::vector<TrainingCase> result;
+  for (const std::string model : {"bert", "gpt"}) {
+    const std::string second_stage = model == "bert" ? "encoder.layer.1" : "h.1";
+    auto make = [&](const std::string& plan, int tensor_parallel, std::vector<int> replicas, bool two_stages) {
+      TrainingCase c;
+      c.model = model;
+      c.plan = plan;
+      c.tensor_parallel = tensor_parallel;
+      c.sequence_parallel = true;
+      c.replicas = std::move(replicas);
+      if (two_stages) c.boundaries = {second_stage};
+      c.ranks = 0;
+      for (int replicas_of_stage : c.replicas) c.ranks += tensor_parallel * replicas_of_stage;
+      if (model == "bert" && tensor_parallel == 4) c.model_overrides = {"model.heads=4"};
+      return c;
+    };
+    result.push_back(make("sp_tp2_2replicas", 2, {2}, false));
+    result.push_back(make("sp_tp2_2stages", 2, {1, 1}, true));
+    result.push_back(make("sp_tp4", 4, {1}, false));
+    result.push_back(make("sp_tp4_2stages", 4, {1, 1}, true));
+    TrainingCase c = make("sp_tp2_2replicas_zero1_subpipelined_small_buckets", 2, {2}, false);
+    c.zero = 1;
+    c.sub_pipelined_tmp = true;
+    c.planner_settings = {"parallel.bucket_mb=0.001"};
+    result.push_back(c);
+    // With each recompute policy: the recomputed forward runs the all-gathers and reduce-scatters
+    // again, the kept checkpoints are the rank's part of the sequence.
+    for (const std::string recompute : {"boundaries", "selective", "layers"}) {
+      c = make("sp_tp2_2stages", 2, {1, 1}, true);
+      c.recompute = recompute;
+      result.push_back(c);
+    }
   }
   return result;
 }
@@ -672,6 +717,8 @@ INSTANTIATE_TEST_SUITE_P(Recomputation, DistributedTraining, ::testing::ValuesIn
 INSTANTIATE_TEST_SUITE_P(Planners, DistributedTraining, ::testing::ValuesIn(planner_cases()),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(TensorParallel, DistributedTraining, ::testing::ValuesIn(tensor_parallel_cases(true)),
+                         [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(SequenceParallel, DistributedTraining, ::testing::ValuesIn(sequence_parallel_cases()),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(TensorParallelMatrix, DistributedTraining, ::testing::ValuesIn(tensor_parallel_cases(false)),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });

@@ -231,4 +231,29 @@ std::uint64_t dropout_first_element(const KernelContext& context, std::int64_t p
   return static_cast<std::uint64_t>(context.tensor_parallel->rank()) * static_cast<std::uint64_t>(part_elements_per_sample);
 }
 
+SequenceSplit sequence_split(const KernelContext& context, const Tensor& part, const Tensor& whole, const char* op) {
+  PARTRAIN_CHECK(context.tensor_parallel != nullptr,
+                 op << " ran without a tensor-parallel group (a graph transformed for t > 1 on one rank?)");
+  SequenceSplit split;
+  split.parts = context.tensor_parallel->size();
+  split.rank = context.tensor_parallel->rank();
+  const std::int64_t parts = context.attributes.get_int("parts");
+  PARTRAIN_CHECK(parts == split.parts, op << " was made for " << parts << " ranks but runs in a tensor-parallel group of "
+                                          << split.parts);
+  const std::int64_t axis = context.attributes.get_int("axis", 1);
+  const Shape& part_shape = part.shape();
+  PARTRAIN_CHECK(axis >= 0 && static_cast<std::size_t>(axis) < part_shape.size(),
+                 op << ": axis " << axis << " is not a dimension of " << shape_string(part_shape));
+  Shape expected = part_shape;
+  expected[static_cast<std::size_t>(axis)] *= split.parts;
+  PARTRAIN_CHECK(whole.shape() == expected, op << ": the whole tensor " << shape_string(whole.shape()) << " is not "
+                                               << split.parts << " parts " << shape_string(part_shape) << " along dimension "
+                                               << axis);
+  PARTRAIN_CHECK(part.dtype() == whole.dtype(), op << ": dtypes " << dtype_name(part.dtype()) << " and "
+                                                   << dtype_name(whole.dtype()) << " differ");
+  split.outer = dim_product(part_shape, 0, static_cast<std::size_t>(axis));
+  split.chunk = split.outer == 0 ? 0 : part.numel() / split.outer;
+  return split;
+}
+
 }  // namespace partrain::kernels

@@ -193,4 +193,23 @@ CrossEntropyShape cross_entropy_shape(const Attributes& attributes, const Tensor
 /// draws the whole tensor's mask for its elements. 0 for an unsplit tensor.
 std::uint64_t dropout_first_element(const KernelContext& context, std::int64_t part_elements_per_sample);
 
+// ---------------- sequence parallelism ----------------
+
+/// A tensor split along dimension `axis` (attribute, default 1) over the tensor-parallel group
+/// (sequence parallelism, graph/ops/tensor_parallel.cpp): the whole tensor viewed as
+/// [outer, parts, chunk] elements, rank r's part as [outer, chunk] (its slice r of the middle
+/// dimension). The group's all-gather and reduce-scatter lay the parts out as [parts, outer, chunk]:
+/// when outer is 1 both views are the same and no rearranging copy is needed.
+struct SequenceSplit {
+  int parts = 1;            // the group's size t
+  int rank = 0;             // this rank's position in the group
+  std::int64_t outer = 1;   // product of the dimensions before axis
+  std::int64_t chunk = 0;   // elements of one part per outer index
+};
+
+/// The split of `whole` into `part` for the op `op` (its error messages): checks that the context
+/// has a tensor-parallel group whose size is the attribute parts and that `whole` is `part` with
+/// dimension axis multiplied by it. Throws partrain::Error naming the op and the shapes.
+SequenceSplit sequence_split(const KernelContext& context, const Tensor& part, const Tensor& whole, const char* op);
+
 }  // namespace partrain::kernels

@@ -1,5 +1,5 @@
 // CPU kernels of the tensor-parallel communication ops (graph/ops/tensor_parallel.cpp): the
-// all-reduces go through the KernelContext's TensorParallelGroup.
+// all-reduces, all-gathers and reduce-scatters go through the KernelContext's TensorParallelGroup.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -40,6 +40,89 @@ void all_reduce_forward(const KernelContext& context, std::span<const Tensor> in
 void all_reduce_backward(const KernelContext&, std::span<const Tensor>, std::span<const Tensor>,
                          std::span<const Tensor> dout, std::span<const Tensor> din) {
   if (din[0].defined()) copy_tensor(din[0], dout[0]);
+}
+
+// ---------------- sequence parallelism ----------------
+// The group's collectives lay the ranks' parts out one after another ([parts, outer, chunk]); the
+// tensors are [outer, parts, chunk] (graph/ops/tensor_parallel.cpp): staged through a buffer when
+// outer > 1.
+using kernels::SequenceSplit;
+
+// Copies `chunk` elements for every (outer o, rank r) between [parts, outer, chunk] (`grouped`) and
+// [outer, parts, chunk] (`interleaved`); `to_grouped` says which way.
+void regroup(float* grouped, float* interleaved, const SequenceSplit& split, bool to_grouped) {
+  const std::size_t bytes = static_cast<std::size_t>(split.chunk) * sizeof(float);
+#pragma omp parallel for collapse(2) schedule(static) if (split.outer * split.parts * split.chunk > kParallelThreshold)
+  for (std::int64_t o = 0; o < split.outer; ++o)
+    for (int r = 0; r < split.parts; ++r) {
+      float* in_group = grouped + (static_cast<std::int64_t>(r) * split.outer + o) * split.chunk;
+      float* in_place = interleaved + (o * split.parts + r) * split.chunk;
+      if (to_grouped) {
+        std::memcpy(in_group, in_place, bytes);
+      } else {
+        std::memcpy(in_place, in_group, bytes);
+      }
+    }
+}
+
+// whole = the parts of every rank, gathered along the axis.
+void gather_parts(const KernelContext& context, const Tensor& part, const Tensor& whole, const char* op) {
+  const SequenceSplit split = kernels::sequence_split(context, part, whole, op);
+  TensorParallelGroup& group = group_of(context);
+  if (split.outer == 1) return group.all_gather(part, whole);
+  const Tensor staging = Tensor::empty({whole.numel()}, DType::F32);
+  group.all_gather(part, staging);
+  regroup(staging.data<float>(), whole.data<float>(), split, false);
+}
+
+// part = the rank's part of the sum over the group of every rank's `whole`.
+void reduce_scatter_parts(const KernelContext& context, const Tensor& whole, const Tensor& part, const char* op) {
+  const SequenceSplit split = kernels::sequence_split(context, part, whole, op);
+  TensorParallelGroup& group = group_of(context);
+  if (split.outer == 1) return group.reduce_scatter(whole, part);
+  const Tensor staging = Tensor::empty({whole.numel()}, DType::F32);
+  regroup(staging.data<float>(), whole.data<float>(), split, true);
+  group.reduce_scatter(staging, part);
+}
+
+// part = the rank's part of `whole` (no communication).
+void take_part(const KernelContext& context, const Tensor& whole, const Tensor& part, const char* op) {
+  const SequenceSplit split = kernels::sequence_split(context, part, whole, op);
+  const std::size_t bytes = static_cast<std::size_t>(split.chunk) * dtype_size(part.dtype());
+  const char* source = static_cast<const char*>(whole.raw_data());
+  char* destination = static_cast<char*>(part.raw_data());
+  for (std::int64_t o = 0; o < split.outer; ++o)
+    std::memcpy(destination + static_cast<std::size_t>(o) * bytes,
+                source + static_cast<std::size_t>(o * split.parts + split.rank) * bytes, bytes);
+}
+
+void sequence_all_gather_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  gather_parts(context, in[0], out[0], "SequenceParallelAllGather");
+}
+void sequence_all_gather_backward(const KernelContext& context, std::span<const Tensor>, std::span<const Tensor>,
+                                  std::span<const Tensor> dout, std::span<const Tensor> din) {
+  if (din[0].defined()) reduce_scatter_parts(context, dout[0], din[0], "SequenceParallelAllGather backward");
+}
+void sequence_reduce_scatter_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  reduce_scatter_parts(context, in[0], out[0], "SequenceParallelReduceScatter");
+}
+void sequence_reduce_scatter_backward(const KernelContext& context, std::span<const Tensor>, std::span<const Tensor>,
+                                      std::span<const Tensor> dout, std::span<const Tensor> din) {
+  if (din[0].defined()) gather_parts(context, dout[0], din[0], "SequenceParallelReduceScatter backward");
+}
+void sequence_scatter_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  take_part(context, in[0], out[0], "SequenceParallelScatter");
+}
+void sequence_scatter_backward(const KernelContext& context, std::span<const Tensor>, std::span<const Tensor>,
+                               std::span<const Tensor> dout, std::span<const Tensor> din) {
+  if (din[0].defined()) gather_parts(context, dout[0], din[0], "SequenceParallelScatter backward");
+}
+void sequence_gather_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  gather_parts(context, in[0], out[0], "SequenceParallelGather");
+}
+void sequence_gather_backward(const KernelContext& context, std::span<const Tensor>, std::span<const Tensor>,
+                              std::span<const Tensor> dout, std::span<const Tensor> din) {
+  if (din[0].defined()) take_part(context, dout[0], din[0], "SequenceParallelGather backward");
 }
 
 // ---------------- VocabParallelEmbedding ----------------
@@ -197,6 +280,11 @@ void register_cpu_tensor_parallel_kernels(Backend& backend) {
   backend.set_kernels(OpType::TensorParallelAllReduce, {all_reduce_forward, all_reduce_backward});
   backend.set_kernels(OpType::VocabParallelEmbedding, {embedding_forward, embedding_backward});
   backend.set_kernels(OpType::VocabParallelCrossEntropy, {vocab_cross_entropy_forward, vocab_cross_entropy_backward});
+  backend.set_kernels(OpType::SequenceParallelAllGather, {sequence_all_gather_forward, sequence_all_gather_backward});
+  backend.set_kernels(OpType::SequenceParallelReduceScatter,
+                      {sequence_reduce_scatter_forward, sequence_reduce_scatter_backward});
+  backend.set_kernels(OpType::SequenceParallelScatter, {sequence_scatter_forward, sequence_scatter_backward});
+  backend.set_kernels(OpType::SequenceParallelGather, {sequence_gather_forward, sequence_gather_backward});
 }
 
 }  // namespace partrain

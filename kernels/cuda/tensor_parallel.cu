@@ -123,6 +123,116 @@ void all_reduce_backward(const KernelContext& context, std::span<const Tensor>, 
   if (din[0].defined()) device_copy(cuda_of(context), din[0], dout[0], "TensorParallelAllReduce backward");
 }
 
+// ---------------- sequence parallelism ----------------
+// The group's all-gather and reduce-scatter lay the ranks' parts out one after another
+// ([parts, outer, chunk]); the tensors are [outer, parts, chunk] (kernels::SequenceSplit): staged
+// through an f32 buffer and rearranged by strided copies on the stream when outer > 1. bf16 tensors
+// are communicated as f32 copies (the group takes f32 only) and rounded once, as the CPU backend's
+// widening does; an all-gather of bf16 values is exact either way. The stream is synchronised before
+// each collective for the reasons given at reduce_over_group.
+using kernels::SequenceSplit;
+
+// Copies, for every rank r, the [outer, chunk] block r between `grouped` ([parts, outer, chunk]) and
+// its rows in `interleaved` ([outer, parts, chunk]) of `element` bytes per element.
+void regroup(const CudaBackend& cuda, void* grouped, void* interleaved, const SequenceSplit& split, std::size_t element,
+             bool to_grouped) {
+  const std::size_t row = static_cast<std::size_t>(split.chunk) * element;
+  if (row == 0 || split.outer == 0) return;
+  for (int r = 0; r < split.parts; ++r) {
+    char* block = static_cast<char*>(grouped) + static_cast<std::size_t>(r) * static_cast<std::size_t>(split.outer) * row;
+    char* rows = static_cast<char*>(interleaved) + static_cast<std::size_t>(r) * row;
+    const std::size_t pitch = static_cast<std::size_t>(split.parts) * row;
+    if (to_grouped) {
+      PARTRAIN_CUDA_CHECK(cudaMemcpy2DAsync(block, row, rows, pitch, row, static_cast<std::size_t>(split.outer),
+                                            cudaMemcpyDeviceToDevice, cuda.stream()));
+    } else {
+      PARTRAIN_CUDA_CHECK(cudaMemcpy2DAsync(rows, pitch, block, row, row, static_cast<std::size_t>(split.outer),
+                                            cudaMemcpyDeviceToDevice, cuda.stream()));
+    }
+  }
+}
+
+// `tensor` as f32 on the device: itself, or an f32 copy of a bf16 tensor (`copy_values`: converted).
+Tensor as_f32(CudaBackend& cuda, const Tensor& tensor, bool copy_values) {
+  if (tensor.dtype() == DType::F32) return tensor;
+  PARTRAIN_CHECK(tensor.dtype() == DType::BF16,
+                 "sequence-parallel communication: CUDA kernels take f32 or bf16, got " << dtype_name(tensor.dtype()));
+  Tensor wide = cuda.empty(tensor.shape(), DType::F32);
+  if (copy_values) cuda.convert(wide, tensor);
+  return wide;
+}
+
+// whole = every rank's part, gathered along the axis.
+void gather_parts(const KernelContext& context, const Tensor& part, const Tensor& whole, const char* op) {
+  const SequenceSplit split = kernels::sequence_split(context, part, whole, op);
+  CudaBackend& cuda = cuda_of(context);
+  TensorParallelGroup& group = group_of(context);
+  const Tensor part_f32 = as_f32(cuda, part, true);
+  const Tensor whole_f32 = as_f32(cuda, whole, false);
+  const Tensor gathered = split.outer == 1 ? whole_f32 : cuda.empty({whole.numel()}, DType::F32);
+  cuda.synchronise();
+  group.all_gather(part_f32, gathered);
+  if (split.outer != 1) regroup(cuda, gathered.raw_data(), whole_f32.raw_data(), split, sizeof(float), false);
+  if (whole.dtype() != DType::F32) cuda.convert(whole, whole_f32);
+}
+
+// part = the rank's part of the sum over the group of every rank's `whole`.
+void reduce_scatter_parts(const KernelContext& context, const Tensor& whole, const Tensor& part, const char* op) {
+  const SequenceSplit split = kernels::sequence_split(context, part, whole, op);
+  CudaBackend& cuda = cuda_of(context);
+  TensorParallelGroup& group = group_of(context);
+  const Tensor whole_f32 = as_f32(cuda, whole, true);
+  Tensor grouped = whole_f32;
+  if (split.outer != 1) {
+    grouped = cuda.empty({whole.numel()}, DType::F32);
+    regroup(cuda, grouped.raw_data(), whole_f32.raw_data(), split, sizeof(float), true);
+  }
+  const Tensor part_f32 = as_f32(cuda, part, false);
+  cuda.synchronise();
+  group.reduce_scatter(grouped, part_f32);
+  if (part.dtype() != DType::F32) cuda.convert(part, part_f32);
+}
+
+// part = the rank's part of `whole` (any dtype; no communication).
+void take_part(const KernelContext& context, const Tensor& whole, const Tensor& part, const char* op) {
+  const SequenceSplit split = kernels::sequence_split(context, part, whole, op);
+  const std::size_t row = static_cast<std::size_t>(split.chunk) * dtype_size(part.dtype());
+  if (row == 0 || split.outer == 0) return;
+  const char* source = static_cast<const char*>(whole.raw_data()) + static_cast<std::size_t>(split.rank) * row;
+  PARTRAIN_CUDA_CHECK(cudaMemcpy2DAsync(part.raw_data(), row, source, static_cast<std::size_t>(split.parts) * row, row,
+                                        static_cast<std::size_t>(split.outer), cudaMemcpyDeviceToDevice,
+                                        cuda_of(context).stream()));
+}
+
+void sequence_all_gather_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  gather_parts(context, in[0], out[0], "SequenceParallelAllGather");
+}
+void sequence_all_gather_backward(const KernelContext& context, std::span<const Tensor>, std::span<const Tensor>,
+                                  std::span<const Tensor> dout, std::span<const Tensor> din) {
+  if (din[0].defined()) reduce_scatter_parts(context, dout[0], din[0], "SequenceParallelAllGather backward");
+}
+void sequence_reduce_scatter_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  reduce_scatter_parts(context, in[0], out[0], "SequenceParallelReduceScatter");
+}
+void sequence_reduce_scatter_backward(const KernelContext& context, std::span<const Tensor>, std::span<const Tensor>,
+                                      std::span<const Tensor> dout, std::span<const Tensor> din) {
+  if (din[0].defined()) gather_parts(context, dout[0], din[0], "SequenceParallelReduceScatter backward");
+}
+void sequence_scatter_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  take_part(context, in[0], out[0], "SequenceParallelScatter");
+}
+void sequence_scatter_backward(const KernelContext& context, std::span<const Tensor>, std::span<const Tensor>,
+                               std::span<const Tensor> dout, std::span<const Tensor> din) {
+  if (din[0].defined()) gather_parts(context, dout[0], din[0], "SequenceParallelScatter backward");
+}
+void sequence_gather_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  gather_parts(context, in[0], out[0], "SequenceParallelGather");
+}
+void sequence_gather_backward(const KernelContext& context, std::span<const Tensor>, std::span<const Tensor>,
+                              std::span<const Tensor> dout, std::span<const Tensor> din) {
+  if (din[0].defined()) take_part(context, dout[0], din[0], "SequenceParallelGather backward");
+}
+
 // ---------------- index and label checks ----------------
 constexpr unsigned long long kNoBadPosition = ~0ull;
 
@@ -520,6 +630,11 @@ void register_cuda_tensor_parallel_kernels(Backend& backend) {
   backend.set_kernels(OpType::TensorParallelAllReduce, {all_reduce_forward, all_reduce_backward});
   backend.set_kernels(OpType::VocabParallelEmbedding, {embedding_forward, embedding_backward});
   backend.set_kernels(OpType::VocabParallelCrossEntropy, {vocab_cross_entropy_forward, vocab_cross_entropy_backward});
+  backend.set_kernels(OpType::SequenceParallelAllGather, {sequence_all_gather_forward, sequence_all_gather_backward});
+  backend.set_kernels(OpType::SequenceParallelReduceScatter,
+                      {sequence_reduce_scatter_forward, sequence_reduce_scatter_backward});
+  backend.set_kernels(OpType::SequenceParallelScatter, {sequence_scatter_forward, sequence_scatter_backward});
+  backend.set_kernels(OpType::SequenceParallelGather, {sequence_gather_forward, sequence_gather_backward});
 }
 
 }  // namespace partrain::cuda

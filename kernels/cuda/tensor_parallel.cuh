@@ -24,8 +24,14 @@
 //                                with the CPU's error message. Backward: dlogits =
 //                                exp(z − log_sum_exp)·scale − scale·onehot, scale = dloss / count;
 //                                no communication.
+//   SequenceParallelAllGather,   sequence parallelism (Korthikanti et al. 2022 §4.2.2): the
+//   ...ReduceScatter, ...Scatter, group's all_gather / reduce_scatter of f32 buffers (bf16 through an
+//   ...Gather                    f32 copy, rounded once), rearranged between the group's
+//                                rank-after-rank layout and the tensors' split dimension by
+//                                cudaMemcpy2DAsync on the stream; the scatter's forward and the
+//                                gather's backward (the rank's part) are one strided copy.
 //
-// Synchronisation: before every all-reduce the kernel waits for the backend's stream (see
+// Synchronisation: before every all-reduce, all-gather or reduce-scatter the kernel waits for the backend's stream (see
 // reduce_over_group in the .cu for why); the group must have done its reduction, or queued it on
 // the backend's stream, when all_reduce or all_reduce_deferrable returns
 // (comm::CommunicatorTensorParallelGroup over the NCCL communicator queues on that stream; a

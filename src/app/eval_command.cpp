@@ -122,7 +122,7 @@ int evaluate(const EvalArguments& arguments, comm::Communicator& world, bool& di
   const Plan plan = agree_on_plan(config, graphs, arguments.plan_file, false, world, run_world, backend);
   const std::int64_t batches = evaluation_batches(*data, plan, config, batch_file, arguments.batches);
   // The graph the plan indexes: the model's, or one tensor-parallel rank's part of it.
-  const Graph& graph = graphs.of_degree(plan.tensor_parallel);
+  const Graph& graph = graphs.of_degree(plan.tensor_parallel, plan.sequence_parallel);
 
   runtime::PipelineExecutor executor(
       graph, plan, run_world, backend, *data,

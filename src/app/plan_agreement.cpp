@@ -114,8 +114,9 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
   std::map<std::uint64_t, profile::ProfileDB> databases;
   if (profiling) {
     const PlanningSetup setup = planning_setup(config, world.size());
-    for (int t : partition::tensor_parallel_candidates(graphs.provider(), setup.device, setup.options)) {
-      const Graph& graph = graphs.of_degree(t);
+    for (int t : partition::tensor_parallel_candidates(graphs.provider(setup.options.sequence_parallel), setup.device,
+                                                       setup.options)) {
+      const Graph& graph = graphs.of_degree(t, setup.options.sequence_parallel);
       databases.emplace(graph.hash(), profile_layers(config, graph, world, device_world, backend));
     }
   }
@@ -161,7 +162,7 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
                                                           << " is for " << plan.world_size << " ranks, but "
                                                           << world.size() << " are running");
       if (!plan_file.empty()) check_plan_matches_config(plan, config, plan_file);
-      plan.validate(graphs.of_degree(plan.tensor_parallel));
+      plan.validate(graphs.of_degree(plan.tensor_parallel, plan.sequence_parallel));
       return plan.to_json().dump();
     });
     if (text != "measure") break;

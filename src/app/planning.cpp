@@ -28,6 +28,7 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.tensor_parallel = static_cast<int>(parallel.tensor_parallel);
   options.zero = static_cast<int>(parallel.zero);
   options.sub_pipelined_tmp = parallel.sub_pipelined_tmp;
+  options.sequence_parallel = parallel.sequence_parallel;
   options.global_batch = config.train.global_batch;
   options.microbatches = static_cast<int>(config.train.microbatches);
   options.schedule = parse_schedule(parallel.schedule);
@@ -61,6 +62,10 @@ void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config,
   PARTRAIN_CHECK(plan.optimizer == train.optimizer,
                  plan_file << " was made for optimizer " << plan.optimizer << ", but " << config.path
                            << " sets [train] optimizer = \"" << train.optimizer << "\"");
+  PARTRAIN_CHECK(plan.tensor_parallel == 1 || plan.sequence_parallel == config.parallel.sequence_parallel,
+                 plan_file << " was made " << (plan.sequence_parallel ? "with" : "without") << " sequence parallelism, but "
+                           << config.path << " sets [parallel] sequence_parallel = "
+                           << (config.parallel.sequence_parallel ? "true" : "false"));
   PARTRAIN_CHECK(train.microbatches == 0 || train.microbatches == plan.microbatches,
                  plan_file << " was made for " << plan.microbatches << " microbatches, but " << config.path
                            << " sets [train] microbatches = " << train.microbatches);
@@ -68,19 +73,22 @@ void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config,
 
 PlannedGraphs::PlannedGraphs(const ExperimentConfig& config) : config_(config), model_(build_model(config.model)) {}
 
-const Graph& PlannedGraphs::of_degree(int tensor_parallel) {
+const Graph& PlannedGraphs::of_degree(int tensor_parallel, bool sequence_parallel) {
   if (tensor_parallel == 1) return model_;
-  auto found = parallel_.find(tensor_parallel);
+  const std::pair<int, bool> key{tensor_parallel, sequence_parallel};
+  auto found = parallel_.find(key);
   if (found != parallel_.end()) return found->second;
-  check_tensor_parallel(config_, tensor_parallel);
-  return parallel_.emplace(tensor_parallel, tensor_parallel_graph(model_, tensor_parallel)).first->second;
+  check_tensor_parallel(config_, tensor_parallel, sequence_parallel);
+  return parallel_.emplace(key, tensor_parallel_graph(model_, tensor_parallel, sequence_parallel)).first->second;
 }
 
-partition::TensorParallelGraphs PlannedGraphs::provider() {
-  return [this](int tensor_parallel) -> const Graph& { return of_degree(tensor_parallel); };
+partition::TensorParallelGraphs PlannedGraphs::provider(bool sequence_parallel) {
+  return [this, sequence_parallel](int tensor_parallel) -> const Graph& {
+    return of_degree(tensor_parallel, sequence_parallel);
+  };
 }
 
-void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel) {
+void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel, bool sequence_parallel) {
   if (tensor_parallel <= 1) return;
   const ModelConfig& model = config.model;
   PARTRAIN_CHECK(model.type != "resnet", config.path << ": [parallel] tensor_parallel = " << tensor_parallel
@@ -92,6 +100,10 @@ void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel) 
     PARTRAIN_CHECK(size % tensor_parallel == 0,
                    config.path << ": [model] " << key << " = " << size << " is not a multiple of [parallel] tensor_parallel = "
                                << tensor_parallel << (std::string(key) == "vocab" ? " (pad the vocabulary as Megatron does)" : ""));
+  // Sequence parallelism splits the sequence over the group.
+  PARTRAIN_CHECK(!sequence_parallel || model.seq_len % tensor_parallel == 0,
+                 config.path << ": [model] seq_len = " << model.seq_len << " is not a multiple of [parallel] tensor_parallel = "
+                             << tensor_parallel << " ([parallel] sequence_parallel = true splits the sequence over the group)");
 }
 
 std::unique_ptr<partition::CostModel> planning_cost_model(const PlanningSetup& setup, const Graph& graph,
@@ -104,8 +116,8 @@ std::unique_ptr<partition::CostModel> planning_cost_model(const PlanningSetup& s
 
 partition::ThreeDimensionalPlan plan_experiment(const ExperimentConfig& config, PlannedGraphs& graphs,
                                                 const PlanningSetup& setup, const partition::CostModelFactory& costs) {
-  check_tensor_parallel(config, setup.options.tensor_parallel);
-  return partition::make_3d_plan(graphs.provider(), costs, setup.options);
+  check_tensor_parallel(config, setup.options.tensor_parallel, setup.options.sequence_parallel);
+  return partition::make_3d_plan(graphs.provider(setup.options.sequence_parallel), costs, setup.options);
 }
 
 double training_flops_per_sample(const Graph& model) {

@@ -28,8 +28,9 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
                              const std::string& planner = "");
 
 /// Throws partrain::Error naming both values when `plan` (loaded from `plan_file`) was made for
-/// another global batch, precision, optimizer or (when [train] microbatches is set) microbatch count
-/// than `config` asks for: the plan's memory and time predictions hold only for what it recorded.
+/// another global batch, precision, optimizer, sequence parallelism (a plan of tensor_parallel > 1)
+/// or (when [train] microbatches is set) microbatch count than `config` asks for: the plan's memory
+/// and time predictions hold only for what it recorded.
 void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config, const std::string& plan_file);
 
 /// The model of an experiment and the graph a plan of each tensor-parallel degree indexes, each
@@ -46,18 +47,21 @@ class PlannedGraphs {
   /// The model of [model] (tensor-parallel degree 1).
   const Graph& model() const { return model_; }
 
-  /// The graph of a plan of degree `tensor_parallel`: the model for 1, else its
-  /// tensor_parallel_graph (graph/tensor_parallel.h), built the first time it is asked for. Throws
-  /// what check_tensor_parallel throws for a degree the model does not allow.
-  const Graph& of_degree(int tensor_parallel);
+  /// The graph of a plan of degree `tensor_parallel` (and Plan::sequence_parallel): the model for 1,
+  /// else its tensor_parallel_graph(model, tensor_parallel, sequence_parallel)
+  /// (graph/tensor_parallel.h), built the first time it is asked for. Throws what
+  /// check_tensor_parallel throws for a degree the model does not allow.
+  const Graph& of_degree(int tensor_parallel, bool sequence_parallel = false);
 
-  /// of_degree as the planner's TensorParallelGraphs (partition/planner.h); `this` must outlive it.
-  partition::TensorParallelGraphs provider();
+  /// of_degree (with `sequence_parallel`: the planner options') as the planner's
+  /// TensorParallelGraphs (partition/planner.h); `this` must outlive it.
+  partition::TensorParallelGraphs provider(bool sequence_parallel = false);
 
  private:
   const ExperimentConfig& config_;
   Graph model_;
-  std::map<int, Graph> parallel_;  // by degree > 1 (map nodes do not move: references stay valid)
+  // by (degree > 1, sequence parallel) (map nodes do not move: references stay valid)
+  std::map<std::pair<int, bool>, Graph> parallel_;
 };
 
 /// The executor's initial parameters and buffers for rank `tensor_rank` of its tensor-parallel group:
@@ -69,9 +73,9 @@ std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, c
 
 /// The one check of a tensor-parallel degree against the experiment, without building a graph
 /// (nothing for degree ≤ 1): throws partrain::Error naming the config file and the [model] key
-/// (heads, hidden, intermediate, vocab) that the degree does not divide, or saying that the model
-/// type has no tensor-parallel layers (resnet).
-void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel);
+/// (heads, hidden, intermediate, vocab; seq_len with `sequence_parallel`) that the degree does not
+/// divide, or saying that the model type has no tensor-parallel layers (resnet).
+void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel, bool sequence_parallel = false);
 
 /// The cost model the planner prices `graph` with: the calibrated model over `database` (the
 /// graph's measured layers) when given, else the analytic model; both with setup's precision and

@@ -428,7 +428,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   // From here on the plan, not the config, says the global batch, degree, precision and optimizer.
   const Plan plan = agree_on_plan(config, graphs, arguments.plan_file, true, world, run_world, backend);
   // The graph the plan's stages index: the model, or its tensor_parallel_graph for the plan's degree.
-  const Graph& graph = graphs.of_degree(plan.tensor_parallel);
+  const Graph& graph = graphs.of_degree(plan.tensor_parallel, plan.sequence_parallel);
 
   PARTRAIN_CHECK(!(config.log.save_gradients && plan.zero == 1),
                  "[log] save_gradients = true (" << config.path << ") needs whole reduced gradients, which ZeRO-1 "

@@ -18,6 +18,8 @@ class CommunicatorTensorParallelGroup final : public TensorParallelGroup {
   void all_reduce(const Tensor& tensor, Reduction reduction) override {
     group_.all_reduce(tensor, reduction == Reduction::Max ? ReduceOp::Max : ReduceOp::Sum);
   }
+  void all_gather(const Tensor& input, const Tensor& output) override { group_.all_gather(input, output); }
+  void reduce_scatter(const Tensor& input, const Tensor& output) override { group_.reduce_scatter(input, output); }
   std::function<void()> start_all_reduce(const Tensor& tensor) override {
     auto request = std::make_shared<Request>(group_.all_reduce_async(tensor, ReduceOp::Sum));
     return [request] { request->wait(); };

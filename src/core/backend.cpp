@@ -40,6 +40,8 @@ class CompletingGroup final : public TensorParallelGroup {
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   void all_reduce(const Tensor& tensor, Reduction reduction) override { inner_.all_reduce(tensor, reduction); }
+  void all_gather(const Tensor& input, const Tensor& output) override { inner_.all_gather(input, output); }
+  void reduce_scatter(const Tensor& input, const Tensor& output) override { inner_.reduce_scatter(input, output); }
 
  private:
   TensorParallelGroup& inner_;

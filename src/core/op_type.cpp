@@ -13,7 +13,8 @@ constexpr std::array<std::string_view, kOpTypeCount> kOpNames = {
     "LayerNorm", "BatchNorm2d", "Softmax", "SoftmaxCrossEntropy", "Attention",
     "Gather", "Reshape", "Permute", "Slice", "Concat", "Split",
     "Conv2d", "MaxPool2d", "GlobalAvgPool",
-    "TensorParallelCopy", "TensorParallelAllReduce", "VocabParallelEmbedding", "VocabParallelCrossEntropy"};
+    "TensorParallelCopy", "TensorParallelAllReduce", "VocabParallelEmbedding", "VocabParallelCrossEntropy",
+    "SequenceParallelAllGather", "SequenceParallelReduceScatter", "SequenceParallelScatter", "SequenceParallelGather"};
 }  // namespace
 
 std::string_view op_name(OpType type) {

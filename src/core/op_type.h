@@ -24,6 +24,8 @@ enum class OpType : std::uint8_t {
   Conv2d, MaxPool2d, GlobalAvgPool,
   // tensor_parallel.cpp (inserted by the tensor-parallel transformation, graph/tensor_parallel.h)
   TensorParallelCopy, TensorParallelAllReduce, VocabParallelEmbedding, VocabParallelCrossEntropy,
+  // tensor_parallel.cpp: sequence parallelism (Korthikanti et al. 2022 §4.2.2)
+  SequenceParallelAllGather, SequenceParallelReduceScatter, SequenceParallelScatter, SequenceParallelGather,
   Count  // number of op types, not an op
 };
 

@@ -1,9 +1,10 @@
 #pragma once
 // The tensor-parallel group a kernel runs in (Megatron-LM, Shoeybi et al. 2019 §3): the ops that a
 // tensor-parallel graph transformation inserts (graph/tensor_parallel.h) — the conjugate f / g
-// all-reduces, the vocabulary-parallel embedding and cross-entropy, and dropout on a head-split
-// tensor — need the rank's position in its group and an in-place all-reduce over it. The runtime
-// implements it over its communicator; core/ knows nothing of MPI or NCCL.
+// all-reduces, the vocabulary-parallel embedding and cross-entropy, dropout on a split tensor, and
+// sequence parallelism's all-gathers and reduce-scatters (Korthikanti et al. 2022 §4.2.2) — need
+// the rank's position in its group and collectives over it. The runtime implements it over its
+// communicator; core/ knows nothing of MPI or NCCL.
 #include <functional>
 
 #include "core/tensor.h"
@@ -21,6 +22,12 @@ class TensorParallelGroup {
   /// Reduces `tensor` (on the kernel's device, f32) element-wise over the group, in place; every
   /// rank gets the result. Collective: every rank of the group calls it in the same order.
   virtual void all_reduce(const Tensor& tensor, Reduction reduction) = 0;
+  /// All-gather: rank r's `input` (f32, n elements, on the kernel's device) lands at elements
+  /// [r·n, (r+1)·n) of `output` (f32, size() × n elements) on every rank. Collective.
+  virtual void all_gather(const Tensor& input, const Tensor& output) = 0;
+  /// Reduce-scatter: `input` (f32, size() × n elements) is summed element-wise over the group and
+  /// rank r receives elements [r·n, (r+1)·n) of the sum in `output` (f32, n elements). Collective.
+  virtual void reduce_scatter(const Tensor& input, const Tensor& output) = 0;
   /// Starts a sum all-reduce of `tensor` and returns the function that completes it (the result is
   /// in `tensor` once it returned). Default: all_reduce now, nothing left to complete.
   virtual std::function<void()> start_all_reduce(const Tensor& tensor) {

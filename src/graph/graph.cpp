@@ -217,6 +217,7 @@ std::uint64_t Graph::hash() const {
       mix(value.sharding.parts);
       mix(value.sharding.blocks);
     }
+    if (value.sharding.sequence_parallel) mix(1);
   }
   for (const Task& task : tasks_) {
     mix(static_cast<std::uint8_t>(task.op));

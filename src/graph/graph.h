@@ -26,10 +26,17 @@ const char* value_kind_name(ValueKind kind);
 /// as [blocks, parts, size / (blocks · parts)] and rank r holds [:, r, :] — blocks > 1 for fused
 /// weights such as GPT-2's c_attn, whose query, key and value columns are each split across the
 /// ranks. The Value's shape is the rank's local shape; axis -1 (parts 1): whole on every rank.
+///
+/// `sequence_parallel`: a whole parameter (not sharded) that tasks read on the rank's part of the
+/// sequence under sequence parallelism (LayerNorm weights, row-parallel biases; Korthikanti et al.
+/// 2022 §4.2.2): each rank's gradient covers only its part of the sequence, and the gradients are
+/// summed over the tensor-parallel group before the optimizer step (Megatron-LM all-reduces its
+/// "sequence-parallel" parameters' gradients likewise). The value is the same on every rank.
 struct Sharding {
   int axis = -1;
   int parts = 1;
   int blocks = 1;
+  bool sequence_parallel = false;
   bool sharded() const { return parts > 1; }
   bool operator==(const Sharding&) const = default;
 };
@@ -51,7 +58,8 @@ struct TaskCost {
   double activation_bytes = 0;   // bytes of the task's outputs at batch size 1
   double parameter_bytes = 0;    // bytes of the Param values the task reads
   /// Bytes all-reduced over the tensor-parallel group at batch size 1 (communication tasks of a
-  /// tensor-parallel graph): in the forward pass and in the backward pass.
+  /// tensor-parallel graph): in the forward pass and in the backward pass. Sequence parallelism's
+  /// all-gathers and reduce-scatters count as the all-reduce moving as much (half the whole tensor).
   double forward_allreduce_bytes = 0;
   double backward_allreduce_bytes = 0;
 };

@@ -166,6 +166,9 @@ class OverlappingGroup final : public TensorParallelGroup {
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   void all_reduce(const Tensor& tensor, Reduction reduction) override { inner_.all_reduce(tensor, reduction); }
+  // Sequence parallelism's collectives block (their results are read by the task that calls them).
+  void all_gather(const Tensor& input, const Tensor& output) override { inner_.all_gather(input, output); }
+  void reduce_scatter(const Tensor& input, const Tensor& output) override { inner_.reduce_scatter(input, output); }
   void all_reduce_deferrable(const Tensor& tensor) override {
     complete();
     pending_ = inner_.start_all_reduce(tensor);

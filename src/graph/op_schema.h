@@ -38,7 +38,9 @@ struct OpSchema {
   /// Bit i set: input i can receive a gradient (clear for indices, labels, masks, running stats).
   std::uint32_t differentiable_inputs = ~0u;
   /// Communication ops of tensor-parallel graphs: bytes all-reduced over the tensor-parallel group
-  /// in the forward and in the backward pass, for concrete types (nullptr: none).
+  /// in the forward and in the backward pass, for concrete types (nullptr: none). An all-gather or
+  /// reduce-scatter of a whole tensor of W bytes (sequence parallelism) counts as the all-reduce
+  /// that moves as much per rank, W/2.
   std::pair<double, double> (*allreduce_bytes)(std::span<const TensorType> inputs,
                                                std::span<const TensorType> outputs) = nullptr;
   /// The saved tensors of the op (Korthikanti et al. 2022 §4, "activation memory"): bit i set when

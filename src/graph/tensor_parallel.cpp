@@ -13,9 +13,24 @@ namespace {
 
 // How an activation of the original graph exists on each rank of the group.
 struct Layout {
-  bool split = false;  // false: replicated (the whole tensor on every rank)
-  int axis = -1;       // split: the rank holds 1/t of this dimension
+  bool split = false;     // false: replicated (the whole tensor on every rank)
+  int axis = -1;          // split: the rank holds 1/t of this dimension
+  bool sequence = false;  // split by sequence parallelism (axis: the sequence), not by a layer's features or heads
 };
+
+// Ops that compute each position of the sequence on its own: under sequence parallelism they run on
+// the rank's part of the sequence (Korthikanti et al. §4.2.2: LayerNorm, dropout, residual adds;
+// and the head's per-token dense layers). Any other op reading a sequence-split tensor gets it
+// gathered whole first.
+bool per_position(OpType op) {
+  switch (op) {
+    case OpType::Relu: case OpType::Gelu: case OpType::Tanh: case OpType::Scale: case OpType::Dropout:
+    case OpType::Add: case OpType::Sub: case OpType::Mul: case OpType::LayerNorm: case OpType::Gemm:
+      return true;
+    default:
+      return false;
+  }
+}
 
 std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
   std::int64_t result = 1;
@@ -25,8 +40,9 @@ std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
 
 class Transformation {
  public:
-  Transformation(const Graph& graph, int degree)
-      : graph_(graph), degree_(degree), map_(graph.values().size(), -1), layout_(graph.values().size()) {}
+  Transformation(const Graph& graph, int degree, bool sequence_parallel)
+      : graph_(graph), degree_(degree), sequence_parallel_(sequence_parallel), map_(graph.values().size(), -1),
+        layout_(graph.values().size()) {}
 
   Graph run() {
     // Data inputs first, in the original order: they exist even when no task of a stage reads them.
@@ -53,14 +69,16 @@ class Transformation {
  private:
   const Graph& graph_;
   const int degree_;
+  const bool sequence_parallel_;
   Graph out_;
   std::vector<int> map_;        // original value id -> new value id
   std::vector<Layout> layout_;  // original activation -> its layout on the ranks
-  std::map<int, int> copies_;   // original value -> its TensorParallelCopy output
+  std::map<int, int> copies_;   // original value -> its TensorParallelCopy (or SequenceParallelAllGather) output
+  std::map<int, int> gathers_;  // original sequence-split value -> its SequenceParallelGather output (whole)
 
   [[noreturn]] void fail(const Task& task, const std::string& message) const {
-    PARTRAIN_FAIL("tensor parallelism (" << degree_ << " ranks): task '" << task.name << "' (" << op_name(task.op)
-                                         << "): " << message);
+    PARTRAIN_FAIL("tensor parallelism (" << degree_ << " ranks" << (sequence_parallel_ ? ", sequence parallel" : "")
+                                         << "): task '" << task.name << "' (" << op_name(task.op) << "): " << message);
   }
 
   // The new id of a Param, Buffer or Const, created at its first use; a Param gets `sharding`
@@ -69,7 +87,10 @@ class Transformation {
     const Value& v = graph_.value(value);
     if (map_[value] >= 0) {
       if (v.kind == ValueKind::Param && !(out_.value(map_[value]).sharding == sharding))
-        fail(task, "parameter '" + v.name + "' is used with two different shardings");
+        fail(task, "parameter '" + v.name + "' is used with two different shardings" +
+                       (sharding.sequence_parallel != out_.value(map_[value]).sharding.sequence_parallel
+                            ? " (on the rank's part of the sequence and on the whole sequence)"
+                            : ""));
       return map_[value];
     }
     switch (v.kind) {
@@ -84,7 +105,7 @@ class Transformation {
           shape[static_cast<std::size_t>(sharding.axis)] = size / sharding.parts;
         }
         map_[value] = out_.add_parameter(v.name, shape);
-        if (sharding.sharded()) out_.set_sharding(map_[value], sharding);
+        if (sharding.sharded() || sharding.sequence_parallel) out_.set_sharding(map_[value], sharding);
         break;
       }
       case ValueKind::Buffer: map_[value] = out_.add_buffer(v.name, v.type.shape); break;
@@ -99,6 +120,48 @@ class Transformation {
     return kind == ValueKind::Param || kind == ValueKind::Buffer || kind == ValueKind::Const;
   }
   bool is_split(int value) const { return !is_leaf(value) && layout_[value].split; }
+  bool is_sequence_split(int value) const { return is_split(value) && layout_[value].sequence; }
+
+  // A whole parameter read by a task on the rank's part of the sequence: its gradient is partial.
+  int sequence_parameter(int value, const Task& task) {
+    if (graph_.value(value).kind != ValueKind::Param) return whole(value, task);
+    Sharding sharding;
+    sharding.sequence_parallel = true;
+    return leaf(value, task, sharding);
+  }
+
+  // The sequence dimension of an activation [B, S, ...] that sequence parallelism splits.
+  void check_sequence(const Task& task, int value) const {
+    const Shape& shape = graph_.value(value).type.shape;
+    if (shape.size() < 2 || shape[0] != kBatch)
+      fail(task, "sequence parallelism splits [batch, sequence, ...] tensors, not '" + graph_.value(value).name + "' " +
+                     shape_string(shape));
+    divisible(task, shape[1], "sequence length");
+  }
+
+  Attributes sequence_attributes(std::int64_t axis) const {
+    Attributes attributes;
+    attributes.set("axis", axis);
+    attributes.set("parts", static_cast<std::int64_t>(degree_));
+    return attributes;
+  }
+
+  // g under sequence parallelism: the partial sums `value` (new id; original `original`) reduce-scattered
+  // along the sequence.
+  int reduce_scattered(const Task& task, int original, int value) {
+    check_sequence(task, original);
+    return out_.add(OpType::SequenceParallelReduceScatter, task.name + ".reduce_scatter", {value}, sequence_attributes(1));
+  }
+
+  // The whole of a sequence-split value for a task that needs the whole sequence (one per value).
+  int gathered(int value) {
+    auto found = gathers_.find(value);
+    if (found != gathers_.end()) return found->second;
+    const int whole_value = out_.add(OpType::SequenceParallelGather, graph_.value(value).name + ".sequence_parallel_gather",
+                                     {map_[value]}, sequence_attributes(layout_[value].axis));
+    gathers_[value] = whole_value;
+    return whole_value;
+  }
 
   // The new id of an input that the task reads whole.
   int whole(int value, const Task& task) {
@@ -111,10 +174,19 @@ class Transformation {
 
   // Megatron's f before a column-parallel layer: one per value, shared by all its column consumers
   // (BERT's query, key and value read the same hidden states: one all-reduce of their gradients).
+  // Under sequence parallelism a sequence-split input is all-gathered instead (backward:
+  // reduce-scatter of its gradient).
   int copied(int value, const Task& task) {
-    const int input = whole(value, task);
     auto found = copies_.find(value);
     if (found != copies_.end()) return found->second;
+    if (is_sequence_split(value)) {
+      const int gathered_value =
+          out_.add(OpType::SequenceParallelAllGather, graph_.value(value).name + ".sequence_parallel_all_gather",
+                   {map_[value]}, sequence_attributes(layout_[value].axis));
+      copies_[value] = gathered_value;
+      return gathered_value;
+    }
+    const int input = whole(value, task);
     const int copy = out_.add(OpType::TensorParallelCopy, graph_.value(value).name + ".tensor_parallel_copy", {input});
     copies_[value] = copy;
     return copy;
@@ -152,11 +224,14 @@ class Transformation {
       case TensorParallelHint::Kind::VocabularyParallel: return vocabulary_parallel(task);
       case TensorParallelHint::Kind::None: break;
     }
-    bool any_split = false;
-    for (int input : task.inputs) any_split = any_split || is_split(input);
-    if (!any_split) {
+    bool any_split = false, needs_whole_sequence = false;
+    for (int input : task.inputs) {
+      any_split = any_split || is_split(input);
+      needs_whole_sequence = needs_whole_sequence || (is_sequence_split(input) && !per_position(task.op));
+    }
+    if (!any_split || needs_whole_sequence) {
       std::vector<int> inputs;
-      for (int input : task.inputs) inputs.push_back(whole(input, task));
+      for (int input : task.inputs) inputs.push_back(is_sequence_split(input) ? gathered(input) : whole(input, task));
       return emit(task, task.op, inputs, task.attributes, {});
     }
     follow_split(task);
@@ -189,6 +264,13 @@ class Transformation {
     divisible(task, graph_.value(task.inputs[1]).type.shape[static_cast<std::size_t>(in_axis)], "input features");
     const int product_value = out_.add(OpType::Gemm, task.name, {map_[x], leaf(task.inputs[1], task, {in_axis, degree_, 1})},
                                        task.attributes);
+    if (sequence_parallel_) {
+      // The partial products are reduce-scattered along the sequence; the bias is added to the part.
+      int result = reduce_scattered(task, task.outputs[0], product_value);
+      if (task.inputs.size() > 2)
+        result = out_.add(OpType::Add, task.name + ".add_bias", {result, sequence_parameter(task.inputs[2], task)});
+      return finish(task, {result}, {true, 1, true});
+    }
     int result = out_.add(OpType::TensorParallelAllReduce, task.name + ".all_reduce", {product_value});
     // The bias is added once, after the partial products are summed.
     if (task.inputs.size() > 2) result = out_.add(OpType::Add, task.name + ".add_bias", {result, leaf(task.inputs[2], task)});
@@ -201,6 +283,7 @@ class Transformation {
     const int table_part = leaf(table, task, {0, degree_, 1});
     if (task.op == OpType::Gather) {
       const int embedded = out_.add(OpType::VocabParallelEmbedding, task.name, {table_part, whole(task.inputs[1], task)});
+      if (sequence_parallel_) return finish(task, {reduce_scattered(task, task.outputs[0], embedded)}, {true, 1, true});
       return finish(task, {out_.add(OpType::TensorParallelAllReduce, task.name + ".all_reduce", {embedded})}, {});
     }
     if (task.op != OpType::MatMul || task.attributes.get_int("trans_b", 0) != 1 || task.attributes.get_int("trans_a", 0) != 0)
@@ -231,6 +314,14 @@ class Transformation {
         return emit(task, task.op, {map_[x]}, attributes, layout_[x]);
       }
       case OpType::Add: case OpType::Sub: case OpType::Mul: return binary(task);
+      case OpType::LayerNorm: case OpType::Gemm: {
+        // Per position over the last dimension, with whole parameters (sequence parallelism only).
+        if (!is_sequence_split(x) || axis >= rank - 1) fail(task, "only a sequence-split input may be split");
+        split_inputs_only(1);
+        std::vector<int> inputs{map_[x]};
+        for (std::size_t i = 1; i < task.inputs.size(); ++i) inputs.push_back(sequence_parameter(task.inputs[i], task));
+        return emit(task, task.op, inputs, task.attributes, layout_[x]);
+      }
       case OpType::Split: {
         if (axis < 0) fail(task, "only its input may be split");
         Attributes attributes = task.attributes;
@@ -248,7 +339,8 @@ class Transformation {
       case OpType::Permute: {
         const std::vector<std::int64_t> perm = task.attributes.get_ints("perm");
         for (int j = 0; j < rank; ++j)
-          if (perm[static_cast<std::size_t>(j)] == axis) return emit(task, task.op, {map_[x]}, task.attributes, {true, j});
+          if (perm[static_cast<std::size_t>(j)] == axis)
+            return emit(task, task.op, {map_[x]}, task.attributes, {true, j, layout_[x].sequence});
         fail(task, "bad permutation");
       }
       case OpType::MatMul: {
@@ -303,10 +395,15 @@ class Transformation {
     } else {
       const int shift = static_cast<int>(split_shape.size()) - static_cast<int>(other_shape.size());
       const bool covers = layout.axis >= shift && other_shape[static_cast<std::size_t>(layout.axis - shift)] != 1;
-      if (covers && graph_.value(other).kind == ValueKind::Param) {
+      if (covers && layout.sequence && graph_.value(other).kind == ValueKind::Activation) {
+        // A replicated tensor spanning the sequence (position embeddings) enters the sequence-parallel
+        // region: the rank takes its part (backward: all-gather of the gradient).
+        other_new = out_.add(OpType::SequenceParallelScatter, graph_.value(other).name + ".sequence_parallel_scatter",
+                             {whole(other, task)}, sequence_attributes(layout.axis - shift));
+      } else if (covers && !layout.sequence && graph_.value(other).kind == ValueKind::Param) {
         other_new = leaf(other, task, {layout.axis - shift, degree_, 1});  // the MLM decoder bias: split like the logits
       } else if (!covers) {
-        other_new = whole(other, task);
+        other_new = layout.sequence ? sequence_parameter(other, task) : whole(other, task);
       } else {
         fail(task, "'" + graph_.value(other).name + "' is whole but its operand is split along a dimension it spans");
       }
@@ -334,7 +431,7 @@ class Transformation {
       }
       Attributes attributes = task.attributes;
       attributes.set("shape", shape);
-      return emit(task, task.op, {map_[x]}, attributes, {true, static_cast<int>(j)});
+      return emit(task, task.op, {map_[x]}, attributes, {true, static_cast<int>(j), layout_[x].sequence});
     }
     fail(task, "the split dimension " + std::to_string(axis) + " of " + shape_string(graph_.value(x).type.shape) +
                    " has no counterpart in " + shape_string(graph_.value(task.outputs[0]).type.shape));
@@ -379,10 +476,25 @@ void copy_shard(const Tensor& whole, const Tensor& part, const Sharding& shardin
 
 }  // namespace
 
-Graph tensor_parallel_graph(const Graph& graph, int degree) {
+Graph tensor_parallel_graph(const Graph& graph, int degree, bool sequence_parallel) {
   PARTRAIN_CHECK(degree >= 1, "tensor parallelism: the degree must be at least 1, got " << degree);
   if (degree == 1) return graph;
-  return Transformation(graph, degree).run();
+  return Transformation(graph, degree, sequence_parallel).run();
+}
+
+bool is_sequence_parallel(const Graph& graph) {
+  for (const Task& task : graph.tasks())
+    if (task.op == OpType::SequenceParallelAllGather || task.op == OpType::SequenceParallelReduceScatter ||
+        task.op == OpType::SequenceParallelScatter || task.op == OpType::SequenceParallelGather)
+      return true;
+  return false;
+}
+
+std::vector<int> sequence_parallel_parameters(const Graph& graph) {
+  std::vector<int> parameters;
+  for (int value : graph.parameters())
+    if (graph.value(value).sharding.sequence_parallel) parameters.push_back(value);
+  return parameters;
 }
 
 int tensor_parallel_degree(const Graph& graph) {

@@ -17,19 +17,51 @@
 //  * every other task (LayerNorm, residual adds, the rest) is replicated: it computes the same
 //    values on every rank, and so its parameters get the same gradients on every rank.
 // Parameters keep their names; a sharded one records its Sharding (graph.h) and has its local shape.
+//
+// Sequence parallelism (Korthikanti et al. 2022 §4.2.2, Megatron-LM's --sequence-parallel;
+// docs/parallelism.md §Sequence parallelism) also splits the replicated regions along the sequence
+// (dimension 1 of the [B, S, H] activations): between the tensor-parallel layers each rank holds
+// [B, S/t, H].
+//  * f becomes a SequenceParallelAllGather (all-gather along the sequence; backward: reduce-scatter
+//    of the gradient), g after a row-parallel Gemm and the vocabulary-parallel embedding a
+//    SequenceParallelReduceScatter (backward: all-gather); a row-parallel bias is added to the part;
+//  * LayerNorm, dropout (the mask of the whole tensor's positions), residual adds, element-wise ops
+//    and the unhinted Gemms of the heads run per position on the part; the whole parameters they read
+//    are marked Sharding::sequence_parallel (their gradients are partial on each rank and summed over
+//    the group before the optimizer step);
+//  * a replicated tensor that spans the sequence meeting a split one (the position embeddings) goes
+//    through a SequenceParallelScatter (the rank's part; backward: all-gather);
+//  * any other op that reads a split sequence (BERT's pooler Slice) reads it gathered whole by a
+//    SequenceParallelGather (backward: the rank's part of the replicated gradient); the vocabulary-
+//    parallel LM head / MLM decoder reads an all-gathered input like any column-parallel layer.
+// Data inputs (token ids, labels, masks) stay whole.
 #include <unordered_map>
+#include <vector>
 
 #include "graph/graph.h"
 
 namespace partrain {
 
 /// The graph of one rank of a tensor-parallel group of `degree` ranks, from a model graph whose
-/// builder marked its tasks with TensorParallelHint. degree 1 returns a copy of `graph`. Task names
-/// stay; inserted tasks are named "<value>.tensor_parallel_copy", "<task>.all_reduce" and
-/// "<task>.add_bias". Throws partrain::Error naming the task and the size when degree does not divide a
-/// split dimension (heads, hidden, intermediate or vocabulary size), when a split tensor reaches a
-/// task that needs it whole, or when the graph has no tensor-parallel layer at all (ResNet).
-Graph tensor_parallel_graph(const Graph& graph, int degree);
+/// builder marked its tasks with TensorParallelHint; with `sequence_parallel` the replicated regions
+/// are split along the sequence as well (above). degree 1 returns a copy of `graph` (with or without
+/// sequence parallelism: there is nothing to split). Task names stay; inserted tasks are named
+/// "<value>.tensor_parallel_copy", "<task>.all_reduce" and "<task>.add_bias", under sequence
+/// parallelism "<value>.sequence_parallel_all_gather", "<task>.reduce_scatter",
+/// "<value>.sequence_parallel_scatter" and "<value>.sequence_parallel_gather". Throws
+/// partrain::Error naming the task and the size when degree does not divide a split dimension
+/// (heads, hidden, intermediate or vocabulary size; the sequence length under sequence parallelism),
+/// when a split tensor reaches a task that needs it whole, when a parameter would be read both on
+/// the rank's part of the sequence and on the whole of it, or when the graph has no tensor-parallel
+/// layer at all (ResNet).
+Graph tensor_parallel_graph(const Graph& graph, int degree, bool sequence_parallel = false);
+
+/// Whether `graph` was made with sequence parallelism (it holds sequence-parallel communication).
+bool is_sequence_parallel(const Graph& graph);
+
+/// The Params of `graph` marked Sharding::sequence_parallel (whose gradients are summed over the
+/// tensor-parallel group), in creation order.
+std::vector<int> sequence_parallel_parameters(const Graph& graph);
 
 /// The tensor-parallel degree a graph was made for: the parts of its sharded parameters (1 when none).
 int tensor_parallel_degree(const Graph& graph);

@@ -433,6 +433,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read_integer_or_auto("tensor_parallel", config.tensor_parallel, 0);
   reader.read_integer_or_auto("zero", config.zero, -1);
   reader.read("sub_pipelined_tmp", config.sub_pipelined_tmp);
+  reader.read("sequence_parallel", config.sequence_parallel);
   reader.read("bucket_mb", config.bucket_mb);
   reader.read("replicas", config.replicas);
   reader.read("boundaries", config.boundaries);
@@ -466,6 +467,9 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   if (!config.replicas.empty() && config.stages != 0 && static_cast<std::int64_t>(config.replicas.size()) != config.stages)
     reader.fail("replicas", "has " + std::to_string(config.replicas.size()) + " entries but stages = " +
                                 std::to_string(config.stages));
+  if (config.sequence_parallel && config.tensor_parallel == 1)
+    reader.fail("sequence_parallel", "= true needs tensor_parallel > 1 (or \"auto\"): it splits the sequence over the "
+                                     "tensor-parallel group");
   if (config.virtual_stages < 0)
     reader.fail("virtual_stages", "must be at least 1 (model chunks per pipeline rank; 1: plain 1f1b), or \"auto\" / 0");
   if (config.virtual_stages == 0 && config.schedule != "interleaved")
@@ -567,6 +571,9 @@ ExperimentConfig load_experiment(const std::string& path, std::span<const std::s
   config.model = read_model_config(document);
   config.train = read_train_config(document);
   config.parallel = read_parallel_config(document);
+  if (config.parallel.sequence_parallel && config.model.type == "resnet")
+    SectionReader(document, "parallel")
+        .fail("sequence_parallel", "= true, but a resnet has no tensor-parallel layers (only BERT and GPT); use false");
   // Megatron-LM's interleaved schedule runs the microbatches in groups of the pipeline depth.
   if (config.parallel.virtual_stages > 1 && config.parallel.stages > 0 && config.train.microbatches > 0 &&
       config.train.microbatches % config.parallel.stages != 0)

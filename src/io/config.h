@@ -174,6 +174,8 @@ struct ParallelConfig {
   std::int64_t tensor_parallel = 1;      // ranks of a tensor-parallel group inside each stage replica (Megatron's t);
                                          // 0 ("auto"): the planner chooses among 1, 2, 4, 8 (≤ devices_per_node)
   bool sub_pipelined_tmp = false;        // Merak's sub-pipelined TMP: two sub-microbatches overlap their TP all-reduces
+  bool sequence_parallel = false;        // Korthikanti et al. 2022 §4.2.2: LayerNorm, dropout, residual stream split
+                                         // along the sequence over the tensor-parallel group (needs tensor_parallel > 1)
   double bucket_mb = 25.0;                // gradient all-reduce bucket size limit, MiB (PyTorch DDP's bucket_cap_mb)
   std::int64_t zero = 0;                 // ZeRO stage: 0, or 1 (optimizer state sharded over each stage's data-parallel group)
                                          // -1 ("auto"): the planner chooses

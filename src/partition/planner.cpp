@@ -174,6 +174,9 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   PARTRAIN_CHECK(options.tensor_parallel <= 1 || options.tensor_parallel == tensor_parallel,
                  "tensor_parallel " << options.tensor_parallel << " asked for, but the graph was made for "
                                     << tensor_parallel << " (tensor_parallel_graph)");
+  PARTRAIN_CHECK(tensor_parallel == 1 || options.sequence_parallel == is_sequence_parallel(graph),
+                 "sequence_parallel " << (options.sequence_parallel ? "true" : "false") << " asked for, but the graph was made "
+                                      << (options.sequence_parallel ? "without" : "with") << " it (tensor_parallel_graph)");
   PARTRAIN_CHECK(options.world_size % tensor_parallel == 0,
                  "tensor_parallel " << tensor_parallel << " does not divide the " << options.world_size << " devices");
   PARTRAIN_CHECK(options.zero == 0 || options.zero == 1, "planning needs zero 0 or 1, not " << options.zero);
@@ -218,6 +221,7 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   plan.tensor_parallel = tensor_parallel;
   plan.zero = options.zero;
   plan.sub_pipelined_tmp = options.sub_pipelined_tmp && tensor_parallel > 1;
+  plan.sequence_parallel = is_sequence_parallel(graph);
   plan.world_size = plan.pipeline_replicas * plan.devices_per_pipeline_replica();
   plan.validate(graph);
   if (options.progress) options.progress(1.0);
@@ -249,22 +253,23 @@ bool preferred(const LayoutCandidate& candidate, const Plan& best) {
 
 }  // namespace
 
-TensorParallelGraphs tensor_parallel_graphs_of(const Graph& model) {
+TensorParallelGraphs tensor_parallel_graphs_of(const Graph& model, bool sequence_parallel) {
   auto built = std::make_shared<std::map<int, Graph>>();
-  return [&model, built](int tensor_parallel) -> const Graph& {
+  return [&model, built, sequence_parallel](int tensor_parallel) -> const Graph& {
     if (tensor_parallel == 1) return model;
     auto found = built->find(tensor_parallel);
-    if (found == built->end()) found = built->emplace(tensor_parallel, tensor_parallel_graph(model, tensor_parallel)).first;
+    if (found == built->end())
+      found = built->emplace(tensor_parallel, tensor_parallel_graph(model, tensor_parallel, sequence_parallel)).first;
     return found->second;
   };
 }
 
 std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec& device, const PlannerOptions& options) {
-  return tensor_parallel_candidates(tensor_parallel_graphs_of(model), device, options);
+  return tensor_parallel_candidates(tensor_parallel_graphs_of(model, options.sequence_parallel), device, options);
 }
 
 ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& costs, const PlannerOptions& options) {
-  return make_3d_plan(tensor_parallel_graphs_of(model), costs, options);
+  return make_3d_plan(tensor_parallel_graphs_of(model, options.sequence_parallel), costs, options);
 }
 
 std::vector<int> tensor_parallel_candidates(const TensorParallelGraphs& graphs, const DeviceSpec& device,

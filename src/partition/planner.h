@@ -33,14 +33,16 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
 /// outlives the model.
 using CostModelFactory = std::function<std::unique_ptr<CostModel>(const Graph& graph)>;
 
-/// The graph of a tensor-parallel degree: tensor_parallel_graph(model, t) (graph/tensor_parallel.h),
-/// the model itself for t = 1. The caller builds each degree once and keeps it alive while planning
-/// (the app keeps one per process); throws partrain::Error when t does not apply to the model.
+/// The graph of a tensor-parallel degree: tensor_parallel_graph(model, t, sequence_parallel)
+/// (graph/tensor_parallel.h) for the planner options' sequence_parallel, the model itself for t = 1.
+/// The caller builds each degree once and keeps it alive while planning (the app keeps one per
+/// process); throws partrain::Error when t does not apply to the model.
 using TensorParallelGraphs = std::function<const Graph&(int tensor_parallel)>;
 
-/// A TensorParallelGraphs over `model` that builds each degree the first time it is asked for and
-/// keeps it (in the returned function) for later calls; `model` must outlive it.
-TensorParallelGraphs tensor_parallel_graphs_of(const Graph& model);
+/// A TensorParallelGraphs over `model` (with sequence parallelism for t > 1 when
+/// `sequence_parallel`) that builds each degree the first time it is asked for and keeps it (in
+/// the returned function) for later calls; `model` must outlive it.
+TensorParallelGraphs tensor_parallel_graphs_of(const Graph& model, bool sequence_parallel = false);
 
 /// One (t, zero) layout make_3d_plan tried.
 struct LayoutCandidate {
@@ -68,7 +70,8 @@ struct ThreeDimensionalPlan {
 /// automatic case.
 std::vector<int> tensor_parallel_candidates(const TensorParallelGraphs& graphs, const DeviceSpec& device,
                                            const PlannerOptions& options);
-/// The same over tensor_parallel_graphs_of(model) (each degree built here and dropped).
+/// The same over tensor_parallel_graphs_of(model, options.sequence_parallel) (each degree built
+/// here and dropped).
 std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec& device, const PlannerOptions& options);
 
 /// Planning in three dimensions (docs/parallelism.md §Choosing t and ZeRO automatically; Merak §3.2):
@@ -86,7 +89,7 @@ std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec
 /// when the degree asked for does not apply to the model (naming heads/hidden/intermediate/vocab).
 ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const CostModelFactory& costs,
                                   const PlannerOptions& options);
-/// The same over tensor_parallel_graphs_of(model).
+/// The same over tensor_parallel_graphs_of(model, options.sequence_parallel).
 ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& costs, const PlannerOptions& options);
 
 }  // namespace partrain::partition

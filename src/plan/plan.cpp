@@ -10,6 +10,7 @@
 #include "graph/activation_checkpointing.h"
 #include "graph/layer_names.h"
 #include "graph/subgraph.h"
+#include "graph/tensor_parallel.h"
 #include "io/json_file.h"
 
 namespace partrain {
@@ -230,6 +231,10 @@ void Plan::validate(const Graph& graph) const {
   validate_interleaving();
   PARTRAIN_CHECK(graph_hash == 0 || graph_hash == graph.hash(),
                  "plan (" << planner << "): it was made for another model (graph hash differs)");
+  // (Planners validate their plans of tensor-parallel groups before recording t: only then must it match.)
+  PARTRAIN_CHECK(tensor_parallel == 1 || sequence_parallel == is_sequence_parallel(graph),
+                 "plan (" << planner << "): sequence_parallel is " << (sequence_parallel ? "true" : "false")
+                          << " but the graph was made " << (sequence_parallel ? "without" : "with") << " it");
   const int task_count = static_cast<int>(graph.tasks().size());
   std::vector<int> stage_of(task_count, -1);
   std::vector<std::vector<int>> constant_stages(task_count);
@@ -321,6 +326,8 @@ void Plan::validate(const Graph& graph) const {
                  "plan (" << planner << "): pipeline replicas and microbatches must be positive");
   PARTRAIN_CHECK(tensor_parallel >= 1, "plan (" << planner << "): tensor_parallel must be at least 1, got " << tensor_parallel);
   PARTRAIN_CHECK(zero == 0 || zero == 1, "plan (" << planner << "): zero must be 0 or 1, got " << zero);
+  PARTRAIN_CHECK(!sequence_parallel || tensor_parallel > 1,
+                 "plan (" << planner << "): sequence_parallel needs tensor_parallel > 1, got " << tensor_parallel);
   PARTRAIN_CHECK(world_size == pipeline_replicas * devices_per_pipeline_replica(),
                  "plan (" << planner << "): the world size " << world_size << " is not " << pipeline_replicas
                           << " pipeline replicas x " << devices_per_pipeline_replica() << " devices per pipeline replica");
@@ -365,6 +372,7 @@ nlohmann::json Plan::to_json() const {
           {"tensor_parallel", tensor_parallel},
           {"zero", zero},
           {"sub_pipelined_tmp", sub_pipelined_tmp},
+          {"sequence_parallel", sequence_parallel},
           {"global_batch", global_batch},
           {"microbatches", microbatches},
           {"schedule", schedule_name(schedule)},
@@ -397,6 +405,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
     plan.tensor_parallel = document.value("tensor_parallel", 1);  // plans made before tensor parallelism: 1
     plan.zero = document.value("zero", 0);
     plan.sub_pipelined_tmp = document.value("sub_pipelined_tmp", false);
+    plan.sequence_parallel = document.value("sequence_parallel", false);  // plans made before sequence parallelism
     plan.global_batch = document.at("global_batch").get<std::int64_t>();
     plan.microbatches = document.at("microbatches").get<int>();
     plan.schedule = parse_schedule(document.at("schedule").get<std::string>());
@@ -494,7 +503,8 @@ std::string format_plan_table(const Plan& plan) {
     out << " (interleaved: " << plan.virtual_stages << " model chunks per stage, rows are chunks on stage chunk mod "
         << plan.pipeline_stages() << ")";
   if (plan.tensor_parallel > 1)
-    out << " x tensor parallel " << plan.tensor_parallel << (plan.sub_pipelined_tmp ? " (sub-pipelined)" : "");
+    out << " x tensor parallel " << plan.tensor_parallel << (plan.sequence_parallel ? " + sequence parallel" : "")
+        << (plan.sub_pipelined_tmp ? " (sub-pipelined)" : "");
   if (plan.zero > 0) out << ", ZeRO-" << plan.zero;
   out << " on " << plan.world_size << " devices, " << plan.microbatches << " microbatches of "
       << plan.microbatch_size() << " samples, schedule " << schedule_name(plan.schedule) << "\n";

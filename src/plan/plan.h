@@ -101,6 +101,10 @@ struct Plan {
   /// microbatch into two sub-microbatches whose tensor-parallel all-reduces overlap the other's
   /// computation (each half is then its own loss piece).
   bool sub_pipelined_tmp = false;
+  /// Sequence parallelism (Korthikanti et al. 2022 §4.2.2, Megatron-LM's --sequence-parallel): with
+  /// tensor_parallel > 1 the stages' task ids index tensor_parallel_graph(model, t, true), in which
+  /// LayerNorm, dropout and the residual stream hold 1/t of the sequence on each rank.
+  bool sequence_parallel = false;
   std::int64_t global_batch = 1;       // samples per optimizer step
   int microbatches = 1;                // per step and pipeline replica
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <unordered_set>
@@ -27,6 +28,18 @@ class StandInTensorParallelGroup final : public TensorParallelGroup {
   int rank() const override { return 0; }
   int size() const override { return size_; }
   void all_reduce(const Tensor&, Reduction) override {}
+  // Host tensors get every rank's part equal to this one's (reduce-scatter: this rank's block, not
+  // summed, like all_reduce), so that what follows computes on the values it would see; device
+  // tensors are left as they are (their kernels' time does not depend on the values).
+  void all_gather(const Tensor& input, const Tensor& output) override {
+    if (!input.device().is_cpu() || !output.device().is_cpu()) return;
+    for (int r = 0; r < size_; ++r)
+      std::memcpy(static_cast<char*>(output.raw_data()) + static_cast<std::size_t>(r) * input.nbytes(), input.raw_data(),
+                  input.nbytes());
+  }
+  void reduce_scatter(const Tensor& input, const Tensor& output) override {
+    if (input.device().is_cpu() && output.device().is_cpu()) std::memcpy(output.raw_data(), input.raw_data(), output.nbytes());
+  }
 
  private:
   int size_;

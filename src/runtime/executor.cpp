@@ -207,7 +207,8 @@ void PipelineExecutor::classify_parameters(const std::map<int, std::vector<int>>
   for (int value : parameter_order_) {
     const std::vector<int>& stages = stages_of.at(value);
     // A replicated parameter of a tensor-parallel stage (LayerNorm, row-parallel bias) has the same
-    // gradient on the t ranks of its group; a sharded one is a different part on each.
+    // gradient on the t ranks of its group (under sequence parallelism once summed over the group,
+    // sum_sequence_parallel_gradients); a sharded one is a different part on each.
     double holders = graph_.value(value).sharding.sharded() ? 1 : plan_.tensor_parallel;
     double replicas = 0;
     for (int stage : stages) replicas += plan_.stages[stage].replicas * plan_.pipeline_replicas;
@@ -647,16 +648,17 @@ void PipelineExecutor::optimizer_step(Pass& pass) {
     for (int value : tied_) tensors.push_back(gradients_.at(value));
     tied_group_->all_reduce_coalesced(tensors);
   }
+  if (zero_ && zero_gradients_.empty() && !zero_->pieces().empty()) {  // a data-parallel group of one: no AllReduce action
+    std::vector<Tensor> tensors;
+    for (int value : untied_) tensors.push_back(gradients_.at(value));
+    zero_gradients_ = zero_->reduce_scatter(tensors);
+  }
+  sum_sequence_parallel_gradients();
   // Every holder of a parameter has the same reduced gradient: count it once over the world. The
   // gradients are in the optimizer's order.
   std::vector<Tensor> gradients;
   std::vector<double> weights;
   if (zero_) {
-    if (zero_gradients_.empty() && !zero_->pieces().empty()) {  // a data-parallel group of one: no AllReduce action
-      std::vector<Tensor> tensors;
-      for (int value : untied_) tensors.push_back(gradients_.at(value));
-      zero_gradients_ = zero_->reduce_scatter(tensors);
-    }
     gradients = zero_gradients_;
     weights = piece_weights_;
   }
@@ -678,6 +680,28 @@ void PipelineExecutor::optimizer_step(Pass& pass) {
   if (mixed_precision_) refresh_working_parameters();
   backend_.synchronise();  // the step's time includes the device's work
   trace_.push_back({"Step", "optimizer", step_start - clock_origin_, now_us() - step_start, pass.step});
+}
+
+void PipelineExecutor::sum_sequence_parallel_gradients() {
+  // Sequence parallelism (Korthikanti et al. 2022 §4.2.2): the parameters read on the rank's part of
+  // the sequence (Sharding::sequence_parallel) got the gradient of that part only; summed over the
+  // tensor-parallel group, every rank of it holds the whole one, as for any replicated parameter.
+  // The sum commutes with the data-parallel and tied reductions, so it runs once per step after
+  // them: on the whole gradients, or under ZeRO-1 on this rank's pieces of the untied ones (the
+  // t ranks of a group hold the same pieces: their stages' local shapes and groups are alike).
+  if (!tensor_group_) return;
+  std::vector<Tensor> tensors;
+  const auto sequence_parallel = [&](int value) { return graph_.value(value).sharding.sequence_parallel; };
+  if (zero_) {
+    const std::vector<ZeroPartition::Piece>& pieces = zero_->pieces();
+    for (std::size_t k = 0; k < pieces.size(); ++k)
+      if (sequence_parallel(untied_[pieces[k].parameter])) tensors.push_back(zero_gradients_.at(k));
+  }
+  for (int value : parameter_order_) {
+    const bool tied = std::find(tied_.begin(), tied_.end(), value) != tied_.end();
+    if (sequence_parallel(value) && (!zero_ || tied)) tensors.push_back(gradients_.at(value));
+  }
+  if (!tensors.empty()) tensor_group_->all_reduce_coalesced(tensors);
 }
 
 // ---- Passes ----

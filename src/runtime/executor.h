@@ -239,6 +239,9 @@ class PipelineExecutor {
   void receive(const Action& action, Pass& pass);   // ReceiveActivation, ReceiveGradient
   void all_reduce_gradients(Pass& pass);
   void optimizer_step(Pass& pass);
+  /// Sums the gradients of the sequence-parallel parameters over the tensor-parallel group (part of
+  /// the Step action, after the data-parallel reduction).
+  void sum_sequence_parallel_gradients();
 
   // ---- Helpers of the action methods ----
   // A pass over step (or evaluation batch) `step` with an empty state per (model chunk, microbatch).

@@ -16,6 +16,25 @@
 //           (3 floats per row), so every rank gets SoftmaxCrossEntropy's loss of the whole logits
 //           (attribute ignore_index, default -100) without gathering them. log_sum_exp is kept for
 //           the backward pass (0 on ignored positions). Labels get no gradient.
+// Sequence parallelism (Korthikanti et al. 2022 §4.2.2; Megatron-LM's --sequence-parallel): between
+// the tensor-parallel regions each rank holds 1/t of the sequence. Attributes: axis (the sequence
+// dimension of the tensor, default 1: [B, S, H]) and parts (t, the group's size; the kernels check
+// it). "Part" is 1/t of dimension axis, rank r holding [r·n, (r+1)·n) of it; "whole" the full one.
+//   SequenceParallelAllGather (Megatron's f under sequence parallelism): part -> whole, gathered
+//           over the group. Backward: reduce-scatter of the gradient (a column-parallel layer's ranks
+//           each contribute part of the gradient of the whole input).
+//   SequenceParallelReduceScatter (g under sequence parallelism): whole -> part of the sum over the
+//           group. Backward: all-gather of the gradient. Follows a row-parallel layer or the
+//           vocabulary-parallel embedding.
+//   SequenceParallelScatter: whole (the same on every rank) -> the rank's part. Backward: all-gather
+//           of the gradient (a replicated tensor, e.g. the position embeddings, entering the
+//           sequence-parallel region).
+//   SequenceParallelGather: part -> whole, gathered. Backward: the rank's part of the gradient
+//           (the region after it is replicated, so every rank has the same whole gradient); e.g.
+//           before BERT's pooler, which reads the first token.
+// Communication volumes, as the bytes of the all-reduce that moves as much: an all-gather or a
+// reduce-scatter of a whole tensor of W bytes moves (t − 1)/t · W per rank, a ring all-reduce of W
+// twice that, so each counts W/2 (TaskCost::forward/backward_allreduce_bytes).
 #include "core/error.h"
 #include "graph/op_schema.h"
 
@@ -69,6 +88,52 @@ double flops_cross_entropy(const Attributes&, std::span<const TensorType> inputs
   return 5.0 * static_cast<double>(numel(inputs[0].shape));
 }
 
+// Sequence parallelism: `axis` of the input type (default 1) and the group size `parts`.
+std::pair<std::size_t, std::int64_t> sequence_axis(const Attributes& attributes, const TensorType& input) {
+  const std::int64_t parts = attributes.get_int("parts");
+  PARTRAIN_CHECK(parts >= 1, "parts must be at least 1, got " << parts);
+  const std::int64_t axis = attributes.get_int("axis", 1);
+  PARTRAIN_CHECK(axis >= 0 && static_cast<std::size_t>(axis) < input.shape.size(),
+                 "axis " << axis << " is not a dimension of " << shape_string(input.shape));
+  PARTRAIN_CHECK(input.shape[static_cast<std::size_t>(axis)] != kBatch, "axis " << axis << " is the batch dimension");
+  return {static_cast<std::size_t>(axis), parts};
+}
+
+// part -> whole (all-gathers).
+std::vector<TensorType> infer_gathered(const Attributes& attributes, std::span<const TensorType> inputs) {
+  PARTRAIN_CHECK(is_floating(inputs[0].dtype), "input must be floating point, got " << dtype_name(inputs[0].dtype));
+  const auto [axis, parts] = sequence_axis(attributes, inputs[0]);
+  TensorType output = inputs[0];
+  output.shape[axis] *= parts;
+  return {output};
+}
+
+// whole -> part (reduce-scatter, scatter).
+std::vector<TensorType> infer_scattered(const Attributes& attributes, std::span<const TensorType> inputs) {
+  PARTRAIN_CHECK(is_floating(inputs[0].dtype), "input must be floating point, got " << dtype_name(inputs[0].dtype));
+  const auto [axis, parts] = sequence_axis(attributes, inputs[0]);
+  TensorType output = inputs[0];
+  PARTRAIN_CHECK(output.shape[axis] % parts == 0, "dimension " << axis << " of " << shape_string(output.shape)
+                                                                << " does not divide into " << parts << " parts");
+  output.shape[axis] /= parts;
+  return {output};
+}
+
+// Half the whole tensor (see the header comment): the whole tensor is the output of an all-gather
+// and the input of a reduce-scatter or scatter.
+std::pair<double, double> all_gather_bytes(std::span<const TensorType>, std::span<const TensorType> outputs) {
+  return {bytes_of(outputs[0]) / 2, bytes_of(outputs[0]) / 2};
+}
+std::pair<double, double> reduce_scatter_bytes(std::span<const TensorType> inputs, std::span<const TensorType>) {
+  return {bytes_of(inputs[0]) / 2, bytes_of(inputs[0]) / 2};
+}
+std::pair<double, double> scatter_bytes(std::span<const TensorType> inputs, std::span<const TensorType>) {
+  return {0.0, bytes_of(inputs[0]) / 2};
+}
+std::pair<double, double> gather_bytes(std::span<const TensorType>, std::span<const TensorType> outputs) {
+  return {bytes_of(outputs[0]) / 2, 0.0};
+}
+
 std::pair<double, double> cross_entropy_allreduce_bytes(std::span<const TensorType> inputs, std::span<const TensorType>) {
   return {3.0 * static_cast<double>(numel(inputs[1].shape)) * sizeof(float), 0.0};  // max, Σ exp, target logit
 }
@@ -94,6 +159,20 @@ void add_tensor_parallel_schemas(std::vector<OpSchema>& schemas) {
   cross_entropy.saved_inputs = 0b11u;
   cross_entropy.saved_outputs = 0b10u;
   schemas.push_back(cross_entropy);
+  // Sequence parallelism: every backward moves or copies the output gradient; nothing is saved.
+  const std::pair<OpType, bool> sequence_ops[] = {{OpType::SequenceParallelAllGather, true},
+                                                  {OpType::SequenceParallelReduceScatter, false},
+                                                  {OpType::SequenceParallelScatter, false},
+                                                  {OpType::SequenceParallelGather, true}};
+  for (const auto& [op, gathers] : sequence_ops) {
+    OpSchema schema{op, 1, 1, gathers ? infer_gathered : infer_scattered, zero_flops};
+    schema.allreduce_bytes = op == OpType::SequenceParallelAllGather       ? all_gather_bytes
+                             : op == OpType::SequenceParallelReduceScatter ? reduce_scatter_bytes
+                             : op == OpType::SequenceParallelScatter       ? scatter_bytes
+                                                                           : gather_bytes;
+    schema.saved_inputs = schema.saved_outputs = 0u;
+    schemas.push_back(schema);
+  }
 }
 
 }  // namespace partrain

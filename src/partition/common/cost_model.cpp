@@ -139,7 +139,8 @@ class AnalyticCostModel final : public CostModel {
  public:
   AnalyticCostModel(const Graph& graph, const DeviceSpec& device, bool mixed_precision, bool sub_pipelined_tmp)
       : graph_(graph), device_(device), tensor_parallel_(tensor_parallel_degree(graph)),
-        mixed_precision_(mixed_precision), sub_pipelined_tmp_(sub_pipelined_tmp) {
+        mixed_precision_(mixed_precision), sub_pipelined_tmp_(sub_pipelined_tmp && !is_sequence_parallel(graph)) {
+    // (Sub-pipelining overlaps the deferrable f and g all-reduces only: sequence parallelism's block.)
     check_device(device);
     const auto& values = graph.values();
     bytes_.reserve(values.size());
@@ -319,7 +320,7 @@ class ProfiledCostModel final : public CostModel {
   ProfiledCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device,
                     bool sub_pipelined_tmp)
       : graph_(graph), database_(database), device_(device), tensor_parallel_(tensor_parallel_degree(graph)),
-        sub_pipelined_tmp_(sub_pipelined_tmp) {
+        sub_pipelined_tmp_(sub_pipelined_tmp && !is_sequence_parallel(graph)) {  // as in the analytic model
     check_device(device);
     const std::uint64_t hash = graph.hash();
     PARTRAIN_CHECK(database.graph_hash() == hash,

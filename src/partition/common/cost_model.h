@@ -37,9 +37,11 @@ struct TensorParallelTraffic {
 
 /// The traffic of `tasks` (any order, duplicates ignored) of `graph` at `batch` samples: per-sample
 /// bytes of batch-dependent tasks × batch plus those of constant tasks; the vocabulary-parallel
-/// cross-entropy counts as three all-reduces (max, Σ exp, target logit). In mixed precision the f and
-/// g all-reduces move bf16 activations (half the graph's f32 bytes; the cross-entropy's statistics
-/// stay f32). Zero for a graph of one device. Throws partrain::Error for a task id outside the graph.
+/// cross-entropy counts as three all-reduces (max, Σ exp, target logit); under sequence parallelism
+/// each all-gather or reduce-scatter counts as one collective moving half the whole tensor (it moves
+/// (t − 1)/t of it per rank, half of an all-reduce; graph/ops/tensor_parallel.cpp). In mixed
+/// precision the f and g all-reduces (and sequence parallelism's collectives) move bf16 activations
+/// (half the graph's f32 bytes; the cross-entropy's statistics stay f32). Zero for a graph of one device. Throws partrain::Error for a task id outside the graph.
 TensorParallelTraffic tensor_parallel_traffic(const Graph& graph, std::span<const int> tasks, std::int64_t batch,
                                               bool mixed_precision = false);
 
@@ -121,7 +123,8 @@ class CostModel {
 /// saved tensors, boundary transfers, the largest output and the tensor-parallel all-reduces
 /// count 2 bytes per f32 element; parameter bytes stay f32 (the memory model adds the bf16 copy).
 /// With `sub_pipelined_tmp` (Merak's sub-pipelined TMP, recorded in the Plan) a pass of a microbatch
-/// of at least 2 samples overlaps its all-reduces with computation (tensor_parallel_pass_seconds).
+/// of at least 2 samples overlaps its all-reduces with computation (tensor_parallel_pass_seconds);
+/// not on a sequence-parallel graph, whose all-gathers and reduce-scatters block.
 std::unique_ptr<CostModel> make_analytic_cost_model(const Graph& graph, const DeviceSpec& device,
                                                     bool mixed_precision = false, bool sub_pipelined_tmp = false);
 

@@ -29,6 +29,9 @@ struct PlannerOptions {
   /// (divided by its size) in every stage's memory. make_3d_plan tries 0 and 1 when −1.
   int zero = 0;
   bool sub_pipelined_tmp = false;        // Merak §6.3, recorded in the plan (tensor_parallel > 1)
+  /// Sequence parallelism (Korthikanti et al. 2022 §4.2.2): the graphs of t > 1 are
+  /// tensor_parallel_graph(model, t, true); recorded in the plan (tensor_parallel > 1).
+  bool sequence_parallel = false;
   std::int64_t global_batch = 8;         // samples per optimizer step
   int microbatches = 0;                  // per step and pipeline replica; 0: the planner chooses
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
