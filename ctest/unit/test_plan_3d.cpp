@@ -407,6 +407,55 @@ TEST(ThreeDimensionalPlanning, ZeroOneWhenOptimizerStateIsTheBindingTerm) {
   EXPECT_THROW(make_3d_plan(model, analytic(device), off), Error);
 }
 
+// sequence_parallel = "auto" (issue 24): every t > 1 is planned with and without sequence
+// parallelism. With the memory between what the two layouts need (no recomputation, one stage of t
+// = 2 ranks), only the sequence-parallel one fits and is chosen; with room for both, the faster
+// (on a tie, the sequence-parallel one).
+TEST(ThreeDimensionalPlanning, SequenceParallelismWhenOnlyItFits) {
+  const Graph model = build_model(wide_gpt());
+  PlannerOptions options;
+  options.world_size = 2;
+  options.global_batch = 16;
+  options.microbatches = 1;
+  options.stages = 1;
+  options.memory_margin = 0.0;
+  options.tensor_parallel = 2;
+  options.zero = 0;
+  options.recompute = "none";
+  DeviceSpec roomy;
+  roomy.memory_bytes = 64.0 * (1ull << 30);
+  const auto fixed = [&](bool sequence_parallel, const DeviceSpec& device) {
+    PlannerOptions one = options;
+    one.sequence_parallel = sequence_parallel;
+    return make_3d_plan(model, analytic(device), one);
+  };
+  const ThreeDimensionalPlan plain = fixed(false, roomy), split = fixed(true, roomy);
+  EXPECT_FALSE(plain.plan.sequence_parallel);
+  EXPECT_TRUE(split.plan.sequence_parallel);
+  const double plain_bytes = largest_stage_memory(plain.plan), split_bytes = largest_stage_memory(split.plan);
+  ASSERT_LT(split_bytes, plain_bytes);
+
+  PlannerOptions choosing = options;
+  choosing.choose_sequence_parallel = true;
+  DeviceSpec tight = roomy;
+  tight.memory_bytes = 0.5 * (split_bytes + plain_bytes);
+  const ThreeDimensionalPlan chosen = make_3d_plan(model, analytic(tight), choosing);
+  EXPECT_TRUE(chosen.plan.sequence_parallel);
+  EXPECT_TRUE(is_sequence_parallel(chosen.graph));
+  EXPECT_EQ(chosen.plan.graph_hash, chosen.graph.hash());
+  ASSERT_EQ(chosen.candidates.size(), 2u);
+  EXPECT_FALSE(chosen.candidates[0].sequence_parallel);
+  EXPECT_FALSE(chosen.candidates[0].feasible);
+  EXPECT_TRUE(chosen.candidates[1].sequence_parallel);
+  EXPECT_TRUE(chosen.candidates[1].feasible);
+
+  const ThreeDimensionalPlan free_choice = make_3d_plan(model, analytic(roomy), choosing);
+  const double faster = std::max(plain.plan.predicted_samples_per_second(), split.plan.predicted_samples_per_second());
+  EXPECT_DOUBLE_EQ(free_choice.plan.predicted_samples_per_second(), faster);
+  if (split.plan.predicted_samples_per_second() >= plain.plan.predicted_samples_per_second() * (1 - 1e-9))
+    EXPECT_TRUE(free_choice.plan.sequence_parallel);
+}
+
 TEST(ThreeDimensionalPlanning, TiesKeepZeroOff) {
   // Plenty of memory and no optimizer cost in the analytic model: ZeRO-1 predicts the same step,
   // so the plan keeps the simpler layout.

@@ -356,9 +356,9 @@ TEST(PlannedGraphs, EachDegreeBuiltOnce) {
   EXPECT_EQ(two.hash(), tensor_parallel_graph(graphs.model(), 2).hash());
   // The planner's view of the same graphs: make_3d_plan and tensor_parallel_candidates ask it.
   const partition::TensorParallelGraphs provider = graphs.provider();
-  EXPECT_EQ(&provider(1), &graphs.model());
-  EXPECT_EQ(&provider(2), &two);
-  const Graph& four = provider(4);
+  EXPECT_EQ(&provider(1, false), &graphs.model());
+  EXPECT_EQ(&provider(2, false), &two);
+  const Graph& four = provider(4, false);
   EXPECT_EQ(&graphs.of_degree(4), &four);
   EXPECT_EQ(four.hash(), tensor_parallel_graph(graphs.model(), 4).hash());
   // With sequence parallelism: another graph of the same degree, also built once.
@@ -366,8 +366,8 @@ TEST(PlannedGraphs, EachDegreeBuiltOnce) {
   EXPECT_EQ(&graphs.of_degree(2, true), &two_sequence);
   EXPECT_NE(&two_sequence, &two);
   EXPECT_TRUE(is_sequence_parallel(two_sequence));
-  EXPECT_EQ(&graphs.provider(true)(2), &two_sequence);
-  EXPECT_EQ(&graphs.provider(true)(1), &graphs.model());
+  EXPECT_EQ(&provider(2, true), &two_sequence);
+  EXPECT_EQ(&provider(1, true), &graphs.model());
   config.model.seq_len = 18;
   try {
     graphs.of_degree(4, true);

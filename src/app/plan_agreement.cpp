@@ -114,10 +114,17 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
   std::map<std::uint64_t, profile::ProfileDB> databases;
   if (profiling) {
     const PlanningSetup setup = planning_setup(config, world.size());
-    for (int t : partition::tensor_parallel_candidates(graphs.provider(setup.options.sequence_parallel), setup.device,
-                                                       setup.options)) {
-      const Graph& graph = graphs.of_degree(t, setup.options.sequence_parallel);
-      databases.emplace(graph.hash(), profile_layers(config, graph, world, device_world, backend));
+    for (int t : partition::tensor_parallel_candidates(graphs.provider(), setup.device, setup.options)) {
+      for (bool sequence_parallel : partition::sequence_parallel_choices(setup.options, t)) {
+        const Graph* graph = nullptr;
+        try {
+          graph = &graphs.of_degree(t, sequence_parallel);
+        } catch (const Error&) {
+          if (!setup.options.choose_sequence_parallel) throw;
+          continue;  // the sequence does not divide by t: make_3d_plan skips it too
+        }
+        databases.emplace(graph->hash(), profile_layers(config, *graph, world, device_world, backend));
+      }
     }
   }
   // CAPSlog (capslog.txt §III-A): its profiling partitionings run as trimmed profiling runs on the

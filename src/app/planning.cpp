@@ -29,6 +29,7 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.zero = static_cast<int>(parallel.zero);
   options.sub_pipelined_tmp = parallel.sub_pipelined_tmp;
   options.sequence_parallel = parallel.sequence_parallel;
+  options.choose_sequence_parallel = parallel.choose_sequence_parallel;
   options.global_batch = config.train.global_batch;
   options.microbatches = static_cast<int>(config.train.microbatches);
   options.schedule = parse_schedule(parallel.schedule);
@@ -62,7 +63,8 @@ void check_plan_matches_config(const Plan& plan, const ExperimentConfig& config,
   PARTRAIN_CHECK(plan.optimizer == train.optimizer,
                  plan_file << " was made for optimizer " << plan.optimizer << ", but " << config.path
                            << " sets [train] optimizer = \"" << train.optimizer << "\"");
-  PARTRAIN_CHECK(plan.tensor_parallel == 1 || plan.sequence_parallel == config.parallel.sequence_parallel,
+  PARTRAIN_CHECK(plan.tensor_parallel == 1 || config.parallel.choose_sequence_parallel ||
+                     plan.sequence_parallel == config.parallel.sequence_parallel,
                  plan_file << " was made " << (plan.sequence_parallel ? "with" : "without") << " sequence parallelism, but "
                            << config.path << " sets [parallel] sequence_parallel = "
                            << (config.parallel.sequence_parallel ? "true" : "false"));
@@ -82,8 +84,8 @@ const Graph& PlannedGraphs::of_degree(int tensor_parallel, bool sequence_paralle
   return parallel_.emplace(key, tensor_parallel_graph(model_, tensor_parallel, sequence_parallel)).first->second;
 }
 
-partition::TensorParallelGraphs PlannedGraphs::provider(bool sequence_parallel) {
-  return [this, sequence_parallel](int tensor_parallel) -> const Graph& {
+partition::TensorParallelGraphs PlannedGraphs::provider() {
+  return [this](int tensor_parallel, bool sequence_parallel) -> const Graph& {
     return of_degree(tensor_parallel, sequence_parallel);
   };
 }
@@ -116,8 +118,9 @@ std::unique_ptr<partition::CostModel> planning_cost_model(const PlanningSetup& s
 
 partition::ThreeDimensionalPlan plan_experiment(const ExperimentConfig& config, PlannedGraphs& graphs,
                                                 const PlanningSetup& setup, const partition::CostModelFactory& costs) {
-  check_tensor_parallel(config, setup.options.tensor_parallel, setup.options.sequence_parallel);
-  return partition::make_3d_plan(graphs.provider(setup.options.sequence_parallel), costs, setup.options);
+  check_tensor_parallel(config, setup.options.tensor_parallel,
+                        setup.options.sequence_parallel && !setup.options.choose_sequence_parallel);
+  return partition::make_3d_plan(graphs.provider(), costs, setup.options);
 }
 
 double training_flops_per_sample(const Graph& model) {
@@ -154,9 +157,11 @@ std::string format_layout_candidates(const partition::ThreeDimensionalPlan& resu
   out << "layouts tried (tensor_parallel, zero):\n";
   for (const partition::LayoutCandidate& candidate : result.candidates) {
     const bool chosen = candidate.feasible && candidate.tensor_parallel == result.plan.tensor_parallel &&
-                        candidate.zero == result.plan.zero;
+                        candidate.zero == result.plan.zero &&
+                        candidate.sequence_parallel == (result.plan.tensor_parallel > 1 && result.plan.sequence_parallel);
     char head[64];
-    std::snprintf(head, sizeof head, "  %s t=%d zero=%d: ", chosen ? "*" : " ", candidate.tensor_parallel, candidate.zero);
+    std::snprintf(head, sizeof head, "  %s t=%d zero=%d%s: ", chosen ? "*" : " ", candidate.tensor_parallel, candidate.zero,
+                  candidate.sequence_parallel ? " sp" : "");
     out << head;
     if (candidate.feasible) {
       char text[160];

@@ -53,9 +53,8 @@ class PlannedGraphs {
   /// check_tensor_parallel throws for a degree the model does not allow.
   const Graph& of_degree(int tensor_parallel, bool sequence_parallel = false);
 
-  /// of_degree (with `sequence_parallel`: the planner options') as the planner's
-  /// TensorParallelGraphs (partition/planner.h); `this` must outlive it.
-  partition::TensorParallelGraphs provider(bool sequence_parallel = false);
+  /// of_degree as the planner's TensorParallelGraphs (partition/planner.h); `this` must outlive it.
+  partition::TensorParallelGraphs provider();
 
  private:
   const ExperimentConfig& config_;

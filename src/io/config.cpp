@@ -281,6 +281,19 @@ void SectionReader::read_integer_or_auto(std::string_view key, std::int64_t& val
   value = node->as_integer()->get();
 }
 
+void SectionReader::read_bool_or_auto(std::string_view key, bool& value, bool& automatic) {
+  const toml::node* node = find_key(document_, section_, key, read_keys_);
+  if (!node) return;
+  if (node->is_string()) {
+    if (node->as_string()->get() != "auto") fail(key, "must be true, false or \"auto\", not \"" + node->as_string()->get() + "\"");
+    automatic = true;
+    return;
+  }
+  if (!node->is_boolean()) fail(key, std::string("must be true, false or \"auto\", not ") + node_type_name(*node));
+  value = node->as_boolean()->get();
+  automatic = false;
+}
+
 void SectionReader::finish() const {
   const toml::table* table = section_table(document_, section_);
   if (!table) return;
@@ -433,7 +446,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read_integer_or_auto("tensor_parallel", config.tensor_parallel, 0);
   reader.read_integer_or_auto("zero", config.zero, -1);
   reader.read("sub_pipelined_tmp", config.sub_pipelined_tmp);
-  reader.read("sequence_parallel", config.sequence_parallel);
+  reader.read_bool_or_auto("sequence_parallel", config.sequence_parallel, config.choose_sequence_parallel);
   reader.read("bucket_mb", config.bucket_mb);
   reader.read("replicas", config.replicas);
   reader.read("boundaries", config.boundaries);

@@ -72,6 +72,8 @@ class SectionReader {
   void read(std::string_view key, std::vector<std::string>& value);
   /// Reads a memory size given as a string ("16GiB", see core/units.h) or a number of bytes.
   void read_memory_size(std::string_view key, double& bytes);
+  /// Reads a boolean, or the string "auto" (then `automatic` is set and `value` left alone).
+  void read_bool_or_auto(std::string_view key, bool& value, bool& automatic);
   /// Reads an integer, or the string "auto" as `auto_value` (another string is an error).
   void read_integer_or_auto(std::string_view key, std::int64_t& value, std::int64_t auto_value);
   /// Throws partrain::Error "file:line: [section] key 'key' <message>" (the section's line when
@@ -176,6 +178,7 @@ struct ParallelConfig {
   bool sub_pipelined_tmp = false;        // Merak's sub-pipelined TMP: two sub-microbatches overlap their TP all-reduces
   bool sequence_parallel = false;        // Korthikanti et al. 2022 §4.2.2: LayerNorm, dropout, residual stream split
                                          // along the sequence over the tensor-parallel group (needs tensor_parallel > 1)
+  bool choose_sequence_parallel = false; // sequence_parallel = "auto": the planner tries both for every t > 1
   double bucket_mb = 25.0;                // gradient all-reduce bucket size limit, MiB (PyTorch DDP's bucket_cap_mb)
   std::int64_t zero = 0;                 // ZeRO stage: 0, or 1 (optimizer state sharded over each stage's data-parallel group)
                                          // -1 ("auto"): the planner chooses

@@ -248,28 +248,62 @@ bool preferred(const LayoutCandidate& candidate, const Plan& best) {
   if (candidate.samples_per_second > other * (1 + 1e-9)) return true;
   if (candidate.samples_per_second < other * (1 - 1e-9)) return false;
   if (candidate.tensor_parallel != best.tensor_parallel) return candidate.tensor_parallel < best.tensor_parallel;
-  return candidate.zero < best.zero;
+  if (candidate.zero != best.zero) return candidate.zero < best.zero;
+  return candidate.sequence_parallel && !best.sequence_parallel;  // the same time on less memory
+}
+
+// Plans one (t, zero, sequence parallelism) layout of make_3d_plan on its graph; updates the best
+// plan and the best stage-DP objective. An error is the candidate's problem while searching, else
+// thrown (one layout asked for: its own error, with the planner's diagnosis).
+LayoutCandidate plan_layout(const Graph& planned, const CostModel& cost, const PlannerOptions& options, bool searching,
+                            std::optional<Plan>& best, double& best_objective) {
+  const auto start = std::chrono::steady_clock::now();
+  LayoutCandidate candidate;
+  candidate.tensor_parallel = options.tensor_parallel;
+  candidate.zero = options.zero;
+  candidate.sequence_parallel = options.tensor_parallel > 1 && options.sequence_parallel;
+  try {
+    Plan plan = make_plan(planned, cost, options);
+    candidate.feasible = true;
+    candidate.samples_per_second = plan.predicted_samples_per_second();
+    candidate.stages = plan.pipeline_stages();
+    candidate.pipeline_replicas = plan.pipeline_replicas;
+    best_objective = std::min(best_objective, stage_dp_objective(plan));
+    if (!best || preferred(candidate, *best)) best = std::move(plan);
+  } catch (const Error& error) {
+    if (!searching) throw;
+    candidate.problem = error.message();
+  }
+  candidate.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return candidate;
 }
 
 }  // namespace
 
-TensorParallelGraphs tensor_parallel_graphs_of(const Graph& model, bool sequence_parallel) {
-  auto built = std::make_shared<std::map<int, Graph>>();
-  return [&model, built, sequence_parallel](int tensor_parallel) -> const Graph& {
+std::vector<bool> sequence_parallel_choices(const PlannerOptions& options, int t) {
+  if (t == 1) return {false};
+  if (options.choose_sequence_parallel) return {false, true};
+  return {options.sequence_parallel};
+}
+
+TensorParallelGraphs tensor_parallel_graphs_of(const Graph& model) {
+  auto built = std::make_shared<std::map<std::pair<int, bool>, Graph>>();
+  return [&model, built](int tensor_parallel, bool sequence_parallel) -> const Graph& {
     if (tensor_parallel == 1) return model;
-    auto found = built->find(tensor_parallel);
+    const std::pair<int, bool> key{tensor_parallel, sequence_parallel};
+    auto found = built->find(key);
     if (found == built->end())
-      found = built->emplace(tensor_parallel, tensor_parallel_graph(model, tensor_parallel, sequence_parallel)).first;
+      found = built->emplace(key, tensor_parallel_graph(model, tensor_parallel, sequence_parallel)).first;
     return found->second;
   };
 }
 
 std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec& device, const PlannerOptions& options) {
-  return tensor_parallel_candidates(tensor_parallel_graphs_of(model, options.sequence_parallel), device, options);
+  return tensor_parallel_candidates(tensor_parallel_graphs_of(model), device, options);
 }
 
 ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& costs, const PlannerOptions& options) {
-  return make_3d_plan(tensor_parallel_graphs_of(model, options.sequence_parallel), costs, options);
+  return make_3d_plan(tensor_parallel_graphs_of(model), costs, options);
 }
 
 std::vector<int> tensor_parallel_candidates(const TensorParallelGraphs& graphs, const DeviceSpec& device,
@@ -279,7 +313,7 @@ std::vector<int> tensor_parallel_candidates(const TensorParallelGraphs& graphs, 
   for (int t : {2, 4, 8}) {
     if (t > device.devices_per_node || options.world_size % t != 0) continue;
     try {
-      (void)graphs(t);
+      (void)graphs(t, options.sequence_parallel && !options.choose_sequence_parallel);
     } catch (const Error&) {
       continue;  // t does not divide a split size, or the model has no tensor-parallel layers
     }
@@ -290,12 +324,12 @@ std::vector<int> tensor_parallel_candidates(const TensorParallelGraphs& graphs, 
 
 ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const CostModelFactory& costs,
                                   const PlannerOptions& options) {
-  const Graph& model = graphs(1);
+  const Graph& model = graphs(1, false);
   PARTRAIN_CHECK(options.tensor_parallel >= 0, "tensor_parallel must be 0 (the planner chooses) or positive, not "
                                                    << options.tensor_parallel);
   PARTRAIN_CHECK(options.zero >= -1 && options.zero <= 1,
                  "zero must be 0, 1 or -1 (the planner chooses), not " << options.zero);
-  const bool searching = options.tensor_parallel == 0 || options.zero < 0;
+  const bool searching = options.tensor_parallel == 0 || options.zero < 0 || options.choose_sequence_parallel;
   // The model's own cost model (t = 1) gives the devices when the degree is searched; a fixed
   // degree needs only its own graph's (a training run profiles only that graph).
   std::unique_ptr<CostModel> model_cost;
@@ -308,7 +342,8 @@ ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const Cost
   std::sort(degrees.rbegin(), degrees.rend());
   double memory_bytes = model_cost ? model_cost->device().memory_bytes : 0.0;
   const std::vector<int> zeros = options.zero >= 0 ? std::vector<int>{options.zero} : std::vector<int>{0, 1};
-  const std::size_t total = degrees.size() * zeros.size();
+  std::size_t total = 0;
+  for (int t : degrees) total += sequence_parallel_choices(options, t).size() * zeros.size();
 
   ThreeDimensionalPlan result;
   std::optional<Plan> best;
@@ -316,54 +351,48 @@ ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const Cost
   const Graph* best_graph = nullptr;  // graphs(t) of the best plan, copied into the result once
   std::size_t done = 0;
   for (int t : degrees) {
-    const auto graph_start = std::chrono::steady_clock::now();
-    const Graph& planned = graphs(t);
-    std::unique_ptr<CostModel> cost;
-    if (t == 1) {
-      cost = std::move(model_cost);
-    } else {
-      cost = costs(planned);
-      memory_bytes = cost->device().memory_bytes;
-    }
-    double graph_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - graph_start).count();
-    for (int zero : zeros) {
-      const auto start = std::chrono::steady_clock::now();
-      PlannerOptions candidate_options = options;
-      candidate_options.tensor_parallel = t;
-      candidate_options.zero = zero;
-      candidate_options.diagnose_infeasible = !searching;
-      // Ties must survive the bound (ties go to the smaller t and zero 0 below).
-      if (searching && std::isfinite(best_objective)) candidate_options.step_seconds_bound = best_objective * (1 + 1e-9);
-      candidate_options.progress = nullptr;
-      if (options.progress) {
-        const double base = static_cast<double>(done) / total;
-        candidate_options.progress = [&options, base, total](double fraction) {
-          options.progress(base + fraction / static_cast<double>(total));
-        };
-      }
-      LayoutCandidate candidate;
-      candidate.tensor_parallel = t;
-      candidate.zero = zero;
+    for (bool sequence_parallel : sequence_parallel_choices(options, t)) {
+      const auto graph_start = std::chrono::steady_clock::now();
+      const Graph* planned = nullptr;
       try {
-        Plan plan = make_plan(planned, *cost, candidate_options);
-        candidate.feasible = true;
-        candidate.samples_per_second = plan.predicted_samples_per_second();
-        candidate.stages = plan.pipeline_stages();
-        candidate.pipeline_replicas = plan.pipeline_replicas;
-        best_objective = std::min(best_objective, stage_dp_objective(plan));
-        if (!best || preferred(candidate, *best)) {
-          best = std::move(plan);
-          best_graph = &planned;
-        }
+        planned = &graphs(t, sequence_parallel);
       } catch (const Error& error) {
-        if (!searching) throw;  // one layout asked for: its own error, with the planner's diagnosis
+        if (!options.choose_sequence_parallel || !sequence_parallel) throw;
+        LayoutCandidate candidate;  // e.g. the sequence does not divide by t
+        candidate.tensor_parallel = t;
+        candidate.sequence_parallel = true;
         candidate.problem = error.message();
+        result.candidates.push_back(std::move(candidate));
+        done += zeros.size();
+        continue;
       }
-      candidate.planning_seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() + graph_seconds;
-      graph_seconds = 0;  // counted with the first zero of this t
-      result.candidates.push_back(std::move(candidate));
-      ++done;
+      std::unique_ptr<CostModel> cost = t == 1 ? std::move(model_cost) : costs(*planned);
+      memory_bytes = cost->device().memory_bytes;
+      double graph_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - graph_start).count();
+      for (int zero : zeros) {
+        PlannerOptions candidate_options = options;
+        candidate_options.tensor_parallel = t;
+        candidate_options.zero = zero;
+        candidate_options.sequence_parallel = sequence_parallel;
+        candidate_options.diagnose_infeasible = !searching;
+        // Ties must survive the bound (ties go to the smaller t and zero 0 below).
+        if (searching && std::isfinite(best_objective)) candidate_options.step_seconds_bound = best_objective * (1 + 1e-9);
+        candidate_options.progress = nullptr;
+        if (options.progress) {
+          const double base = static_cast<double>(done) / static_cast<double>(total);
+          candidate_options.progress = [&options, base, total](double fraction) {
+            options.progress(base + fraction / static_cast<double>(total));
+          };
+        }
+        LayoutCandidate candidate = plan_layout(*planned, *cost, candidate_options, searching, best, best_objective);
+        if (candidate.feasible && best->tensor_parallel == t && best->zero == zero &&
+            best->sequence_parallel == sequence_parallel)
+          best_graph = planned;
+        candidate.planning_seconds += graph_seconds;
+        graph_seconds = 0;  // counted with the first zero of this layout
+        result.candidates.push_back(std::move(candidate));
+        ++done;
+      }
     }
   }
   if (!best) {
@@ -371,8 +400,8 @@ ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const Cost
     message << options.planner << ": no (tensor_parallel, stages, replicas, zero) layout fits on " << options.world_size
             << " devices of " << memory_bytes / (1ull << 30) << " GiB (memory_margin " << options.memory_margin << "):";
     for (const LayoutCandidate& candidate : result.candidates)
-      message << "\n  tensor_parallel " << candidate.tensor_parallel << ", zero " << candidate.zero << ": "
-              << candidate.problem;
+      message << "\n  tensor_parallel " << candidate.tensor_parallel << ", zero " << candidate.zero
+              << (candidate.sequence_parallel ? ", sequence parallel" : "") << ": " << candidate.problem;
     PARTRAIN_FAIL(message.str());
   }
   result.plan = std::move(*best);

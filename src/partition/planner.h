@@ -33,21 +33,22 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
 /// outlives the model.
 using CostModelFactory = std::function<std::unique_ptr<CostModel>(const Graph& graph)>;
 
-/// The graph of a tensor-parallel degree: tensor_parallel_graph(model, t, sequence_parallel)
-/// (graph/tensor_parallel.h) for the planner options' sequence_parallel, the model itself for t = 1.
-/// The caller builds each degree once and keeps it alive while planning (the app keeps one per
-/// process); throws partrain::Error when t does not apply to the model.
-using TensorParallelGraphs = std::function<const Graph&(int tensor_parallel)>;
+/// The graph of a tensor-parallel degree with or without sequence parallelism:
+/// tensor_parallel_graph(model, t, sequence_parallel) (graph/tensor_parallel.h), the model itself
+/// for t = 1 (either way). The caller builds each once and keeps it alive while planning (the app
+/// keeps one per process); throws partrain::Error when t (or sequence parallelism) does not apply.
+using TensorParallelGraphs = std::function<const Graph&(int tensor_parallel, bool sequence_parallel)>;
 
-/// A TensorParallelGraphs over `model` (with sequence parallelism for t > 1 when
-/// `sequence_parallel`) that builds each degree the first time it is asked for and keeps it (in
-/// the returned function) for later calls; `model` must outlive it.
-TensorParallelGraphs tensor_parallel_graphs_of(const Graph& model, bool sequence_parallel = false);
+/// A TensorParallelGraphs over `model` that builds each (degree, sequence parallelism) the first
+/// time it is asked for and keeps it (in the returned function) for later calls; `model` must
+/// outlive it.
+TensorParallelGraphs tensor_parallel_graphs_of(const Graph& model);
 
 /// One (t, zero) layout make_3d_plan tried.
 struct LayoutCandidate {
   int tensor_parallel = 1;
   int zero = 0;
+  bool sequence_parallel = false;
   bool feasible = false;
   double samples_per_second = 0;  // the plan's prediction when feasible
   int stages = 0;                 // the plan's stages and pipeline replicas when feasible
@@ -59,27 +60,32 @@ struct LayoutCandidate {
 /// The plan make_3d_plan chose and the graph its stages index.
 struct ThreeDimensionalPlan {
   Plan plan;
-  Graph graph;                              // tensor_parallel_graph(model, plan.tensor_parallel) (the model for t = 1)
+  Graph graph;  // tensor_parallel_graph(model, plan.tensor_parallel, plan.sequence_parallel) (the model for t = 1)
   std::vector<LayoutCandidate> candidates;  // every layout tried, in the order tried
 };
 
 /// The tensor-parallel degrees make_3d_plan tries for `model` on `device`: options.tensor_parallel
 /// when it is positive, else each t ∈ {1, 2, 4, 8} with t ≤ devices_per_node that divides the
-/// world size and for which tensor_parallel_graph(model, t) exists (t divides heads, hidden,
-/// intermediate and vocabulary size; the model has tensor-parallel layers). Always holds 1 in the
-/// automatic case.
+/// world size and for which tensor_parallel_graph(model, t, options.sequence_parallel) exists (t
+/// divides heads, hidden, intermediate and vocabulary size, and the sequence with sequence
+/// parallelism; the model has tensor-parallel layers). Always holds 1 in the automatic case.
 std::vector<int> tensor_parallel_candidates(const TensorParallelGraphs& graphs, const DeviceSpec& device,
                                            const PlannerOptions& options);
-/// The same over tensor_parallel_graphs_of(model, options.sequence_parallel) (each degree built
-/// here and dropped).
+/// The same over tensor_parallel_graphs_of(model) (each degree built here and dropped).
 std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec& device, const PlannerOptions& options);
+
+/// The sequence-parallel settings make_3d_plan tries at degree t: false for t = 1; both (false
+/// first) when options.choose_sequence_parallel; else options.sequence_parallel.
+std::vector<bool> sequence_parallel_choices(const PlannerOptions& options, int t);
 
 /// Planning in three dimensions (docs/parallelism.md §Choosing t and ZeRO automatically; Merak §3.2):
 /// for every tensor-parallel degree of tensor_parallel_candidates and every ZeRO stage (options.zero,
-/// or 0 and 1 when it is −1), takes graphs(t) (the model is graphs(1)), its cost model from `costs`,
+/// or 0 and 1 when it is −1) and, for t > 1, with and without sequence parallelism when
+/// options.choose_sequence_parallel (else options.sequence_parallel), takes graphs(t, sequence
+/// parallel) (the model is graphs(1, false)), its cost model from `costs`,
 /// and runs make_plan (pipeline stages × replicas × microbatches) on world_size / t groups; keeps
 /// the plan with the highest predicted samples per second that fits the memory (ties: smaller t,
-/// then zero 0). Degrees are tried from the largest down, and the best stage-DP objective found so
+/// then zero 0, then sequence parallelism, which keeps less). Degrees are tried from the largest down, and the best stage-DP objective found so
 /// far bounds rannc's search of the later candidates (PlannerOptions::step_seconds_bound): a layout
 /// whose DP objective cannot beat it is reported as such and not planned further. This is RaNNC's
 /// own ranking of configurations (Algorithm 2) carried across layouts; the simulated step time that
@@ -89,7 +95,7 @@ std::vector<int> tensor_parallel_candidates(const Graph& model, const DeviceSpec
 /// when the degree asked for does not apply to the model (naming heads/hidden/intermediate/vocab).
 ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const CostModelFactory& costs,
                                   const PlannerOptions& options);
-/// The same over tensor_parallel_graphs_of(model, options.sequence_parallel).
+/// The same over tensor_parallel_graphs_of(model).
 ThreeDimensionalPlan make_3d_plan(const Graph& model, const CostModelFactory& costs, const PlannerOptions& options);
 
 }  // namespace partrain::partition

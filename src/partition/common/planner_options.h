@@ -32,6 +32,9 @@ struct PlannerOptions {
   /// Sequence parallelism (Korthikanti et al. 2022 §4.2.2): the graphs of t > 1 are
   /// tensor_parallel_graph(model, t, true); recorded in the plan (tensor_parallel > 1).
   bool sequence_parallel = false;
+  /// make_3d_plan tries every t > 1 with and without sequence parallelism and keeps the faster
+  /// (`[parallel] sequence_parallel = "auto"`); sequence_parallel is then ignored.
+  bool choose_sequence_parallel = false;
   std::int64_t global_batch = 8;         // samples per optimizer step
   int microbatches = 0;                  // per step and pipeline replica; 0: the planner chooses
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
