@@ -103,6 +103,15 @@ class StageDp {
     PARTRAIN_CHECK(options.world_size > 0, "rannc: the world size must be positive, not " << options.world_size);
     PARTRAIN_CHECK(options.memory_margin >= 0 && options.memory_margin < 1,
                    "rannc: memory_margin must be in [0, 1), not " << options.memory_margin);
+    // A block's own tasks: those no other block holds (a task in several blocks is a cloned
+    // constant). Own sets are disjoint, so a stage holds the own sets of all its blocks.
+    std::unordered_map<int, int> holders;
+    for (const std::vector<int>& block : blocks)
+      for (int task : block) ++holders[task];
+    own_tasks_.resize(blocks.size());
+    for (std::size_t b = 0; b < blocks.size(); ++b)
+      for (int task : blocks[b])
+        if (holders[task] == 1) own_tasks_[b].push_back(task);
   }
 
   int block_count() const { return static_cast<int>(blocks_.size()); }
@@ -141,6 +150,14 @@ class StageDp {
     return measurements_.emplace(key, cost_.measure(tasks, batch)).first->second;
   }
 
+  // Measurement of block b's own tasks (non-empty) at `batch` samples, cached for the whole search.
+  const profile::Measurement& own_measurement(int b, std::int64_t batch) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(b) << 32) | static_cast<std::uint64_t>(batch);
+    auto found = own_measurements_.find(key);
+    if (found != own_measurements_.end()) return found->second;
+    return own_measurements_.emplace(key, cost_.measure(own_tasks_[b], batch)).first->second;
+  }
+
   // Costs of blocks [b, e) on r = 1..D replicas under the current setting (cached per setting).
   const std::vector<StageCost>& stage_costs(int b, int e, bool recompute) {
     std::vector<StageCost>& costs = stage_costs_[(recompute ? 1 : 0)][b * (block_count() + 1) + e];
@@ -164,6 +181,51 @@ class StageDp {
       c.allreduce = cost_.allreduce_seconds(m.parameter_bytes, group, group > cost_.device().devices_per_node);
     }
     return costs;
+  }
+
+  // A lower bound (seconds) on the step objective (M + S − 1) · largest stage time + largest
+  // all-reduce of every split into S ≥ 2 stages under `setting` (0 when the cost model cannot
+  // measure a block's own tasks). With c_i the least compute of block i's own tasks over the
+  // per-replica batches ⌈microbatch / r⌉ (r ≤ widest), w_i the least r · compute at those r, and a
+  // stage computing at least as long as its blocks' own tasks would alone (forward + backward
+  // seconds add up over tasks in the analytic and calibrated cost models; with Merak's
+  // sub-pipelined TMP a pass takes at least max(compute, all-reduce), half of its parts' passes, so
+  // the compute is halved): every stage time is at least T = max(max_i c_i, Σ_i w_i / D) (the
+  // largest block; D devices share the replica-seconds), the S stage times add up to at least
+  // C = Σ_i c_i, and (M + S − 1) · T_max ≥ (M − 1) · T + C and ≥ (M + 1) · T. Algorithm 2 skips the
+  // table of a setting whose bound already reaches the best step time found (issue 25).
+  double split_lower_bound(const Setting& setting, bool recompute) {
+    if (!lower_bound_usable_) return 0;
+    const std::int64_t batch = setting.microbatch_size;
+    const std::int64_t widest = std::min<std::int64_t>(setting.devices, batch);
+    const double scale = options_.sub_pipelined_tmp ? 0.5 : 1.0;
+    double largest = 0, total = 0, work = 0;
+    try {
+      for (int b = 0; b < block_count(); ++b) {
+        if (own_tasks_[b].empty()) continue;
+        double least = kInfinity, least_work = kInfinity;
+        // One r per run of replica counts with the same per-replica batch n: the smallest, r = ⌈batch / n⌉.
+        for (std::int64_t r = 1; r <= widest;) {
+          const std::int64_t n = (batch + r - 1) / r;
+          const profile::Measurement& m = own_measurement(b, n);
+          const double compute = scale * (m.forward_seconds + m.backward_seconds + (recompute ? m.forward_seconds : 0.0));
+          least = std::min(least, compute);
+          least_work = std::min(least_work, static_cast<double>(r) * compute);
+          if (n == 1) break;
+          r = (batch - 1) / (n - 1) + 1;  // the first r with ⌈batch / r⌉ < n
+        }
+        largest = std::max(largest, least);
+        total += least;
+        work += least_work;
+      }
+    } catch (const Error&) {
+      lower_bound_usable_ = false;  // e.g. a profile holding only whole layers
+      return 0;
+    }
+    const double stage = std::max(largest, work / setting.devices);
+    const double M = setting.microbatches;
+    // Guard against the last bit of rounding between these sums and the DP's.
+    return std::max((M - 1) * stage + total, (M + 1) * stage) * (1 - 1e-12);
   }
 
   // Per-S results of one run of the table.
@@ -202,6 +264,8 @@ class StageDp {
     // ---- S ≥ 2: the table from the end of the pipeline.
     const int reference = std::max(J, 2);
     const bool recompute = recompute_policy(options_, reference) != RecomputePolicy::None;
+    if (objective == Objective::Time && std::isfinite(bound) && split_lower_bound(setting, recompute) >= bound)
+      return result;  // no split into S ≥ 2 stages can beat the bound
     std::vector<profile::MemoryPolicy> policy(J + 1);
     for (int j = 1; j <= J; ++j) {
       policy[j] = stage_memory_policy(options_, reference - j, reference, M);
@@ -468,6 +532,9 @@ class StageDp {
   double usable_;
   bool zero_ = false;  // ZeRO-1: a stage's memory depends on its replica count
   std::unordered_map<std::uint64_t, profile::Measurement> measurements_;
+  std::vector<std::vector<int>> own_tasks_;  // per block: the tasks no other block holds
+  std::unordered_map<std::uint64_t, profile::Measurement> own_measurements_;
+  bool lower_bound_usable_ = true;           // false once the cost model could not measure an own set
   Setting setting_;
   std::vector<std::vector<StageCost>> stage_costs_[2];  // [recompute][b * (k + 1) + e]
   std::vector<Cell> table_;
