@@ -79,14 +79,27 @@ struct Cell {
   int replicas = 0;              // ... on this many devices
 };
 
-// A stage candidate: blocks [b, e) on r replicas (per pipeline replica).
-struct StageCost {
-  bool valid = false;  // r ≤ microbatch size
+// Stage candidates: blocks [b, e) on r ∈ [first, last] replicas (per pipeline replica), the replica
+// counts with the same per-replica batch ⌈microbatch / r⌉ and so the same times and memory (only
+// the all-reduce over r × pipeline replicas ranks differs: allreduce_at).
+struct StageRun {
+  int first = 1, last = 1;
   double forward = 0;   // forward + sending the outputs
   double backward = 0;  // backward + sending the input gradients (+ the forward again when recomputing)
   double seconds = 0;   // forward + backward
-  double allreduce = 0;
   const profile::Measurement* measurement = nullptr;
+};
+
+// Where the DP came from, per cell of a layer j: the first stage holds blocks [b, next_block) on
+// `replicas` devices. A layer keeps, per block b, only the device counts [first_devices, ...] of
+// its valid cells.
+struct BackPointer {
+  int next_block = -1;
+  int replicas = 0;
+};
+struct BackRow {
+  int first_devices = 0;
+  std::vector<BackPointer> cells;  // index d − first_devices
 };
 
 class StageDp {
@@ -158,29 +171,45 @@ class StageDp {
     return own_measurements_.emplace(key, cost_.measure(own_tasks_[b], batch)).first->second;
   }
 
-  // Costs of blocks [b, e) on r = 1..D replicas under the current setting (cached per setting).
-  const std::vector<StageCost>& stage_costs(int b, int e, bool recompute) {
-    std::vector<StageCost>& costs = stage_costs_[(recompute ? 1 : 0)][b * (block_count() + 1) + e];
-    if (!costs.empty()) return costs;
-    costs.resize(setting_.devices + 1);
-    const std::int64_t most = std::min<std::int64_t>(setting_.devices, setting_.microbatch_size);
-    for (int r = 1; r <= most; ++r) {
-      const std::int64_t per_replica = (setting_.microbatch_size + r - 1) / r;
+  // Costs of blocks [b, e) on r = 1..min(D, microbatch) replicas under the current setting, one entry
+  // per run of replica counts with the same per-replica batch (O(√microbatch) entries, not D),
+  // cached per setting.
+  const std::vector<StageRun>& stage_runs(int b, int e, bool recompute) {
+    std::vector<StageRun>& runs = stage_runs_[(recompute ? 1 : 0)][b * (block_count() + 1) + e];
+    if (!runs.empty()) return runs;
+    const std::int64_t batch = setting_.microbatch_size;
+    const std::int64_t most = std::min<std::int64_t>(setting_.devices, batch);
+    for (std::int64_t r = 1; r <= most;) {
+      const std::int64_t per_replica = (batch + r - 1) / r;
+      // The last r with ⌈batch / r⌉ = per_replica.
+      const std::int64_t last = per_replica == 1 ? most : std::min(most, (batch - 1) / (per_replica - 1));
       const profile::Measurement& m = measurement(b, e, per_replica);
-      StageCost& c = costs[r];
-      c.valid = true;
-      c.measurement = &m;
+      StageRun run;
+      run.first = static_cast<int>(r);
+      run.last = static_cast<int>(last);
+      run.measurement = &m;
       // The same arithmetic, in the same order, as predict_plan.
-      const double forward = m.forward_seconds + cost_.transfer_seconds(m.boundary_output_bytes, setting_.across_nodes);
-      const double backward = m.backward_seconds + cost_.transfer_seconds(m.boundary_input_bytes, setting_.across_nodes) +
-                              (recompute ? m.forward_seconds : 0.0);
-      c.forward = forward;
-      c.backward = backward;
-      c.seconds = forward + backward;
-      const int group = r * setting_.pipeline_replicas;
-      c.allreduce = cost_.allreduce_seconds(m.parameter_bytes, group, group > cost_.device().devices_per_node);
+      run.forward = m.forward_seconds + cost_.transfer_seconds(m.boundary_output_bytes, setting_.across_nodes);
+      run.backward = m.backward_seconds + cost_.transfer_seconds(m.boundary_input_bytes, setting_.across_nodes) +
+                     (recompute ? m.forward_seconds : 0.0);
+      run.seconds = run.forward + run.backward;
+      runs.push_back(run);
+      r = last + 1;
     }
-    return costs;
+    return runs;
+  }
+
+  // The run holding r replicas, or null when r exceeds the microbatch or the devices.
+  static const StageRun* run_for(const std::vector<StageRun>& runs, int r) {
+    if (r < 1 || r > runs.back().last) return nullptr;
+    auto after = std::upper_bound(runs.begin(), runs.end(), r, [](int x, const StageRun& run) { return x < run.first; });
+    return &*std::prev(after);
+  }
+
+  // The gradient all-reduce of a stage measured by `m` on r replicas per pipeline replica (as predict_plan).
+  double allreduce_at(const profile::Measurement& m, int r) const {
+    const int group = r * setting_.pipeline_replicas;
+    return cost_.allreduce_seconds(m.parameter_bytes, group, group > cost_.device().devices_per_node);
   }
 
   // A lower bound (seconds) on the step objective (M + S − 1) · largest stage time + largest
@@ -250,13 +279,14 @@ class StageDp {
     {
       const RecomputePolicy recompute = recompute_policy(options_, 1);
       const profile::MemoryPolicy policy = stage_memory_policy(options_, 0, 1, M, D * setting.pipeline_replicas);
-      const StageCost& c = stage_costs(0, k, recompute != RecomputePolicy::None)[D];
-      if (c.valid && c.allreduce < allreduce_cap) {
-        const double memory = profile::stage_memory_bytes(*c.measurement, policy);
-        const double value = objective == Objective::Time ? c.seconds : memory;
+      const StageRun* c = run_for(stage_runs(0, k, recompute != RecomputePolicy::None), D);
+      const double allreduce = c ? allreduce_at(*c->measurement, D) : kInfinity;
+      if (c && allreduce < allreduce_cap) {
+        const double memory = profile::stage_memory_bytes(*c->measurement, policy);
+        const double value = objective == Objective::Time ? c->seconds : memory;
         const bool fits = objective == Objective::Memory || memory <= usable_;
         if (fits && (objective == Objective::Memory || M * value < bound))
-          result.best[1] = Cell{value, c.allreduce, k, D};
+          result.best[1] = Cell{value, allreduce, k, D};
       }
     }
     if (J < 2) return result;
@@ -281,8 +311,14 @@ class StageDp {
     }
     const std::size_t row = static_cast<std::size_t>(D) + 1;
     const std::size_t layer = static_cast<std::size_t>(k + 1) * row;
-    table_.assign(static_cast<std::size_t>(J + 1) * layer, Cell{});
-    const auto cell = [&](int j, int b, int d) -> Cell& { return table_[j * layer + b * row + d]; };
+    // Two layers of values (j − 1 and j); each layer's back pointers are kept for its valid cells
+    // only (BackRow), which is all backtrack reads. A layer without a valid cell ends the table:
+    // every later layer builds on it.
+    std::vector<Cell> previous_layer(layer), current_layer(layer);
+    back_.assign(J + 1, {});
+    const auto cell = [&](int j, int b, int d) -> Cell& {
+      return ((j & 1) ? current_layer : previous_layer)[b * row + d];
+    };
     // dmin[j][b]: fewest devices with which blocks b.. fit in j stages (D + 1: none).
     std::vector<int> dmin(static_cast<std::size_t>(J + 1) * (k + 1), D + 1);
     // dmax[j][b]: most devices with which they fit (0: none).
@@ -307,6 +343,7 @@ class StageDp {
 
     for (int j = 1; j <= J; ++j) {
       const double factor = M + j - 1;  // the step multiplies this stage's time by at least M + j − 1
+      std::fill_n(&cell(j, 0, 0), layer, Cell{});
       if (j >= 2) {
         for (int e = 1; e <= k; ++e) {
           int* base = sparse_at(e, 0);
@@ -333,17 +370,20 @@ class StageDp {
         const int e_first = j == 1 ? k : b + 1;
         const int e_last = j == 1 ? k : k - j + 1;
         for (int e = e_first; e <= e_last; ++e) {
-          const std::vector<StageCost>& costs = stage_costs(b, e, recompute);
+          const std::vector<StageRun>& runs = stage_runs(b, e, recompute);
           const int rest_min = j == 1 ? 0 : dmin[(j - 1) * (k + 1) + e];
           const int rest_max = j == 1 ? 0 : dmax[(j - 1) * (k + 1) + e];
           if (rest_min > D) continue;
           const int low = static_cast<int>(d_low(j)), high = static_cast<int>(d_high(j));
           if (low > high) continue;
           const int r_most = std::min(D - rest_min, widest);
-          for (int r = 1; r <= r_most;) {
-            const StageCost& c = costs[r];
-            if (!c.valid) break;  // more replicas than samples in a microbatch
-            if (!(c.allreduce < allreduce_cap)) {
+          // All-reduce times are finite: without a cap no replica count is excluded by it.
+          const bool capped = allreduce_cap < kInfinity;
+          for (const StageRun& c : runs) {
+           if (c.first > r_most) break;
+           const int run_last = std::min(c.last, r_most);
+           for (int r = c.first; r <= run_last;) {
+            if (capped && !(allreduce_at(*c.measurement, r) < allreduce_cap)) {
               ++r;
               continue;
             }
@@ -351,9 +391,9 @@ class StageDp {
             // With ZeRO-1 the memory falls with r (the optimizer state is sharded over r × pipeline replicas
             // ranks): a Memory run takes one r at a time, a Time run starts at the first r that fits.
             int r_end = r;
-            while (r_end < r_most && !(zero_ && objective == Objective::Memory) && costs[r_end + 1].valid &&
-                   costs[r_end + 1].measurement == c.measurement && costs[r_end + 1].allreduce < allreduce_cap)
-              ++r_end;
+            if (!(zero_ && objective == Objective::Memory)) {
+              while (r_end < run_last && (!capped || allreduce_at(*c.measurement, r_end + 1) < allreduce_cap)) ++r_end;
+            }
             int r_first = r;
             r = r_end + 1;
             double memory = profile::stage_memory_bytes(*c.measurement, policy[j]);  // unsharded
@@ -379,7 +419,9 @@ class StageDp {
             if (j == 1) {
               for (int rr = std::max(r_first, low); rr <= std::min(r_end, high); ++rr) {
                 Cell& target = cell(1, b, rr);
-                if (better(value, costs[rr].allreduce, target)) target = Cell{value, costs[rr].allreduce, e, rr};
+                if (value > target.value) continue;
+                const double a = allreduce_at(*c.measurement, rr);
+                if (better(value, a, target)) target = Cell{value, a, e, rr};
               }
               continue;
             }
@@ -390,11 +432,13 @@ class StageDp {
               if (previous.next_block < 0) continue;
               const double v = std::max(value, previous.value);
               if (objective == Objective::Time && factor * v >= bound) continue;
-              const int replicas = d - rest;
-              const double a = std::max(costs[replicas].allreduce, previous.allreduce);
               Cell& target = cell(j, b, d);
+              if (v > target.value) continue;  // (the all-reduce only breaks ties)
+              const int replicas = d - rest;
+              const double a = std::max(allreduce_at(*c.measurement, replicas), previous.allreduce);
               if (better(v, a, target)) target = Cell{v, a, e, replicas};
             }
+           }
           }
         }
         int& least = dmin[j * (k + 1) + b];
@@ -405,8 +449,21 @@ class StageDp {
             most = d;
           }
       }
+      // Keep the back pointers of this layer's valid cells.
+      bool any = false;
+      back_[j].resize(k + 1);
+      for (int b = 0; b <= k - j; ++b) {
+        const int least = dmin[j * (k + 1) + b], most = dmax[j * (k + 1) + b];
+        if (least > most) continue;
+        any = true;
+        BackRow& back = back_[j][b];
+        back.first_devices = least;
+        back.cells.resize(static_cast<std::size_t>(most - least + 1));
+        for (int d = least; d <= most; ++d) back.cells[d - least] = BackPointer{cell(j, b, d).next_block, cell(j, b, d).replicas};
+      }
+      if (j >= 2) result.best[j] = cell(j, 0, D);
+      if (!any) break;
     }
-    for (int S = 2; S <= J; ++S) result.best[S] = cell(S, 0, D);
     return result;
   }
 
@@ -441,13 +498,14 @@ class StageDp {
         for (int d = s; d <= D - (S - s); ++d) {
           State& target = at(s, b, d);
           for (int previous_block = s - 1; previous_block < b; ++previous_block) {
-            const std::vector<StageCost>& costs = stage_costs(previous_block, b, recompute);
+            const std::vector<StageRun>& runs = stage_runs(previous_block, b, recompute);
             for (int previous_devices = std::max(s - 1, d - widest); previous_devices < d; ++previous_devices) {
               const State& previous = at(s - 1, previous_block, previous_devices);
               if (std::isinf(previous.forward)) continue;
               const int replicas = d - previous_devices;
-              const StageCost& c = costs[replicas];
-              if (!c.valid) continue;
+              const StageRun* run = run_for(runs, replicas);
+              if (!run) continue;
+              const StageRun& c = *run;
               double memory = profile::stage_memory_bytes(*c.measurement, policy);
               if (zero_) {
                 const double sharded = c.measurement->parameter_bytes * profile::sharded_state_factor(policy);
@@ -456,7 +514,7 @@ class StageDp {
               if (memory > usable_) continue;  // line 18: does not fit the device memory
               const double forward = std::max(previous.forward, c.forward);
               const double backward = std::max(previous.backward, c.backward);
-              const double allreduce = std::max(previous.allreduce, c.allreduce);
+              const double allreduce = std::max(previous.allreduce, allreduce_at(*c.measurement, replicas));
               const double v = forward + backward, current = target.forward + target.backward;
               if (v < current || (v == current && allreduce < target.allreduce))
                 target = State{forward, backward, allreduce, previous_block, previous_devices};
@@ -493,11 +551,15 @@ class StageDp {
       return;
     }
     const int k = block_count();
-    const std::size_t row = static_cast<std::size_t>(setting_.devices) + 1;
-    const std::size_t layer = static_cast<std::size_t>(k + 1) * row;
     int b = 0, d = setting_.devices;
     for (int j = stages; j >= 1; --j) {
-      const Cell& c = table_[j * layer + b * row + d];
+      PARTRAIN_CHECK(j < static_cast<int>(back_.size()) && b < static_cast<int>(back_[j].size()),
+                     "rannc: internal error while reading the DP table");
+      const BackRow& back = back_[j][b];
+      const int index = d - back.first_devices;
+      PARTRAIN_CHECK(index >= 0 && index < static_cast<int>(back.cells.size()),
+                     "rannc: internal error while reading the DP table");
+      const BackPointer& c = back.cells[index];
       PARTRAIN_CHECK(c.next_block > b && c.replicas > 0, "rannc: internal error while reading the DP table");
       split.first_block.push_back(b);
       split.replicas.push_back(c.replicas);
@@ -512,7 +574,7 @@ class StageDp {
   void use_setting(const Setting& setting) {
     if (same_setting(setting)) return;
     setting_ = setting;
-    for (auto& table : stage_costs_) {
+    for (auto& table : stage_runs_) {
       table.clear();
       table.resize(static_cast<std::size_t>(block_count() + 1) * (block_count() + 1));
     }
@@ -523,7 +585,7 @@ class StageDp {
   bool same_setting(const Setting& s) const {
     return s.devices == setting_.devices && s.pipeline_replicas == setting_.pipeline_replicas && s.microbatches == setting_.microbatches &&
            s.microbatch_size == setting_.microbatch_size && s.across_nodes == setting_.across_nodes &&
-           !stage_costs_[0].empty();
+           !stage_runs_[0].empty();
   }
 
   const std::vector<std::vector<int>>& blocks_;
@@ -536,8 +598,8 @@ class StageDp {
   std::unordered_map<std::uint64_t, profile::Measurement> own_measurements_;
   bool lower_bound_usable_ = true;           // false once the cost model could not measure an own set
   Setting setting_;
-  std::vector<std::vector<StageCost>> stage_costs_[2];  // [recompute][b * (k + 1) + e]
-  std::vector<Cell> table_;
+  std::vector<std::vector<StageRun>> stage_runs_[2];  // [recompute][b * (k + 1) + e]
+  std::vector<std::vector<BackRow>> back_;  // [j][b]: the last run's back pointers
 };
 
 // The pipeline sizes Algorithm 2 tries: D = devices_per_node · n for whole nodes dividing the world,
