@@ -212,6 +212,36 @@ class StageDp {
     return cost_.allreduce_seconds(m.parameter_bytes, group, group > cost_.device().devices_per_node);
   }
 
+  // The first block end e > b at which blocks [b, e) cannot fit a device whatever their replicas,
+  // batch, recomputation and position (k + 1: none): their parameters times the model-state factor
+  // with the optimizer state sharded as far as it goes already exceed the usable memory (a stage's
+  // memory is at least its model state: stage_memory_bytes). A stage holding more blocks reads at
+  // least the parameters of fewer (the cost models count the distinct parameters its tasks read), so
+  // every later end fails too and the DP stops there instead of measuring the O(k²) ranges of a
+  // deep model whose layers only fit a few to a device (issue 25). Computed once per block.
+  int parameter_wall(int b) {
+    if (parameter_walls_.empty()) parameter_walls_.assign(block_count(), -1);
+    int& wall = parameter_walls_[b];
+    if (wall >= 0) return wall;
+    profile::MemoryPolicy policy = stage_memory_policy(options_, 0, 2, 1);
+    policy.optimizer_shards = std::numeric_limits<int>::max();
+    const double factor = profile::model_state_factor(policy);
+    wall = block_count() + 1;
+    // Parameters do not depend on the batch: the current microbatch's measurements (those of one
+    // replica) are the ones the DP reads anyway.
+    try {
+      for (int e = b + 1; e <= block_count(); ++e) {
+        if (measurement(b, e, setting_.microbatch_size).parameter_bytes * factor > usable_) {
+          wall = e;
+          break;
+        }
+      }
+    } catch (const Error&) {
+      // The DP reports the ranges it cannot measure itself; no wall is known here.
+    }
+    return wall;
+  }
+
   // A lower bound (seconds) on the step objective (M + S − 1) · largest stage time + largest
   // all-reduce of every split into S ≥ 2 stages under `setting` (0 when the cost model cannot
   // measure a block's own tasks). With c_i the least compute of block i's own tasks over the
@@ -343,16 +373,21 @@ class StageDp {
 
     for (int j = 1; j <= J; ++j) {
       const double factor = M + j - 1;  // the step multiplies this stage's time by at least M + j − 1
-      std::fill_n(&cell(j, 0, 0), layer, Cell{});
+      // Layer j writes and reads only the rows b ≤ k − j within its device window [low, high].
+      const int low = static_cast<int>(d_low(j)), high = static_cast<int>(d_high(j));
+      for (int b = 0; b <= k - j && low <= high; ++b) std::fill(&cell(j, b, low), &cell(j, b, high) + 1, Cell{});
       if (j >= 2) {
         for (int e = 1; e <= k; ++e) {
+          // Only over the valid cells [dmin, dmax] of W[j − 1][e]: the window queries stay inside.
+          const int lo = dmin[(j - 1) * (k + 1) + e], hi = dmax[(j - 1) * (k + 1) + e];
+          if (lo > hi) continue;
           int* base = sparse_at(e, 0);
-          for (int d = 0; d <= D; ++d) base[d] = d;
-          for (int level = 1; level < levels; ++level) {
+          for (int d = lo; d <= hi; ++d) base[d] = d;
+          for (int level = 1; level < levels && (1 << level) <= hi - lo + 1; ++level) {
             const int* lower = sparse_at(e, level - 1);
             int* upper = sparse_at(e, level);
             const int half = 1 << (level - 1);
-            for (int d = 0; d + (1 << level) <= D + 1; ++d) {
+            for (int d = lo; d + (1 << level) <= hi + 1; ++d) {
               const int x = lower[d], y = lower[d + half];
               upper[d] = less(cell(j - 1, e, y), cell(j - 1, e, x)) ? y : x;
             }
@@ -368,13 +403,13 @@ class StageDp {
       };
       for (int b = 0; b <= k - j; ++b) {
         const int e_first = j == 1 ? k : b + 1;
-        const int e_last = j == 1 ? k : k - j + 1;
+        int e_last = j == 1 ? k : k - j + 1;
+        if (objective == Objective::Time) e_last = std::min(e_last, parameter_wall(b) - 1);
         for (int e = e_first; e <= e_last; ++e) {
           const std::vector<StageRun>& runs = stage_runs(b, e, recompute);
           const int rest_min = j == 1 ? 0 : dmin[(j - 1) * (k + 1) + e];
           const int rest_max = j == 1 ? 0 : dmax[(j - 1) * (k + 1) + e];
           if (rest_min > D) continue;
-          const int low = static_cast<int>(d_low(j)), high = static_cast<int>(d_high(j));
           if (low > high) continue;
           const int r_most = std::min(D - rest_min, widest);
           // All-reduce times are finite: without a cap no replica count is excluded by it.
@@ -443,7 +478,7 @@ class StageDp {
         }
         int& least = dmin[j * (k + 1) + b];
         int& most = dmax[j * (k + 1) + b];
-        for (int d = 1; d <= D; ++d)
+        for (int d = std::max(low, 1); d <= high; ++d)
           if (cell(j, b, d).next_block >= 0) {
             least = std::min(least, d);
             most = d;
@@ -461,7 +496,7 @@ class StageDp {
         back.cells.resize(static_cast<std::size_t>(most - least + 1));
         for (int d = least; d <= most; ++d) back.cells[d - least] = BackPointer{cell(j, b, d).next_block, cell(j, b, d).replicas};
       }
-      if (j >= 2) result.best[j] = cell(j, 0, D);
+      if (j >= 2 && low <= D && D <= high) result.best[j] = cell(j, 0, D);
       if (!any) break;
     }
     return result;
@@ -597,6 +632,7 @@ class StageDp {
   std::vector<std::vector<int>> own_tasks_;  // per block: the tasks no other block holds
   std::unordered_map<std::uint64_t, profile::Measurement> own_measurements_;
   bool lower_bound_usable_ = true;           // false once the cost model could not measure an own set
+  std::vector<int> parameter_walls_;         // per block b: parameter_wall(b), −1 until computed
   Setting setting_;
   std::vector<std::vector<StageRun>> stage_runs_[2];  // [recompute][b * (k + 1) + e]
   std::vector<std::vector<BackRow>> back_;  // [j][b]: the last run's back pointers
