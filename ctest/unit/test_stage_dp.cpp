@@ -372,6 +372,34 @@ TEST(StageDp, AlgorithmTwoMatchesBruteForce) {
   EXPECT_GE(planned, 8);
 }
 
+// ZeRO-1 (the optimizer state sharded over a stage's replicas): stages whose parameters only fit
+// when sharded over enough replicas, where the DP's parameter wall (a range whose model state
+// cannot fit however far it is sharded ends the range) and its first-replica-count-that-fits rule
+// matter. Against the brute force, as AlgorithmTwoMatchesBruteForce.
+TEST(StageDp, AlgorithmTwoMatchesBruteForceWithZero) {
+  int planned = 0;
+  for (unsigned seed = 301; seed <= 340; ++seed) {
+    RandomCase c = random_case(seed);
+    c.options.zero = 1;
+    const BruteResult brute_result = brute_force_plan(c.chain, c.options);
+    const double brute = brute_result.best_step;
+    const std::string what = "seed " + std::to_string(seed);
+    if (std::isinf(brute)) {
+      EXPECT_FALSE(partrain::partition::try_plan_stages_rannc(c.chain.graph, c.chain.blocks, *c.chain.cost, c.options))
+          << what;
+      continue;
+    }
+    const Plan plan = partrain::partition::plan_stages_rannc(c.chain.graph, c.chain.blocks, *c.chain.cost, c.options);
+    ++planned;
+    if (std::fabs(closed_form_step_seconds(plan) - brute) > 1e-9 * brute) {
+      EXPECT_GT(closed_form_step_seconds(plan), brute) << what;
+      EXPECT_LT(plan.predicted_step_seconds, brute_result.best_step_simulated) << what;
+    }
+    EXPECT_LE(partrain::partition::memory_excess_bytes(plan, *c.chain.cost, c.options), 0.0) << what;
+  }
+  EXPECT_GE(planned, 8);
+}
+
 // Counts the measurements asked of a cost model (to see that the step bound prunes).
 class CountingCostModel final : public CostModel {
  public:
