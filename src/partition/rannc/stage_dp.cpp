@@ -26,6 +26,21 @@
 // kept only for device counts from which the remaining stages can use exactly D devices, rows start
 // at the fewest devices with which the suffix fits memory (RaNNC's dmin), and candidates whose
 // (M + j − 1) · stage time already reaches the best step time found are dropped.
+// Planning at scale (issue 25: a 1T GPT on 3,072 devices, k in the hundreds once blocks are split
+// to fit, D up to 3,072) adds, still exact within the cost model:
+// - a lower bound on a configuration's step time (split_lower_bound: the blocks' own compute
+//   through the pipeline plus (M − 1) times the largest block or the replica-seconds over D) that
+//   skips the table when it reaches the best step so far (or a better layout's, step_seconds_bound);
+// - a parameter wall per block (parameter_wall): no range is extended past the first end whose
+//   model state cannot fit a device however far ZeRO-1 shards it, so a deep model whose layers fit
+//   only a few to a device costs O(k) ranges per block start, not O(k²);
+// - stage costs per run of replica counts with the same per-replica batch (O(√microbatch) entries
+//   per range instead of D), all-reduces priced when a cell is about to change;
+// - two rolling layers of values, back pointers kept for the valid cells only, each layer's work
+//   confined to its device window, and the table ending at its first layer without a valid cell.
+// These assume what every cost model here satisfies: forward and backward seconds add up over
+// tasks (halved under Merak's sub-pipelined TMP, whose overlap can hide up to half), a stage's
+// memory is at least its model state, and more tasks read at least as many parameters.
 #include "partition/rannc/stage_dp.h"
 
 #include <algorithm>
