@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
+#include <span>
 #include <random>
 #include <string>
 #include <vector>
@@ -368,6 +370,116 @@ TEST(StageDp, AlgorithmTwoMatchesBruteForce) {
   }
   std::printf("%d of %d plans took the printed Algorithm 1's split\n", replaced, planned);
   EXPECT_GE(planned, 8);
+}
+
+// ZeRO-1 (the optimizer state sharded over a stage's replicas): stages whose parameters only fit
+// when sharded over enough replicas, where the DP's parameter wall (a range whose model state
+// cannot fit however far it is sharded ends the range) and its first-replica-count-that-fits rule
+// matter. Against the brute force, as AlgorithmTwoMatchesBruteForce.
+TEST(StageDp, AlgorithmTwoMatchesBruteForceWithZero) {
+  int planned = 0;
+  for (unsigned seed = 301; seed <= 340; ++seed) {
+    RandomCase c = random_case(seed);
+    c.options.zero = 1;
+    const BruteResult brute_result = brute_force_plan(c.chain, c.options);
+    const double brute = brute_result.best_step;
+    const std::string what = "seed " + std::to_string(seed);
+    if (std::isinf(brute)) {
+      EXPECT_FALSE(partrain::partition::try_plan_stages_rannc(c.chain.graph, c.chain.blocks, *c.chain.cost, c.options))
+          << what;
+      continue;
+    }
+    const Plan plan = partrain::partition::plan_stages_rannc(c.chain.graph, c.chain.blocks, *c.chain.cost, c.options);
+    ++planned;
+    if (std::fabs(closed_form_step_seconds(plan) - brute) > 1e-9 * brute) {
+      EXPECT_GT(closed_form_step_seconds(plan), brute) << what;
+      EXPECT_LT(plan.predicted_step_seconds, brute_result.best_step_simulated) << what;
+    }
+    EXPECT_LE(partrain::partition::memory_excess_bytes(plan, *c.chain.cost, c.options), 0.0) << what;
+  }
+  EXPECT_GE(planned, 8);
+}
+
+// Counts the measurements asked of a cost model (to see that the step bound prunes).
+class CountingCostModel final : public CostModel {
+ public:
+  explicit CountingCostModel(const CostModel& inner) : inner_(inner) {}
+  partrain::profile::Measurement measure(std::span<const int> tasks, std::int64_t batch) const override {
+    ++calls;
+    return inner_.measure(tasks, batch);
+  }
+  double transfer_seconds(double bytes, bool across_nodes) const override {
+    return inner_.transfer_seconds(bytes, across_nodes);
+  }
+  double allreduce_seconds(double bytes, int replicas, bool across_nodes) const override {
+    return inner_.allreduce_seconds(bytes, replicas, across_nodes);
+  }
+  double optimizer_step_seconds(double parameter_bytes, const std::string& optimizer) const override {
+    return inner_.optimizer_step_seconds(parameter_bytes, optimizer);
+  }
+  std::string description() const override { return inner_.description(); }
+  const DeviceSpec& device() const override { return inner_.device(); }
+  mutable long calls = 0;
+
+ private:
+  const CostModel& inner_;
+};
+
+// Issue 25: a step bound (PlannerOptions::step_seconds_bound, what make_3d_plan passes from a better
+// layout) lets Algorithm 2 skip whole configurations by a lower bound on their step time. Just above
+// the brute-force optimum the optimum must still be found (the lower bound never exceeds a real
+// split's step); just below it, nothing. With and without Merak's sub-pipelined TMP (which halves
+// the bound's compute).
+TEST(StageDp, TheStepBoundKeepsTheOptimum) {
+  int planned = 0;
+  for (unsigned seed = 201; seed <= 240; ++seed) {
+    RandomCase c = random_case(seed);
+    c.options.sub_pipelined_tmp = seed % 2 == 0;
+    const BruteResult brute_result = brute_force_plan(c.chain, c.options);
+    const double brute = brute_result.best_step;
+    if (std::isinf(brute)) continue;
+    const std::string what = "seed " + std::to_string(seed);
+    PlannerOptions above = c.options;
+    above.step_seconds_bound = brute * (1 + 1e-9);
+    const std::optional<Plan> plan =
+        partrain::partition::try_plan_stages_rannc(c.chain.graph, c.chain.blocks, *c.chain.cost, above);
+    ASSERT_TRUE(plan.has_value()) << what;
+    ++planned;
+    if (std::fabs(closed_form_step_seconds(*plan) - brute) > 1e-9 * brute)
+      EXPECT_LT(plan->predicted_step_seconds, brute_result.best_step_simulated) << what;  // the printed split
+    PlannerOptions below = c.options;
+    below.step_seconds_bound = brute * (1 - 1e-9);
+    EXPECT_FALSE(partrain::partition::try_plan_stages_rannc(c.chain.graph, c.chain.blocks, *c.chain.cost, below))
+        << what;
+  }
+  EXPECT_GE(planned, 8);
+}
+
+// A deep chain on many devices: under a bound a little above the optimum, most configurations are
+// skipped before their table is filled (far fewer stage measurements), and the plan is the same.
+TEST(StageDp, TheStepBoundSkipsConfigurationsThatCannotWin) {
+  DeviceSpec device;
+  device.devices_per_node = 8;
+  device.memory_bytes = 1e12;
+  const int k = 24;
+  Chain chain = make_chain(std::vector<double>(k, 10.0), std::vector<double>(k, 20.0), std::vector<double>(k, 1e6),
+                           std::vector<double>(k, 1e6), device, 1);
+  PlannerOptions options;
+  options.world_size = 64;
+  options.global_batch = 64;
+  options.max_microbatches = 64;
+  options.memory_margin = 0.0;
+  options.recompute = "boundaries";
+  const CountingCostModel free_count(*chain.cost);
+  const Plan free_plan = partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, free_count, options);
+  PlannerOptions bounded = options;
+  bounded.step_seconds_bound = closed_form_step_seconds(free_plan) * (1 + 1e-9);
+  const CountingCostModel bounded_count(*chain.cost);
+  const Plan bounded_plan = partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, bounded_count, bounded);
+  EXPECT_DOUBLE_EQ(closed_form_step_seconds(bounded_plan), closed_form_step_seconds(free_plan));
+  EXPECT_EQ(bounded_plan.microbatches, free_plan.microbatches);
+  EXPECT_EQ(bounded_plan.stages.size(), free_plan.stages.size());
+  EXPECT_LT(bounded_count.calls * 2, free_count.calls) << bounded_count.calls << " vs " << free_count.calls;
 }
 
 TEST(StageDp, ReportsProgressAndHonoursMicrobatches) {

@@ -10,21 +10,32 @@
 #      on 32 devices of 32 GiB (4 nodes x 8), global batch 256, fp32, the config's default devices
 #      (1 TFLOP/s, as plan_benchmark): the 3D plan against RaNNC's own space (tensor_parallel 1,
 #      no ZeRO) under the same cost model; only the ratio and the wall times mean anything here.
-# Usage: validation/perf/scale_benchmark.sh [--check] [--quick] [PARTRAIN_BINARY]
-#   --check  exit 1 unless the GPT-3 plan is found within 60 s of wall time, has tensor_parallel > 1
-#            and predicts at least Megatron's samples/s (the CTest scale_plan_gpt3)
-#   --quick  GPT-3 only, without the sub-pipelined (Merak §6.3) row
+#   3. With --trillion instead (issue 25): planning speed at Narayanan et al.'s (SC'21) Table 1 sizes,
+#      everything left to the planner: the 1T GPT (128 layers, hidden 25600, 160 heads, global
+#      batch 2048) on 3,072 devices and GPT-3 175B on 1,024: wall seconds, peak resident memory of
+#      `partrain plan`, the layout and its predicted samples/s. Each run is held to 6 GB of virtual
+#      memory and 300 s, so a regression cannot take the machine.
+# Usage: validation/perf/scale_benchmark.sh [--check] [--quick | --trillion] [PARTRAIN_BINARY]
+#   --check     exit 1 unless the GPT-3 plan is found within 60 s of wall time, has tensor_parallel > 1
+#               and predicts at least Megatron's samples/s (the CTest scale_plan_gpt3); with
+#               --trillion: unless the 1T GPT is planned within 60 s and GPT-3 175B within 15 s,
+#               each in at most 2 GiB resident, both with tensor_parallel > 1 (the CTest
+#               scale_plan_trillion)
+#   --quick     GPT-3 only, without the sub-pipelined (Merak §6.3) row
+#   --trillion  only the planning-speed runs of item 3
 # Exit codes: 0 done (and, with --check, the checks held); 1 a check failed; 2 a command failed.
 set -euo pipefail
 
 check=0
 quick=0
+trillion=0
 binary=""
 for argument in "$@"; do
   case "$argument" in
     --check) check=1 ;;
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --trillion) trillion=1 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     -*) echo "scale_benchmark.sh: unknown option $argument" >&2; exit 2 ;;
     *) binary="$argument" ;;
   esac
@@ -67,6 +78,68 @@ field() {
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }'; }
+
+# measured NAME ARGS...: `partrain plan ARGS` under 6 GB of virtual memory and 300 s, into
+# $work/NAME.out, its wall seconds into $work/NAME.wall and its peak resident KiB into $work/NAME.rss.
+measured() {
+  local name="$1"
+  shift
+  if ! python3 - "$work/$name" "$binary" plan "$@" <<'PYTHON'
+import resource, subprocess, sys, time
+prefix, command = sys.argv[1], sys.argv[2:]
+def limit():
+    resource.setrlimit(resource.RLIMIT_AS, (6_000_000 * 1024, 6_000_000 * 1024))
+start = time.monotonic()
+with open(prefix + ".out", "w") as out:
+    try:
+        code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit, timeout=300).returncode
+    except subprocess.TimeoutExpired:
+        code = 124
+wall = time.monotonic() - start
+open(prefix + ".wall", "w").write("%.2f\n" % wall)
+open(prefix + ".rss", "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(code)
+PYTHON
+  then
+    echo "scale_benchmark.sh: partrain plan $* failed (or passed 300 s / 6 GB):" >&2
+    tail -5 "$work/$name.out" >&2
+    exit 2
+  fi
+}
+
+if [ "$trillion" = 1 ]; then
+  echo "== planning speed (issue 25): everything left to the planner, analytic cost model, 80 GiB devices, 8 per node"
+  measured trillion "$root/configs/gpt3-175b.toml" --world-size 3072 --set model.layers=128 --set model.hidden=25600 \
+    --set model.heads=160 --set train.global_batch=2048
+  measured gpt3 "$root/configs/gpt3-175b.toml" --world-size 1024
+  for name in trillion gpt3; do
+    echo "-- $name"
+    sed -n '/^layouts tried/,/^plan: /p' "$work/$name.out" | sed '$d'
+  done
+  printf '%-9s %8s %12s %10s %8s %8s  %s\n' "model" "devices" "step ms" "samples/s" "wall s" "RSS MiB" "layout"
+  for name in trillion gpt3; do
+    devices=$([ "$name" = trillion ] && echo 3072 || echo 1024)
+    printf '%-9s %8s %12s %10s %8s %8d  %s\n' "$name" "$devices" "$(field $name step_ms)" "$(field $name samples)" \
+      "$(cat "$work/$name.wall")" "$(( $(cat "$work/$name.rss") / 1024 ))" "$(field $name layout)"
+  done
+  failed=0
+  if [ "$check" = 1 ]; then
+    for spec in trillion:60 gpt3:15; do
+      name=${spec%%:*}
+      most=${spec##*:}
+      wall=$(cat "$work/$name.wall")
+      rss=$(( $(cat "$work/$name.rss") / 1024 ))
+      t=$(field $name tensor_parallel)
+      if awk -v w="$wall" -v m="$most" 'BEGIN { exit !(w >= m) }'; then
+        echo "CHECK FAILED: planning $name took $wall s (>= $most s)"; failed=1
+      fi
+      if [ "$rss" -gt 2048 ]; then echo "CHECK FAILED: planning $name peaked at $rss MiB resident (> 2048)"; failed=1; fi
+      if [ "$t" -le 1 ]; then echo "CHECK FAILED: the $name plan has tensor_parallel $t (expected > 1)"; failed=1; fi
+    done
+    [ "$failed" = 0 ] && echo "checks passed: the 1T GPT within 60 s, GPT-3 175B within 15 s, each within 2 GiB resident"
+  fi
+  exit "$failed"
+fi
 
 echo "== GPT-3 175B on 1024 devices of 80 GiB (8 per node), global batch 1536, bf16, analytic cost model"
 run gpt3 "$root/configs/gpt3-175b.toml" --world-size 1024 --device-memory 80GiB

@@ -26,6 +26,21 @@
 // kept only for device counts from which the remaining stages can use exactly D devices, rows start
 // at the fewest devices with which the suffix fits memory (RaNNC's dmin), and candidates whose
 // (M + j − 1) · stage time already reaches the best step time found are dropped.
+// Planning at scale (issue 25: a 1T GPT on 3,072 devices, k in the hundreds once blocks are split
+// to fit, D up to 3,072) adds, still exact within the cost model:
+// - a lower bound on a configuration's step time (split_lower_bound: the blocks' own compute
+//   through the pipeline plus (M − 1) times the largest block or the replica-seconds over D) that
+//   skips the table when it reaches the best step so far (or a better layout's, step_seconds_bound);
+// - a parameter wall per block (parameter_wall): no range is extended past the first end whose
+//   model state cannot fit a device however far ZeRO-1 shards it, so a deep model whose layers fit
+//   only a few to a device costs O(k) ranges per block start, not O(k²);
+// - stage costs per run of replica counts with the same per-replica batch (O(√microbatch) entries
+//   per range instead of D), all-reduces priced when a cell is about to change;
+// - two rolling layers of values, back pointers kept for the valid cells only, each layer's work
+//   confined to its device window, and the table ending at its first layer without a valid cell.
+// These assume what every cost model here satisfies: forward and backward seconds add up over
+// tasks (halved under Merak's sub-pipelined TMP, whose overlap can hide up to half), a stage's
+// memory is at least its model state, and more tasks read at least as many parameters.
 #include "partition/rannc/stage_dp.h"
 
 #include <algorithm>
@@ -79,14 +94,27 @@ struct Cell {
   int replicas = 0;              // ... on this many devices
 };
 
-// A stage candidate: blocks [b, e) on r replicas (per pipeline replica).
-struct StageCost {
-  bool valid = false;  // r ≤ microbatch size
+// Stage candidates: blocks [b, e) on r ∈ [first, last] replicas (per pipeline replica), the replica
+// counts with the same per-replica batch ⌈microbatch / r⌉ and so the same times and memory (only
+// the all-reduce over r × pipeline replicas ranks differs: allreduce_at).
+struct StageRun {
+  int first = 1, last = 1;
   double forward = 0;   // forward + sending the outputs
   double backward = 0;  // backward + sending the input gradients (+ the forward again when recomputing)
   double seconds = 0;   // forward + backward
-  double allreduce = 0;
   const profile::Measurement* measurement = nullptr;
+};
+
+// Where the DP came from, per cell of a layer j: the first stage holds blocks [b, next_block) on
+// `replicas` devices. A layer keeps, per block b, only the device counts [first_devices, ...] of
+// its valid cells.
+struct BackPointer {
+  int next_block = -1;
+  int replicas = 0;
+};
+struct BackRow {
+  int first_devices = 0;
+  std::vector<BackPointer> cells;  // index d − first_devices
 };
 
 class StageDp {
@@ -103,6 +131,15 @@ class StageDp {
     PARTRAIN_CHECK(options.world_size > 0, "rannc: the world size must be positive, not " << options.world_size);
     PARTRAIN_CHECK(options.memory_margin >= 0 && options.memory_margin < 1,
                    "rannc: memory_margin must be in [0, 1), not " << options.memory_margin);
+    // A block's own tasks: those no other block holds (a task in several blocks is a cloned
+    // constant). Own sets are disjoint, so a stage holds the own sets of all its blocks.
+    std::unordered_map<int, int> holders;
+    for (const std::vector<int>& block : blocks)
+      for (int task : block) ++holders[task];
+    own_tasks_.resize(blocks.size());
+    for (std::size_t b = 0; b < blocks.size(); ++b)
+      for (int task : blocks[b])
+        if (holders[task] == 1) own_tasks_[b].push_back(task);
   }
 
   int block_count() const { return static_cast<int>(blocks_.size()); }
@@ -141,29 +178,128 @@ class StageDp {
     return measurements_.emplace(key, cost_.measure(tasks, batch)).first->second;
   }
 
-  // Costs of blocks [b, e) on r = 1..D replicas under the current setting (cached per setting).
-  const std::vector<StageCost>& stage_costs(int b, int e, bool recompute) {
-    std::vector<StageCost>& costs = stage_costs_[(recompute ? 1 : 0)][b * (block_count() + 1) + e];
-    if (!costs.empty()) return costs;
-    costs.resize(setting_.devices + 1);
-    const std::int64_t most = std::min<std::int64_t>(setting_.devices, setting_.microbatch_size);
-    for (int r = 1; r <= most; ++r) {
-      const std::int64_t per_replica = (setting_.microbatch_size + r - 1) / r;
+  // Measurement of block b's own tasks (non-empty) at `batch` samples, cached for the whole search.
+  const profile::Measurement& own_measurement(int b, std::int64_t batch) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(b) << 32) | static_cast<std::uint64_t>(batch);
+    auto found = own_measurements_.find(key);
+    if (found != own_measurements_.end()) return found->second;
+    return own_measurements_.emplace(key, cost_.measure(own_tasks_[b], batch)).first->second;
+  }
+
+  // Costs of blocks [b, e) on r = 1..min(D, microbatch) replicas under the current setting, one entry
+  // per run of replica counts with the same per-replica batch (O(√microbatch) entries, not D),
+  // cached per setting.
+  const std::vector<StageRun>& stage_runs(int b, int e, bool recompute) {
+    std::vector<StageRun>& runs = stage_runs_[(recompute ? 1 : 0)][b * (block_count() + 1) + e];
+    if (!runs.empty()) return runs;
+    const std::int64_t batch = setting_.microbatch_size;
+    const std::int64_t most = std::min<std::int64_t>(setting_.devices, batch);
+    for (std::int64_t r = 1; r <= most;) {
+      const std::int64_t per_replica = (batch + r - 1) / r;
+      // The last r with ⌈batch / r⌉ = per_replica.
+      const std::int64_t last = per_replica == 1 ? most : std::min(most, (batch - 1) / (per_replica - 1));
       const profile::Measurement& m = measurement(b, e, per_replica);
-      StageCost& c = costs[r];
-      c.valid = true;
-      c.measurement = &m;
+      StageRun run;
+      run.first = static_cast<int>(r);
+      run.last = static_cast<int>(last);
+      run.measurement = &m;
       // The same arithmetic, in the same order, as predict_plan.
-      const double forward = m.forward_seconds + cost_.transfer_seconds(m.boundary_output_bytes, setting_.across_nodes);
-      const double backward = m.backward_seconds + cost_.transfer_seconds(m.boundary_input_bytes, setting_.across_nodes) +
-                              (recompute ? m.forward_seconds : 0.0);
-      c.forward = forward;
-      c.backward = backward;
-      c.seconds = forward + backward;
-      const int group = r * setting_.pipeline_replicas;
-      c.allreduce = cost_.allreduce_seconds(m.parameter_bytes, group, group > cost_.device().devices_per_node);
+      run.forward = m.forward_seconds + cost_.transfer_seconds(m.boundary_output_bytes, setting_.across_nodes);
+      run.backward = m.backward_seconds + cost_.transfer_seconds(m.boundary_input_bytes, setting_.across_nodes) +
+                     (recompute ? m.forward_seconds : 0.0);
+      run.seconds = run.forward + run.backward;
+      runs.push_back(run);
+      r = last + 1;
     }
-    return costs;
+    return runs;
+  }
+
+  // The run holding r replicas, or null when r exceeds the microbatch or the devices.
+  static const StageRun* run_for(const std::vector<StageRun>& runs, int r) {
+    if (r < 1 || r > runs.back().last) return nullptr;
+    auto after = std::upper_bound(runs.begin(), runs.end(), r, [](int x, const StageRun& run) { return x < run.first; });
+    return &*std::prev(after);
+  }
+
+  // The gradient all-reduce of a stage measured by `m` on r replicas per pipeline replica (as predict_plan).
+  double allreduce_at(const profile::Measurement& m, int r) const {
+    const int group = r * setting_.pipeline_replicas;
+    return cost_.allreduce_seconds(m.parameter_bytes, group, group > cost_.device().devices_per_node);
+  }
+
+  // The first block end e > b at which blocks [b, e) cannot fit a device whatever their replicas,
+  // batch, recomputation and position (k + 1: none): their parameters times the model-state factor
+  // with the optimizer state sharded as far as it goes already exceed the usable memory (a stage's
+  // memory is at least its model state: stage_memory_bytes). A stage holding more blocks reads at
+  // least the parameters of fewer (the cost models count the distinct parameters its tasks read), so
+  // every later end fails too and the DP stops there instead of measuring the O(k²) ranges of a
+  // deep model whose layers only fit a few to a device (issue 25). Computed once per block.
+  int parameter_wall(int b) {
+    if (parameter_walls_.empty()) parameter_walls_.assign(block_count(), -1);
+    int& wall = parameter_walls_[b];
+    if (wall >= 0) return wall;
+    profile::MemoryPolicy policy = stage_memory_policy(options_, 0, 2, 1);
+    policy.optimizer_shards = std::numeric_limits<int>::max();
+    const double factor = profile::model_state_factor(policy);
+    wall = block_count() + 1;
+    // Parameters do not depend on the batch: the current microbatch's measurements (those of one
+    // replica) are the ones the DP reads anyway.
+    try {
+      for (int e = b + 1; e <= block_count(); ++e) {
+        if (measurement(b, e, setting_.microbatch_size).parameter_bytes * factor > usable_) {
+          wall = e;
+          break;
+        }
+      }
+    } catch (const Error&) {
+      // The DP reports the ranges it cannot measure itself; no wall is known here.
+    }
+    return wall;
+  }
+
+  // A lower bound (seconds) on the step objective (M + S − 1) · largest stage time + largest
+  // all-reduce of every split into S ≥ 2 stages under `setting` (0 when the cost model cannot
+  // measure a block's own tasks). With c_i the least compute of block i's own tasks over the
+  // per-replica batches ⌈microbatch / r⌉ (r ≤ widest), w_i the least r · compute at those r, and a
+  // stage computing at least as long as its blocks' own tasks would alone (forward + backward
+  // seconds add up over tasks in the analytic and calibrated cost models; with Merak's
+  // sub-pipelined TMP a pass takes at least max(compute, all-reduce), half of its parts' passes, so
+  // the compute is halved): every stage time is at least T = max(max_i c_i, Σ_i w_i / D) (the
+  // largest block; D devices share the replica-seconds), the S stage times add up to at least
+  // C = Σ_i c_i, and (M + S − 1) · T_max ≥ (M − 1) · T + C and ≥ (M + 1) · T. Algorithm 2 skips the
+  // table of a setting whose bound already reaches the best step time found (issue 25).
+  double split_lower_bound(const Setting& setting, bool recompute) {
+    if (!lower_bound_usable_) return 0;
+    const std::int64_t batch = setting.microbatch_size;
+    const std::int64_t widest = std::min<std::int64_t>(setting.devices, batch);
+    const double scale = options_.sub_pipelined_tmp ? 0.5 : 1.0;
+    double largest = 0, total = 0, work = 0;
+    try {
+      for (int b = 0; b < block_count(); ++b) {
+        if (own_tasks_[b].empty()) continue;
+        double least = kInfinity, least_work = kInfinity;
+        // One r per run of replica counts with the same per-replica batch n: the smallest, r = ⌈batch / n⌉.
+        for (std::int64_t r = 1; r <= widest;) {
+          const std::int64_t n = (batch + r - 1) / r;
+          const profile::Measurement& m = own_measurement(b, n);
+          const double compute = scale * (m.forward_seconds + m.backward_seconds + (recompute ? m.forward_seconds : 0.0));
+          least = std::min(least, compute);
+          least_work = std::min(least_work, static_cast<double>(r) * compute);
+          if (n == 1) break;
+          r = (batch - 1) / (n - 1) + 1;  // the first r with ⌈batch / r⌉ < n
+        }
+        largest = std::max(largest, least);
+        total += least;
+        work += least_work;
+      }
+    } catch (const Error&) {
+      lower_bound_usable_ = false;  // e.g. a profile holding only whole layers
+      return 0;
+    }
+    const double stage = std::max(largest, work / setting.devices);
+    const double M = setting.microbatches;
+    // Guard against the last bit of rounding between these sums and the DP's.
+    return std::max((M - 1) * stage + total, (M + 1) * stage) * (1 - 1e-12);
   }
 
   // Per-S results of one run of the table.
@@ -188,13 +324,14 @@ class StageDp {
     {
       const RecomputePolicy recompute = recompute_policy(options_, 1);
       const profile::MemoryPolicy policy = stage_memory_policy(options_, 0, 1, M, D * setting.pipeline_replicas);
-      const StageCost& c = stage_costs(0, k, recompute != RecomputePolicy::None)[D];
-      if (c.valid && c.allreduce < allreduce_cap) {
-        const double memory = profile::stage_memory_bytes(*c.measurement, policy);
-        const double value = objective == Objective::Time ? c.seconds : memory;
+      const StageRun* c = run_for(stage_runs(0, k, recompute != RecomputePolicy::None), D);
+      const double allreduce = c ? allreduce_at(*c->measurement, D) : kInfinity;
+      if (c && allreduce < allreduce_cap) {
+        const double memory = profile::stage_memory_bytes(*c->measurement, policy);
+        const double value = objective == Objective::Time ? c->seconds : memory;
         const bool fits = objective == Objective::Memory || memory <= usable_;
         if (fits && (objective == Objective::Memory || M * value < bound))
-          result.best[1] = Cell{value, c.allreduce, k, D};
+          result.best[1] = Cell{value, allreduce, k, D};
       }
     }
     if (J < 2) return result;
@@ -202,6 +339,8 @@ class StageDp {
     // ---- S ≥ 2: the table from the end of the pipeline.
     const int reference = std::max(J, 2);
     const bool recompute = recompute_policy(options_, reference) != RecomputePolicy::None;
+    if (objective == Objective::Time && std::isfinite(bound) && split_lower_bound(setting, recompute) >= bound)
+      return result;  // no split into S ≥ 2 stages can beat the bound
     std::vector<profile::MemoryPolicy> policy(J + 1);
     for (int j = 1; j <= J; ++j) {
       policy[j] = stage_memory_policy(options_, reference - j, reference, M);
@@ -217,8 +356,14 @@ class StageDp {
     }
     const std::size_t row = static_cast<std::size_t>(D) + 1;
     const std::size_t layer = static_cast<std::size_t>(k + 1) * row;
-    table_.assign(static_cast<std::size_t>(J + 1) * layer, Cell{});
-    const auto cell = [&](int j, int b, int d) -> Cell& { return table_[j * layer + b * row + d]; };
+    // Two layers of values (j − 1 and j); each layer's back pointers are kept for its valid cells
+    // only (BackRow), which is all backtrack reads. A layer without a valid cell ends the table:
+    // every later layer builds on it.
+    std::vector<Cell> previous_layer(layer), current_layer(layer);
+    back_.assign(J + 1, {});
+    const auto cell = [&](int j, int b, int d) -> Cell& {
+      return ((j & 1) ? current_layer : previous_layer)[b * row + d];
+    };
     // dmin[j][b]: fewest devices with which blocks b.. fit in j stages (D + 1: none).
     std::vector<int> dmin(static_cast<std::size_t>(J + 1) * (k + 1), D + 1);
     // dmax[j][b]: most devices with which they fit (0: none).
@@ -243,15 +388,21 @@ class StageDp {
 
     for (int j = 1; j <= J; ++j) {
       const double factor = M + j - 1;  // the step multiplies this stage's time by at least M + j − 1
+      // Layer j writes and reads only the rows b ≤ k − j within its device window [low, high].
+      const int low = static_cast<int>(d_low(j)), high = static_cast<int>(d_high(j));
+      for (int b = 0; b <= k - j && low <= high; ++b) std::fill(&cell(j, b, low), &cell(j, b, high) + 1, Cell{});
       if (j >= 2) {
         for (int e = 1; e <= k; ++e) {
+          // Only over the valid cells [dmin, dmax] of W[j − 1][e]: the window queries stay inside.
+          const int lo = dmin[(j - 1) * (k + 1) + e], hi = dmax[(j - 1) * (k + 1) + e];
+          if (lo > hi) continue;
           int* base = sparse_at(e, 0);
-          for (int d = 0; d <= D; ++d) base[d] = d;
-          for (int level = 1; level < levels; ++level) {
+          for (int d = lo; d <= hi; ++d) base[d] = d;
+          for (int level = 1; level < levels && (1 << level) <= hi - lo + 1; ++level) {
             const int* lower = sparse_at(e, level - 1);
             int* upper = sparse_at(e, level);
             const int half = 1 << (level - 1);
-            for (int d = 0; d + (1 << level) <= D + 1; ++d) {
+            for (int d = lo; d + (1 << level) <= hi + 1; ++d) {
               const int x = lower[d], y = lower[d + half];
               upper[d] = less(cell(j - 1, e, y), cell(j - 1, e, x)) ? y : x;
             }
@@ -267,19 +418,22 @@ class StageDp {
       };
       for (int b = 0; b <= k - j; ++b) {
         const int e_first = j == 1 ? k : b + 1;
-        const int e_last = j == 1 ? k : k - j + 1;
+        int e_last = j == 1 ? k : k - j + 1;
+        if (objective == Objective::Time) e_last = std::min(e_last, parameter_wall(b) - 1);
         for (int e = e_first; e <= e_last; ++e) {
-          const std::vector<StageCost>& costs = stage_costs(b, e, recompute);
+          const std::vector<StageRun>& runs = stage_runs(b, e, recompute);
           const int rest_min = j == 1 ? 0 : dmin[(j - 1) * (k + 1) + e];
           const int rest_max = j == 1 ? 0 : dmax[(j - 1) * (k + 1) + e];
           if (rest_min > D) continue;
-          const int low = static_cast<int>(d_low(j)), high = static_cast<int>(d_high(j));
           if (low > high) continue;
           const int r_most = std::min(D - rest_min, widest);
-          for (int r = 1; r <= r_most;) {
-            const StageCost& c = costs[r];
-            if (!c.valid) break;  // more replicas than samples in a microbatch
-            if (!(c.allreduce < allreduce_cap)) {
+          // All-reduce times are finite: without a cap no replica count is excluded by it.
+          const bool capped = allreduce_cap < kInfinity;
+          for (const StageRun& c : runs) {
+           if (c.first > r_most) break;
+           const int run_last = std::min(c.last, r_most);
+           for (int r = c.first; r <= run_last;) {
+            if (capped && !(allreduce_at(*c.measurement, r) < allreduce_cap)) {
               ++r;
               continue;
             }
@@ -287,9 +441,9 @@ class StageDp {
             // With ZeRO-1 the memory falls with r (the optimizer state is sharded over r × pipeline replicas
             // ranks): a Memory run takes one r at a time, a Time run starts at the first r that fits.
             int r_end = r;
-            while (r_end < r_most && !(zero_ && objective == Objective::Memory) && costs[r_end + 1].valid &&
-                   costs[r_end + 1].measurement == c.measurement && costs[r_end + 1].allreduce < allreduce_cap)
-              ++r_end;
+            if (!(zero_ && objective == Objective::Memory)) {
+              while (r_end < run_last && (!capped || allreduce_at(*c.measurement, r_end + 1) < allreduce_cap)) ++r_end;
+            }
             int r_first = r;
             r = r_end + 1;
             double memory = profile::stage_memory_bytes(*c.measurement, policy[j]);  // unsharded
@@ -315,7 +469,9 @@ class StageDp {
             if (j == 1) {
               for (int rr = std::max(r_first, low); rr <= std::min(r_end, high); ++rr) {
                 Cell& target = cell(1, b, rr);
-                if (better(value, costs[rr].allreduce, target)) target = Cell{value, costs[rr].allreduce, e, rr};
+                if (value > target.value) continue;
+                const double a = allreduce_at(*c.measurement, rr);
+                if (better(value, a, target)) target = Cell{value, a, e, rr};
               }
               continue;
             }
@@ -326,23 +482,38 @@ class StageDp {
               if (previous.next_block < 0) continue;
               const double v = std::max(value, previous.value);
               if (objective == Objective::Time && factor * v >= bound) continue;
-              const int replicas = d - rest;
-              const double a = std::max(costs[replicas].allreduce, previous.allreduce);
               Cell& target = cell(j, b, d);
+              if (v > target.value) continue;  // (the all-reduce only breaks ties)
+              const int replicas = d - rest;
+              const double a = std::max(allreduce_at(*c.measurement, replicas), previous.allreduce);
               if (better(v, a, target)) target = Cell{v, a, e, replicas};
             }
+           }
           }
         }
         int& least = dmin[j * (k + 1) + b];
         int& most = dmax[j * (k + 1) + b];
-        for (int d = 1; d <= D; ++d)
+        for (int d = std::max(low, 1); d <= high; ++d)
           if (cell(j, b, d).next_block >= 0) {
             least = std::min(least, d);
             most = d;
           }
       }
+      // Keep the back pointers of this layer's valid cells.
+      bool any = false;
+      back_[j].resize(k + 1);
+      for (int b = 0; b <= k - j; ++b) {
+        const int least = dmin[j * (k + 1) + b], most = dmax[j * (k + 1) + b];
+        if (least > most) continue;
+        any = true;
+        BackRow& back = back_[j][b];
+        back.first_devices = least;
+        back.cells.resize(static_cast<std::size_t>(most - least + 1));
+        for (int d = least; d <= most; ++d) back.cells[d - least] = BackPointer{cell(j, b, d).next_block, cell(j, b, d).replicas};
+      }
+      if (j >= 2 && low <= D && D <= high) result.best[j] = cell(j, 0, D);
+      if (!any) break;
     }
-    for (int S = 2; S <= J; ++S) result.best[S] = cell(S, 0, D);
     return result;
   }
 
@@ -377,13 +548,14 @@ class StageDp {
         for (int d = s; d <= D - (S - s); ++d) {
           State& target = at(s, b, d);
           for (int previous_block = s - 1; previous_block < b; ++previous_block) {
-            const std::vector<StageCost>& costs = stage_costs(previous_block, b, recompute);
+            const std::vector<StageRun>& runs = stage_runs(previous_block, b, recompute);
             for (int previous_devices = std::max(s - 1, d - widest); previous_devices < d; ++previous_devices) {
               const State& previous = at(s - 1, previous_block, previous_devices);
               if (std::isinf(previous.forward)) continue;
               const int replicas = d - previous_devices;
-              const StageCost& c = costs[replicas];
-              if (!c.valid) continue;
+              const StageRun* run = run_for(runs, replicas);
+              if (!run) continue;
+              const StageRun& c = *run;
               double memory = profile::stage_memory_bytes(*c.measurement, policy);
               if (zero_) {
                 const double sharded = c.measurement->parameter_bytes * profile::sharded_state_factor(policy);
@@ -392,7 +564,7 @@ class StageDp {
               if (memory > usable_) continue;  // line 18: does not fit the device memory
               const double forward = std::max(previous.forward, c.forward);
               const double backward = std::max(previous.backward, c.backward);
-              const double allreduce = std::max(previous.allreduce, c.allreduce);
+              const double allreduce = std::max(previous.allreduce, allreduce_at(*c.measurement, replicas));
               const double v = forward + backward, current = target.forward + target.backward;
               if (v < current || (v == current && allreduce < target.allreduce))
                 target = State{forward, backward, allreduce, previous_block, previous_devices};
@@ -429,11 +601,15 @@ class StageDp {
       return;
     }
     const int k = block_count();
-    const std::size_t row = static_cast<std::size_t>(setting_.devices) + 1;
-    const std::size_t layer = static_cast<std::size_t>(k + 1) * row;
     int b = 0, d = setting_.devices;
     for (int j = stages; j >= 1; --j) {
-      const Cell& c = table_[j * layer + b * row + d];
+      PARTRAIN_CHECK(j < static_cast<int>(back_.size()) && b < static_cast<int>(back_[j].size()),
+                     "rannc: internal error while reading the DP table");
+      const BackRow& back = back_[j][b];
+      const int index = d - back.first_devices;
+      PARTRAIN_CHECK(index >= 0 && index < static_cast<int>(back.cells.size()),
+                     "rannc: internal error while reading the DP table");
+      const BackPointer& c = back.cells[index];
       PARTRAIN_CHECK(c.next_block > b && c.replicas > 0, "rannc: internal error while reading the DP table");
       split.first_block.push_back(b);
       split.replicas.push_back(c.replicas);
@@ -448,7 +624,7 @@ class StageDp {
   void use_setting(const Setting& setting) {
     if (same_setting(setting)) return;
     setting_ = setting;
-    for (auto& table : stage_costs_) {
+    for (auto& table : stage_runs_) {
       table.clear();
       table.resize(static_cast<std::size_t>(block_count() + 1) * (block_count() + 1));
     }
@@ -459,7 +635,7 @@ class StageDp {
   bool same_setting(const Setting& s) const {
     return s.devices == setting_.devices && s.pipeline_replicas == setting_.pipeline_replicas && s.microbatches == setting_.microbatches &&
            s.microbatch_size == setting_.microbatch_size && s.across_nodes == setting_.across_nodes &&
-           !stage_costs_[0].empty();
+           !stage_runs_[0].empty();
   }
 
   const std::vector<std::vector<int>>& blocks_;
@@ -468,9 +644,13 @@ class StageDp {
   double usable_;
   bool zero_ = false;  // ZeRO-1: a stage's memory depends on its replica count
   std::unordered_map<std::uint64_t, profile::Measurement> measurements_;
+  std::vector<std::vector<int>> own_tasks_;  // per block: the tasks no other block holds
+  std::unordered_map<std::uint64_t, profile::Measurement> own_measurements_;
+  bool lower_bound_usable_ = true;           // false once the cost model could not measure an own set
+  std::vector<int> parameter_walls_;         // per block b: parameter_wall(b), −1 until computed
   Setting setting_;
-  std::vector<std::vector<StageCost>> stage_costs_[2];  // [recompute][b * (k + 1) + e]
-  std::vector<Cell> table_;
+  std::vector<std::vector<StageRun>> stage_runs_[2];  // [recompute][b * (k + 1) + e]
+  std::vector<std::vector<BackRow>> back_;  // [j][b]: the last run's back pointers
 };
 
 // The pipeline sizes Algorithm 2 tries: D = devices_per_node · n for whole nodes dividing the world,
