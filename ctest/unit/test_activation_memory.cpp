@@ -210,10 +210,12 @@ partition::StageRecomputation recomputation_of(const Graph& graph, const std::ve
   return partition::stage_recomputation(graph, *cost, stage, batch, bf16, cost->measure(tasks, batch));
 }
 
-// Kept bytes of one layer under `policy` (None: the saved tensors) on the tensor-parallel graph of degree t (1: the model).
-double kept_bytes_per_layer(const TransformerCase& c, RecomputePolicy policy, int t, bool bf16) {
+// Kept bytes of one layer under `policy` (None: the saved tensors) on the tensor-parallel graph of
+// degree t (1: the model), with or without sequence parallelism.
+double kept_bytes_per_layer(const TransformerCase& c, RecomputePolicy policy, int t, bool bf16,
+                            bool sequence_parallel = false) {
   const Graph model = build_model(transformer_config(c));
-  const Graph graph = t > 1 ? tensor_parallel_graph(model, t) : model;
+  const Graph graph = t > 1 ? tensor_parallel_graph(model, t, sequence_parallel) : model;
   const std::string prefix = std::string(c.type) == "gpt" ? "h." : "encoder.layer.";
   const std::vector<int> one = tasks_of_layers(graph, {prefix + "1"});
   const std::vector<int> two = tasks_of_layers(graph, {prefix + "1", prefix + "2"});
@@ -235,13 +237,20 @@ double kept_bytes_per_layer(const TransformerCase& c, RecomputePolicy policy, in
 //     Fused attention already recomputes its probabilities: the same figure.
 //   full recomputation (per-layer checkpoints): 2sbh — the layer's input, whatever t (it is
 //     replicated over the tensor-parallel group).
-double table2_bytes_per_layer(const TransformerCase& c, RecomputePolicy policy, int t, bool bf16) {
+//   With sequence parallelism (the rank holds 1/t of the sequence outside the tensor-parallel
+//   regions): selective 34sbh/t, ours −2sbh/t (masks) +(2) + (6) 4sbh(1 − 1/t) (the column-parallel
+//   GEMMs save their all-gathered inputs whole, see korthikanti_parallel_bytes_per_layer); full
+//   recomputation 2sbh/t, the rank's part of the layer's input.
+double table2_bytes_per_layer(const TransformerCase& c, RecomputePolicy policy, int t, bool bf16,
+                              bool sequence_parallel = false) {
   const double s = static_cast<double>(c.seq_len), b = static_cast<double>(c.batch);
   const double h = static_cast<double>(c.hidden), a = static_cast<double>(c.heads);
   const double i = static_cast<double>(c.intermediate > 0 ? c.intermediate : 4 * c.hidden);
   double ours = 0;
   if (policy == RecomputePolicy::Layers) {
-    ours = 2 * s * b * h;
+    ours = 2 * s * b * h / (sequence_parallel ? t : 1);
+  } else if (sequence_parallel) {
+    ours = s * b * h / t * 34 - 2 * s * b * h / t + 4 * s * b * (i - 4 * h) / t + 4 * s * b * h * (1 - 1.0 / t);
   } else {
     const double published = s * b * h * (10 + 24.0 / t) + (policy == RecomputePolicy::None ? 5 * a * s * s * b / t : 0.0);
     ours = published - 2 * s * b * h + 4 * s * b * (i - 4 * h) / t;        // (1) hidden masks, (2)
@@ -265,16 +274,25 @@ TEST(ActivationMemory, RecomputePoliciesMatchKorthikantiTable2) {
   }
 }
 
-TEST(ActivationMemory, TensorParallelRowsOfKorthikantiTable2) {
+// The recompute rows with t-way tensor parallelism, without and with sequence parallelism (the rows
+// without recomputation: PerLayerBytesPerRankMatchKorthikantiTensorAndSequenceParallelRows).
+TEST(ActivationMemory, TensorAndSequenceParallelRecomputeRowsOfKorthikantiTable2) {
+  int checked = 0;
   for (const TransformerCase& c : kCases) {
     if (c.seq_len * c.hidden > 1024 * 1024) continue;
     for (int t : {2, 4}) {
-      if (c.heads % t != 0) continue;
-      for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Layers})
-        EXPECT_EQ(kept_bytes_per_layer(c, policy, t, true), table2_bytes_per_layer(c, policy, t, true))
-            << c.name << " t = " << t << " " << recompute_name(policy);
+      const std::int64_t intermediate = c.intermediate > 0 ? c.intermediate : 4 * c.hidden;
+      if (c.heads % t != 0 || c.seq_len % t != 0 || intermediate % t != 0) continue;
+      for (bool sequence_parallel : {false, true})
+        for (RecomputePolicy policy : {RecomputePolicy::Selective, RecomputePolicy::Layers}) {
+          const double expected = table2_bytes_per_layer(c, policy, t, true, sequence_parallel);
+          EXPECT_NEAR(kept_bytes_per_layer(c, policy, t, true, sequence_parallel), expected, 1e-9 * expected)
+              << c.name << " t = " << t << (sequence_parallel ? " sequence parallel " : " ") << recompute_name(policy);
+          ++checked;
+        }
     }
   }
+  EXPECT_GE(checked, 20);
 }
 
 // Per-layer checkpointing holds one layer's saved tensors at a time during the backward: the

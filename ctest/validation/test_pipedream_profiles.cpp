@@ -254,6 +254,9 @@ TEST_P(RannCOnProfiles, DpMatchesBruteForce) {
     options.global_batch = model.profiled_batch;
     options.memory_margin = 0.0;
     options.max_microbatches = 64;
+    // The DP's model: recomputation at the stage boundaries (auto would let the final plan's
+    // per-stage choice drop it where memory allows, which the DP does not price).
+    options.recompute = "boundaries";
     double expected_simulated = kInf;
     const double expected = brute_force(expected_simulated, graph, blocks, *cost, options);
     const std::string what = std::string(model.model) + " on " + std::to_string(world) + " devices";

@@ -11,11 +11,13 @@
 namespace partrain {
 
 namespace {
-// The layer a task counts in: its name's, except for Megatron's f (TensorParallelCopy), named after
-// the value it copies but run by its consumers — with it in the previous layer, that layer's output
-// and its copy would both be checkpoints of the next.
+// The layer a task counts in: its name's, except for Megatron's f (TensorParallelCopy, or under
+// sequence parallelism the all-gather that replaces it), named after the value it copies but run
+// for its consumers — with it in the previous layer, that layer's output and its copy (or gathered
+// whole sequence) would both be checkpoints of the next.
 std::string layer_of_task(const Graph& graph, const Task& task) {
-  if (task.op == OpType::TensorParallelCopy && !graph.value(task.outputs[0]).consumers.empty())
+  const bool feeds_its_consumers = task.op == OpType::TensorParallelCopy || task.op == OpType::SequenceParallelAllGather;
+  if (feeds_its_consumers && !graph.value(task.outputs[0]).consumers.empty())
     return layer_of(graph.task(graph.value(task.outputs[0]).consumers.front()).name);
   return layer_of(task.name);
 }
