@@ -401,28 +401,14 @@ TEST(StageDp, AlgorithmTwoMatchesBruteForceWithZero) {
 }
 
 // Counts the measurements asked of a cost model (to see that the step bound prunes).
-class CountingCostModel final : public CostModel {
+class CountingCostModel final : public partrain::partition::ForwardingCostModel {
  public:
-  explicit CountingCostModel(const CostModel& inner) : inner_(inner) {}
+  explicit CountingCostModel(const CostModel& inner) : ForwardingCostModel(inner) {}
   partrain::profile::Measurement measure(std::span<const int> tasks, std::int64_t batch) const override {
     ++calls;
-    return inner_.measure(tasks, batch);
+    return ForwardingCostModel::measure(tasks, batch);
   }
-  double transfer_seconds(double bytes, bool across_nodes) const override {
-    return inner_.transfer_seconds(bytes, across_nodes);
-  }
-  double allreduce_seconds(double bytes, int replicas, bool across_nodes) const override {
-    return inner_.allreduce_seconds(bytes, replicas, across_nodes);
-  }
-  double optimizer_step_seconds(double parameter_bytes, const std::string& optimizer) const override {
-    return inner_.optimizer_step_seconds(parameter_bytes, optimizer);
-  }
-  std::string description() const override { return inner_.description(); }
-  const DeviceSpec& device() const override { return inner_.device(); }
   mutable long calls = 0;
-
- private:
-  const CostModel& inner_;
 };
 
 // Issue 25: a step bound (PlannerOptions::step_seconds_bound, what make_3d_plan passes from a better

@@ -27,28 +27,14 @@ namespace {
 
 // The group of t ranks as one device: a node holds devices_per_node / t groups; every cost is the
 // wrapped model's (which prices one rank of the group on its tensor_parallel_graph).
-class GroupCostModel final : public CostModel {
+class GroupCostModel final : public ForwardingCostModel {
  public:
-  GroupCostModel(const CostModel& inner, int tensor_parallel) : inner_(inner), device_(inner.device()) {
+  GroupCostModel(const CostModel& inner, int tensor_parallel) : ForwardingCostModel(inner), device_(inner.device()) {
     device_.devices_per_node = std::max(1, device_.devices_per_node / tensor_parallel);
   }
-  profile::Measurement measure(std::span<const int> tasks, std::int64_t batch) const override {
-    return inner_.measure(tasks, batch);
-  }
-  double transfer_seconds(double bytes, bool across_nodes) const override {
-    return inner_.transfer_seconds(bytes, across_nodes);
-  }
-  double allreduce_seconds(double bytes, int replicas, bool across_nodes) const override {
-    return inner_.allreduce_seconds(bytes, replicas, across_nodes);
-  }
-  double optimizer_step_seconds(double parameter_bytes, const std::string& optimizer) const override {
-    return inner_.optimizer_step_seconds(parameter_bytes, optimizer);
-  }
-  std::string description() const override { return inner_.description(); }
   const DeviceSpec& device() const override { return device_; }
 
  private:
-  const CostModel& inner_;
   DeviceSpec device_;
 };
 

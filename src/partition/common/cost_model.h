@@ -110,6 +110,31 @@ class CostModel {
   virtual const DeviceSpec& device() const = 0;
 };
 
+/// A cost model that forwards every question to `inner` (which must outlive it): the base of
+/// decorators that change one answer (the device a tensor-parallel group sees, a count of the
+/// measurements asked).
+class ForwardingCostModel : public CostModel {
+ public:
+  explicit ForwardingCostModel(const CostModel& inner) : inner_(inner) {}
+  profile::Measurement measure(std::span<const int> tasks, std::int64_t batch) const override {
+    return inner_.measure(tasks, batch);
+  }
+  double transfer_seconds(double bytes, bool across_nodes) const override {
+    return inner_.transfer_seconds(bytes, across_nodes);
+  }
+  double allreduce_seconds(double bytes, int replicas, bool across_nodes) const override {
+    return inner_.allreduce_seconds(bytes, replicas, across_nodes);
+  }
+  double optimizer_step_seconds(double parameter_bytes, const std::string& optimizer) const override {
+    return inner_.optimizer_step_seconds(parameter_bytes, optimizer);
+  }
+  std::string description() const override { return inner_.description(); }
+  const DeviceSpec& device() const override { return inner_.device(); }
+
+ private:
+  const CostModel& inner_;
+};
+
 /// The analytic model: forward seconds = Σ forward FLOPs · batch / flops_per_second, backward =
 /// 2 × forward (gradients of inputs and of weights); parameter bytes from the Params read;
 /// activation bytes = the bytes a stage keeps of a microbatch from its forward to its backward: the
