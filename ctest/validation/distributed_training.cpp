@@ -290,6 +290,19 @@ std::vector<TrainingCase> interleaved_cases() {
   return result;
 }
 
+// A manual plan of `model` named `plan`: `replicas` per stage, stages starting at `boundaries`,
+// tensor-parallel degree t.
+TrainingCase manual_case(const std::string& model, const std::string& plan, std::vector<int> replicas,
+                         std::vector<std::string> boundaries, int tensor_parallel = 1) {
+  TrainingCase c;
+  c.model = model;
+  c.plan = plan;
+  c.tensor_parallel = tensor_parallel;
+  c.replicas = std::move(replicas);
+  c.boundaries = std::move(boundaries);
+  return c;
+}
+
 // Tensor parallelism (Megatron-LM) and ZeRO-1 on 4 ranks, issue 13's cases: (a) t = 2 x 2 stages,
 // (b) t = 4 (BERT-tiny with 4 heads, so that t divides them), (c) t = 2 x 2 replicas with ZeRO-1,
 // (d) t = 2 x 2 stages, gpipe, recomputation and Merak's sub-pipelined TMP, (e) t = 2 x 2 replicas,
@@ -301,13 +314,8 @@ std::vector<TrainingCase> tensor_parallel_cases(bool core) {
   for (const std::string model : {"bert", "gpt"}) {
     const std::string second_stage = model == "bert" ? "encoder.layer.1" : "h.1";
     auto make = [&](const std::string& plan, int tensor_parallel, std::vector<int> replicas, bool two_stages) {
-      TrainingCase c;
-      c.model = model;
-      c.plan = plan;
-      c.tensor_parallel = tensor_parallel;
-      c.replicas = std::move(replicas);
-      if (two_stages) c.boundaries = {second_stage};
-      return c;
+      return manual_case(model, plan, std::move(replicas), two_stages ? std::vector<std::string>{second_stage}
+                                                                      : std::vector<std::string>{}, tensor_parallel);
     };
     std::vector<TrainingCase> core_cases, other_cases;
     core_cases.push_back(make("tp2_2stages", 2, {1, 1}, true));                      // (a)
@@ -356,13 +364,9 @@ std::vector<TrainingCase> sequence_parallel_cases() {
   for (const std::string model : {"bert", "gpt"}) {
     const std::string second_stage = model == "bert" ? "encoder.layer.1" : "h.1";
     auto make = [&](const std::string& plan, int tensor_parallel, std::vector<int> replicas, bool two_stages) {
-      TrainingCase c;
-      c.model = model;
-      c.plan = plan;
-      c.tensor_parallel = tensor_parallel;
+      TrainingCase c = manual_case(model, plan, std::move(replicas), two_stages ? std::vector<std::string>{second_stage}
+                                                                                 : std::vector<std::string>{}, tensor_parallel);
       c.sequence_parallel = true;
-      c.replicas = std::move(replicas);
-      if (two_stages) c.boundaries = {second_stage};
       c.ranks = 0;
       for (int replicas_of_stage : c.replicas) c.ranks += tensor_parallel * replicas_of_stage;
       if (model == "bert" && tensor_parallel == 4) c.model_overrides = {"model.heads=4"};
@@ -404,12 +408,8 @@ std::vector<TrainingCase> recomputation_cases() {
     const std::string second_stage = bert ? "encoder.layer.1" : "h.1";
     auto make = [&](const std::string& plan, const std::string& recompute, std::vector<int> replicas,
                     std::vector<std::string> boundaries) {
-      TrainingCase c;
-      c.model = model;
-      c.plan = plan;
+      TrainingCase c = manual_case(model, plan, std::move(replicas), std::move(boundaries));
       c.recompute = recompute;
-      c.replicas = std::move(replicas);
-      c.boundaries = std::move(boundaries);
       return c;
     };
     result.push_back(make("4stages", "layers", {1, 1, 1, 1}, four_stages));
