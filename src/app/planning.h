@@ -22,6 +22,11 @@ struct PlanningSetup {
   partition::PlannerOptions options;
 };
 
+/// The kernel figures of [parallel] device_model (io/device_presets.h) for a run in `precision`
+/// ("bf16": the tensor cores at device_flops × device_efficiency; "fp32": the fp32 units). Throws
+/// partrain::Error for an unknown model.
+partition::KernelModel kernel_model_of(const ParallelConfig& parallel, const std::string& precision);
+
 /// The setup for `world_size` devices from [train] and [parallel]; `device_memory_bytes` > 0 and a
 /// non-empty `planner` override the config. Throws partrain::Error on inconsistent values.
 PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, double device_memory_bytes = 0,
