@@ -431,6 +431,7 @@ namespace {
 void read_device_model(SectionReader& reader, ParallelConfig& config) {
   if (!reader.has("device_model")) return;
   reader.read("device_model", config.device_model);
+  if (config.device_model.empty()) return;  // "": no preset (the FLOP-only model)
   const DevicePreset* preset = find_device_preset(config.device_model);
   if (!preset) {
     std::string names;
