@@ -10,6 +10,7 @@
 #include <numeric>
 #include <vector>
 
+#include "app/planning.h"
 #include "core/error.h"
 #include "graph/graph.h"
 #include "models/model.h"
@@ -212,6 +213,40 @@ TEST(KernelTiming, PlansPriceTheOverlapOfTheDataParallelAllReduce) {
   ASSERT_GT(stage.allreduce_hidden_seconds, 0.0);
   EXPECT_DOUBLE_EQ(stage.allreduce_seconds, blocking.stages[0].allreduce_seconds);
   EXPECT_NEAR(overlapped.predicted_step_seconds, blocking.predicted_step_seconds - stage.allreduce_hidden_seconds, 1e-12);
+}
+
+// [parallel] device_model in an experiment file: the preset's kernels for the plan's precision, the
+// 3D search by default (tensor_parallel and zero that the file leaves unset), the all-reduce overlap;
+// without a GPU model the defaults stay 1 and 0 and the plan output says why.
+TEST(KernelTiming, ExperimentFilesWithAGpuModelPlanInThreeDimensions) {
+  const auto setup = [](const std::string& text) {
+    const ConfigDocument document =
+        ConfigDocument::parse("[model]\ntype = \"gpt\"\n[train]\nprecision = \"bf16\"\n[parallel]\n" + text, "x.toml");
+    ExperimentConfig config;
+    config.model = read_model_config(document);
+    config.train = read_train_config(document);
+    config.parallel = read_parallel_config(document);
+    return app::planning_setup(config, 64);
+  };
+  const app::PlanningSetup gpu = setup("device_model = \"h100-sxm\"\n");
+  EXPECT_TRUE(gpu.device.kernels.enabled());
+  EXPECT_DOUBLE_EQ(gpu.device.kernels.peak_flops, 989e12);
+  EXPECT_DOUBLE_EQ(gpu.device.kernels.gemm_efficiency, 792.1 / 989);
+  EXPECT_EQ(gpu.device.kernels.multiprocessors, 132);
+  EXPECT_EQ(gpu.options.tensor_parallel, 0);
+  EXPECT_EQ(gpu.options.zero, -1);
+  EXPECT_DOUBLE_EQ(gpu.options.overlap_bucket_bytes, 25.0 * (1 << 20));
+  EXPECT_NE(gpu.layout_note.find("tensor_parallel and zero not set: searched"), std::string::npos) << gpu.layout_note;
+  const app::PlanningSetup fixed = setup("device_model = \"h100-sxm\"\ntensor_parallel = 2\n");
+  EXPECT_EQ(fixed.options.tensor_parallel, 2);
+  EXPECT_EQ(fixed.options.zero, -1);
+  const app::PlanningSetup cpu = setup("");
+  EXPECT_FALSE(cpu.device.kernels.enabled());
+  EXPECT_EQ(cpu.options.tensor_parallel, 1);
+  EXPECT_EQ(cpu.options.zero, 0);
+  EXPECT_EQ(cpu.options.overlap_bucket_bytes, 0.0);
+  EXPECT_NE(cpu.layout_note.find("kept at 1 and 0"), std::string::npos) << cpu.layout_note;
+  EXPECT_EQ(setup("tensor_parallel = 1\nzero = 0\n").layout_note, "");
 }
 
 }  // namespace

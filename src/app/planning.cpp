@@ -44,6 +44,23 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.world_size = world_size;
   options.tensor_parallel = static_cast<int>(parallel.tensor_parallel);
   options.zero = static_cast<int>(parallel.zero);
+  if (parallel.devices_per_node > 1 && (!parallel.tensor_parallel_given || !parallel.zero_given)) {
+    const std::string unset = !parallel.tensor_parallel_given && !parallel.zero_given ? "tensor_parallel and zero"
+                              : !parallel.tensor_parallel_given                      ? "tensor_parallel"
+                                                                                     : "zero";
+    if (!parallel.device_model.empty()) {
+      // Planning GPUs: Megatron-LM's space (t inside a node, ZeRO) is searched unless fixed.
+      if (!parallel.tensor_parallel_given) options.tensor_parallel = 0;
+      if (!parallel.zero_given) options.zero = -1;
+      setup.layout_note = unset + " not set: searched for the " + parallel.device_model +
+                          " devices (set them in [parallel] to fix a layout)";
+    } else {
+      setup.layout_note = unset + " not set: kept at " +
+                          (unset == "zero" ? "0" : unset == "tensor_parallel" ? "1" : "1 and 0") +
+                          " because without a GPU device_model the 3D search is opt-in (on CPUs the measured all-reduce "
+                          "fits price t > 1 too cheaply, docs/parallelism.md); set \"auto\" to search";
+    }
+  }
   options.sub_pipelined_tmp = parallel.sub_pipelined_tmp;
   options.sequence_parallel = parallel.sequence_parallel;
   options.choose_sequence_parallel = parallel.choose_sequence_parallel;

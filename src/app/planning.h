@@ -20,6 +20,9 @@ namespace partrain::app {
 struct PlanningSetup {
   partition::DeviceSpec device;
   partition::PlannerOptions options;
+  /// One line for the plan output when tensor_parallel and zero were not given in the file: that
+  /// the planner searches them (a GPU device_model) or that they stay 1 and 0, and why. "" otherwise.
+  std::string layout_note;
 };
 
 /// The kernel figures of [parallel] device_model (io/device_presets.h) for a run in `precision`

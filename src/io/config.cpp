@@ -468,6 +468,8 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("ip_gap", config.ip_gap);
   reader.read("ip_contiguous", config.ip_contiguous);
   reader.read("stages", config.stages);
+  config.tensor_parallel_given = reader.has("tensor_parallel");
+  config.zero_given = reader.has("zero");
   reader.read_integer_or_auto("tensor_parallel", config.tensor_parallel, 0);
   reader.read_integer_or_auto("zero", config.zero, -1);
   reader.read("sub_pipelined_tmp", config.sub_pipelined_tmp);

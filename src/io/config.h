@@ -182,6 +182,8 @@ struct ParallelConfig {
   double bucket_mb = 25.0;                // gradient all-reduce bucket size limit, MiB (PyTorch DDP's bucket_cap_mb)
   std::int64_t zero = 0;                 // ZeRO stage: 0, or 1 (optimizer state sharded over each stage's data-parallel group)
                                          // -1 ("auto"): the planner chooses
+  bool tensor_parallel_given = false;    // the file (or --set) sets tensor_parallel
+  bool zero_given = false;               // the file (or --set) sets zero
   std::vector<std::int64_t> replicas;    // manual: replicas per stage (sum = devices per pipeline replica)
   std::vector<std::string> boundaries;   // manual: first layer of stages 2..S (names as in `inspect`, e.g. "encoder.layer.1")
   /// A GPU preset (io/device_presets.h: "a100-80gb", "h100-sxm"): the analytic cost model prices
