@@ -1,5 +1,5 @@
 // CUDA vs CPU: the tensor-parallel ops (kernels/cuda/tensor_parallel.cu against
-// kernels/cpu/tensor_parallel.cpp), forward and backward, f32 and bf16, as rank 0 and rank t − 1 of
+// kernels/cpu/tensor_parallel.cpp), forward and backward, f32 and bf16, with and without vocabulary padding, as rank 0 and rank t − 1 of
 // groups of t = 2 and 4, Dropout on a tensor-parallel part, and sequence parallelism's all-gathers,
 // reduce-scatters, scatter and gather (also against a hand-computed layout). Both backends reduce over the same
 // test-local group (below), so each rank's results are compared as they are. Skipped without a GPU.
@@ -214,6 +214,10 @@ TEST(CudaTensorParallel, EmbeddingMatchesTheCpu) {
       // Few rows, many positions: heavy atomic contention on the rank's rows.
       expect_cuda_matches_cpu(OpType::VocabParallelEmbedding, {},
                               {normal_tensor({3, 256}, 14), index_tensor({512}, 3 * size, 15, dtype)}, check);
+      // A padded vocabulary (vocab_size: the real rows, the last rank's part ends in padding).
+      const std::int64_t real = 11 * size - 4;
+      expect_cuda_matches_cpu(OpType::VocabParallelEmbedding, {{"vocab_size", real}},
+                              {normal_tensor({11, 6}, 16), index_tensor({3, 5}, real, 17, dtype)}, check);
     }
     EXPECT_TRUE(group.calls.empty()) << "the embedding itself does not communicate";
   }
@@ -247,6 +251,17 @@ TEST(CudaTensorParallel, CrossEntropyMatchesTheCpu) {
                               {normal_tensor({5, 6}, 26), labels_with_ignored({5}, 6 * size, 27, dtype, 2, 0)}, check);
       expect_cuda_matches_cpu(OpType::VocabParallelCrossEntropy, {},
                               {normal_tensor({2, 2, 10}, 28), labels_with_ignored({2, 2}, 10 * size, 29, dtype, 1)},
+                              check);
+      // A padded vocabulary (Megatron-LM's vocab_divisible_by): the last rank's classes past
+      // vocab_size are padding, whose (random, here) logits must take no part in the loss and get a
+      // zero gradient; a warp per row and a block per row.
+      const std::int64_t real = 7 * size - 3;
+      expect_cuda_matches_cpu(OpType::VocabParallelCrossEntropy, {{"vocab_size", real}},
+                              {normal_tensor({2, 3, 7}, 60, 3.f), labels_with_ignored({2, 3}, real, 61, dtype, 4)},
+                              check);
+      const std::int64_t long_real = 12565 * size - 1000;
+      expect_cuda_matches_cpu(OpType::VocabParallelCrossEntropy, {{"vocab_size", long_real}},
+                              {normal_tensor({3, 12565}, 62), labels_with_ignored({3}, long_real, 63, dtype, 0)},
                               check);
     }
   }

@@ -6,9 +6,14 @@
 // The same with sequence parallelism (Korthikanti et al. 2022 §4.2.2): the gradients of the
 // sequence-parallel parameters (LayerNorm, row-parallel biases) are partial on each rank and summed
 // over the group first, as the executor does before the optimizer step.
+// With a vocabulary that t does not divide, the graph pads it (Megatron-LM's
+// --make-vocab-size-divisible-by): the padded graph must compute the unpadded one-device model's loss
+// and gradients, and the padding rows' gradients must be exactly zero — also when a rank's whole part
+// is padding.
 // Every rank runs every test with the same collective calls (see test_communicator.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -87,7 +92,14 @@ double relative_l2(const Tensor& actual, const Tensor& expected) {
   return std::sqrt(difference) / std::max(std::sqrt(norm), 1e-4);
 }
 
-void expect_tensor_parallel_matches(const std::string& type, int degree, bool sequence_parallel = false) {
+// The vocabulary of the padded cases: `vocab` rows padded to a multiple of `divisible_by` × t.
+struct Vocabulary {
+  std::int64_t vocab = 0;  // 0: the small model's 512, which 128 × t divides for t ≤ 4 (no padding)
+  std::int64_t divisible_by = 128;
+};
+
+void expect_tensor_parallel_matches(const std::string& type, int degree, bool sequence_parallel = false,
+                                    Vocabulary vocabulary = {}) {
   comm::MpiCommunicator& world = testing::mpi_world();
   std::vector<int> members;
   for (int rank = 0; rank < std::min(degree, world.size()); ++rank) members.push_back(rank);
@@ -95,9 +107,14 @@ void expect_tensor_parallel_matches(const std::string& type, int degree, bool se
   if (world.size() < degree || !group_communicator) return;
   comm::CommunicatorTensorParallelGroup group(*group_communicator);
   SCOPED_TRACE(type + " t=" + std::to_string(degree) + (sequence_parallel ? " sequence parallel" : "") + " rank " +
-               std::to_string(group.rank()));
+               std::to_string(group.rank()) + (vocabulary.vocab > 0 ? " vocabulary " + std::to_string(vocabulary.vocab) +
+                                                                          " padded to a multiple of " +
+                                                                          std::to_string(vocabulary.divisible_by * degree)
+                                                                    : std::string()));
 
-  const ModelConfig config = testing::small_transformer_config(type);
+  ModelConfig config = testing::small_transformer_config(type);
+  if (vocabulary.vocab > 0) config.vocab = vocabulary.vocab;
+  config.vocab_divisible_by = vocabulary.divisible_by;
   const Graph whole = build_model(config);
   const Graph part = tensor_parallel_graph(whole, degree, sequence_parallel);
   ASSERT_EQ(is_sequence_parallel(part), sequence_parallel);
@@ -120,12 +137,24 @@ void expect_tensor_parallel_matches(const std::string& type, int degree, bool se
     EXPECT_GE(partial.size(), static_cast<std::size_t>(2 * (2 * config.layers + 1)));
   }
   EXPECT_NEAR(split.loss, reference.loss, 1e-5 * std::abs(reference.loss));
-  int sharded = 0;
+  int sharded = 0, padded = 0;
   for (int parameter : part.parameters()) {
     const Value& v = part.value(parameter);
     const Tensor& expected = reference.gradients.at(whole.value_id(v.name));
     EXPECT_LE(relative_l2(split.gradients.at(parameter), shard_of(expected, v.sharding, group.rank())), 1e-5) << v.name;
     sharded += v.sharding.sharded() ? 1 : 0;
+    if (v.sharding.padding == 0) continue;
+    // The padding rows (the end of the padded dimension 0) get exactly zero gradients.
+    ++padded;
+    const std::int64_t rows = v.type.shape[0], row = numel(v.type.shape) / rows;
+    const std::int64_t real = std::clamp(whole_shape(v)[0] - rows * group.rank(), std::int64_t{0}, rows);
+    const std::vector<float> gradient = split.gradients.at(parameter).to_float_vector();
+    for (std::int64_t i = real * row; i < rows * row; ++i)
+      ASSERT_EQ(gradient[static_cast<std::size_t>(i)], 0.f) << v.name << " element " << i << " (padding)";
+  }
+  // GPT's tied table; BERT's table and MLM decoder bias.
+  if (vocabulary.vocab > 0) {
+    EXPECT_EQ(padded, type == "bert" ? 2 : 1);
   }
   EXPECT_GE(sharded, 6 * config.layers + 1);  // per layer QKV, attention output, MLP weights (and biases); the embedding
 }
@@ -138,6 +167,24 @@ TEST(TensorParallelGraph, BertMatchesOneDevice) {
 TEST(TensorParallelGraph, GptMatchesOneDevice) {
   expect_tensor_parallel_matches("gpt", 2);
   expect_tensor_parallel_matches("gpt", 4);
+}
+
+// 509 tokens: 3 rows of padding at t = 2 and 4 (512). 100 tokens padded to 64 × t: at t = 2 rank 1
+// holds 36 real rows and 28 of padding, at t = 4 ranks 2 and 3 hold only padding.
+TEST(TensorParallelGraph, PaddedVocabularyMatchesTheUnpaddedOneDevice) {
+  for (const std::string type : {"gpt", "bert"}) {
+    for (const Vocabulary vocabulary : {Vocabulary{509, 128}, Vocabulary{100, 64}}) {
+      expect_tensor_parallel_matches(type, 2, false, vocabulary);
+      expect_tensor_parallel_matches(type, 4, false, vocabulary);
+    }
+  }
+}
+
+TEST(SequenceParallelGraph, PaddedVocabularyMatchesTheUnpaddedOneDevice) {
+  for (const std::string type : {"gpt", "bert"}) {
+    expect_tensor_parallel_matches(type, 2, true, {509, 128});
+    expect_tensor_parallel_matches(type, 4, true, {100, 64});
+  }
 }
 
 TEST(SequenceParallelGraph, BertMatchesOneDevice) {

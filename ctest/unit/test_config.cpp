@@ -239,6 +239,24 @@ TEST(Config, InvalidValuesAreErrors) {
             std::string::npos);
 }
 
+TEST(Config, VocabDivisibleByIsAPositiveIntegerDefaulting128) {
+  EXPECT_EQ(read("[model]\ntype = \"gpt\"\n").vocab_divisible_by, 128);  // Megatron-LM's default
+  EXPECT_EQ(read("[model]\ntype = \"bert\"\nvocab_divisible_by = 8\n").vocab_divisible_by, 8);
+  EXPECT_EQ(read("[model]\ntype = \"gpt\"\n", {"model.vocab_divisible_by=1"}).vocab_divisible_by, 1);
+  for (const char* bad : {"0", "-128"}) {
+    const std::string message =
+        error_message([&] { read(std::string("[model]\ntype = \"gpt\"\nvocab_divisible_by = ") + bad + "\n"); });
+    EXPECT_NE(message.find("configs/x.toml:3: [model] key 'vocab_divisible_by' must be positive, not " +
+                           std::string(bad)),
+              std::string::npos)
+        << message;
+  }
+  const std::string text = error_message([] { read("[model]\ntype = \"gpt\"\nvocab_divisible_by = \"128\"\n"); });
+  EXPECT_NE(text.find("configs/x.toml:3: [model] key 'vocab_divisible_by' must be an integer"), std::string::npos) << text;
+  const std::string fraction = error_message([] { read("[model]\ntype = \"gpt\"\nvocab_divisible_by = 1.5\n"); });
+  EXPECT_NE(fraction.find("[model] key 'vocab_divisible_by' must be an integer"), std::string::npos) << fraction;
+}
+
 TEST(Config, CheckpointOnErrorIsStopOrContinue) {
   const auto checkpoint = [](const std::string& text) {
     return read_checkpoint_config(ConfigDocument::parse(text, "configs/x.toml", {}));

@@ -494,6 +494,27 @@ TEST(ThreeDimensionalPlanning, CandidateDegreesDivideTheModelAndTheNode) {
   EXPECT_EQ(tensor_parallel_candidates(gpt, device, options), (std::vector<int>{2}));
 }
 
+TEST(ThreeDimensionalPlanning, APrimeLikeVocabularyAllowsEveryDegree) {
+  // GPT-2's 50,257 tokens divide by no t > 1: the graph pads them (to 128·t, Megatron-LM's
+  // --make-vocab-size-divisible-by), so every t that divides the heads is a candidate, and BERT's
+  // 30,522 likewise.
+  DeviceSpec device;
+  device.devices_per_node = 8;
+  PlannerOptions options;
+  options.tensor_parallel = 0;
+  options.world_size = 16;
+  for (const char* type : {"gpt", "bert"}) {
+    ModelConfig config = wide_gpt();
+    config.type = type;
+    config.vocab = std::string(type) == "gpt" ? 50257 : 30522;
+    const Graph model = build_model(config);
+    EXPECT_EQ(tensor_parallel_candidates(model, device, options), (std::vector<int>{1, 2, 4, 8})) << type;
+    // The graph of each t holds the padded rows; the degree the heads do not divide stays out.
+    config.heads = 4;
+    EXPECT_EQ(tensor_parallel_candidates(build_model(config), device, options), (std::vector<int>{1, 2, 4})) << type;
+  }
+}
+
 TEST(ThreeDimensionalPlanning, AFixedDegreeCostsOnlyItsOwnGraph) {
   // A training run profiles only the graph of the degree it asks for: the search must not ask
   // for the cost model of another one.

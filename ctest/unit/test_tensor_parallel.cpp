@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <map>
 
 #include "app/planning.h"
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "models/layers.h"
 #include "models/model.h"
 #include "partition/common/cost_model.h"
@@ -132,14 +135,11 @@ TEST(TensorParallelGraph, ClearErrors) {
   } catch (const Error& error) {
     EXPECT_NE(error.message().find("not a multiple of the tensor-parallel degree 4"), std::string::npos) << error.message();
   }
+  // A vocabulary that t does not divide is padded (VocabularyIsPaddedAsMegatronPadsIt), not an error.
   config = testing::small_transformer_config("gpt");
   config.vocab = 510;
-  try {
-    tensor_parallel_graph(build_model(config), 4);
-    FAIL() << "expected an error";
-  } catch (const Error& error) {
-    EXPECT_NE(error.message().find("vocabulary size (510)"), std::string::npos) << error.message();
-  }
+  const Graph padded = tensor_parallel_graph(build_model(config), 4);
+  EXPECT_EQ(padded.value(padded.value_id("transformer.wte.weight")).sharding.padding, 2);
   ModelConfig resnet;
   resnet.type = "resnet";
   resnet.depth = 18;
@@ -169,11 +169,210 @@ TEST(TensorParallelGraph, ShardsRoundTripWithFusedBlocks) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Sequence parallelism (Korthikanti et al. 2022 §4.2.2): the numbers are checked against one device
-// on MPI ranks (ctest/mpi/test_tensor_parallel_graph.cpp) and in training (validation).
+// Vocabulary padding (Megatron-LM's --make-vocab-size-divisible-by): the numbers (loss and gradients
+// of a padded graph against the unpadded one-device model) are checked on MPI ranks in
+// ctest/mpi/test_tensor_parallel_graph.cpp and in training (validation, vocabulary 8000).
 // ---------------------------------------------------------------------------------------------
 
 const Shape& shape_of(const Graph& graph, const std::string& value) { return graph.value(graph.value_id(value)).type.shape; }
+
+const Task& only_task(const Graph& graph, OpType op) {
+  const Task* found = nullptr;
+  for (const Task& task : graph.tasks())
+    if (task.op == op) {
+      EXPECT_EQ(found, nullptr) << "two " << op_name(op) << " tasks";
+      found = &task;
+    }
+  PARTRAIN_CHECK(found != nullptr, "no " << op_name(op) << " task");
+  return *found;
+}
+
+TEST(TensorParallelGraph, VocabularyIsPaddedAsMegatronPadsIt) {
+  // GPT-2's 50,257 tokens: rows up to a multiple of 128·t, at the end of the last ranks' parts.
+  ModelConfig config = testing::small_transformer_config("gpt");
+  config.heads = 8;
+  config.vocab = 50257;
+  const Graph whole = build_model(config);
+  for (const auto& [t, padded] : {std::pair<int, std::int64_t>{2, 50432}, {4, 50688}, {8, 51200}}) {
+    SCOPED_TRACE("t=" + std::to_string(t));
+    const Graph part = tensor_parallel_graph(whole, t);
+    const Value& wte = part.value(part.value_id("transformer.wte.weight"));
+    EXPECT_EQ(wte.type.shape, (Shape{padded / t, 64}));
+    EXPECT_EQ(wte.sharding.padding, padded - 50257);
+    EXPECT_EQ(whole_shape(wte), (Shape{50257, 64}));  // what checkpoints and exports hold
+    // The lookup and the loss know the real vocabulary; the logits are the padded rank's part.
+    EXPECT_EQ(only_task(part, OpType::VocabParallelCrossEntropy).attributes.get_int("vocab_size"), 50257);
+    EXPECT_EQ(only_task(part, OpType::VocabParallelEmbedding).attributes.get_int("vocab_size"), 50257);
+    EXPECT_EQ(shape_of(part, "lm_head"), (Shape{kBatch, 16, padded / t}));
+    // The LM head's FLOPs are those of the padded vocabulary: each rank computes its padded part.
+    EXPECT_DOUBLE_EQ(flops_of(part, OpType::MatMul, "lm_head") * t * 50257,
+                     flops_of(whole, OpType::MatMul, "lm_head") * static_cast<double>(padded));
+  }
+  // vocab_divisible_by = 1: the least padding, to a multiple of t.
+  config.vocab_divisible_by = 1;
+  const Graph least = tensor_parallel_graph(build_model(config), 4);
+  EXPECT_EQ(least.value(least.value_id("transformer.wte.weight")).sharding.padding, 3);
+  // A vocabulary that divides by vocab_divisible_by·t is not padded: the graph is the one without
+  // padding (no vocab_size attributes), and t = 1 never pads.
+  config.vocab = 1024;
+  config.vocab_divisible_by = 128;
+  const Graph unpadded = tensor_parallel_graph(build_model(config), 8);
+  EXPECT_EQ(unpadded.value(unpadded.value_id("transformer.wte.weight")).sharding.padding, 0);
+  EXPECT_FALSE(only_task(unpadded, OpType::VocabParallelCrossEntropy).attributes.has("vocab_size"));
+  config.vocab = 50257;
+  EXPECT_EQ(tensor_parallel_graph(build_model(config), 1).hash(), build_model(config).hash());
+}
+
+TEST(TensorParallelGraph, BertDecoderBiasIsPaddedLikeTheTable) {
+  ModelConfig config = testing::small_transformer_config("bert");
+  config.vocab = 30522;
+  const Graph whole = build_model(config);
+  for (bool sequence_parallel : {false, true}) {
+    const Graph part = tensor_parallel_graph(whole, 4, sequence_parallel);
+    const Value& table = part.value(part.value_id("bert.embeddings.word_embeddings.weight"));
+    const Value& bias = part.value(part.value_id("cls.predictions.bias"));
+    EXPECT_EQ(table.type.shape, (Shape{30720 / 4, 64}));  // 30,720 = 60 · 512
+    EXPECT_EQ(bias.type.shape, (Shape{30720 / 4}));
+    EXPECT_EQ(bias.sharding, table.sharding);
+    EXPECT_EQ(bias.sharding.padding, 198);
+    EXPECT_EQ(whole_shape(bias), (Shape{30522}));
+    EXPECT_EQ(only_task(part, OpType::VocabParallelCrossEntropy).attributes.get_int("vocab_size"), 30522);
+  }
+}
+
+TEST(TensorParallelGraph, PaddedLogitsReachOnlyElementWiseOpsAndTheLoss) {
+  // A hand-made head whose padded logits go through a Softmax: it would normalise over the padding.
+  Graph graph;
+  const int ids = graph.add_input("input_ids", {kBatch, 3}, DType::I64);
+  const int table = graph.add_parameter("table", {10, 4});
+  const int embedded = graph.add(OpType::Gather, "embed", {table, ids});
+  graph.hint_tensor_parallel(embedded, layers::vocabulary_parallel(1));
+  const int logits = graph.add(OpType::MatMul, "head", {embedded, table}, {{"trans_b", std::int64_t{1}}});
+  graph.hint_tensor_parallel(logits, layers::vocabulary_parallel(1));
+  graph.mark_output(graph.add(OpType::Softmax, "probabilities", {logits}));
+  try {
+    tensor_parallel_graph(graph, 4);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(error.message().find("task 'probabilities' (Softmax): 'head' holds the padded vocabulary"), std::string::npos)
+        << error.message();
+  }
+  // Divisible (t = 2): nothing is padded and the split logits are an error as before (a graph output).
+  EXPECT_THROW(tensor_parallel_graph(graph, 2), Error);
+}
+
+TEST(TensorParallelGraph, PaddedShardsHoldZerosAndRoundTripWithoutThem) {
+  // Whole [5, 2] padded by 3 rows to 8 over 2 ranks: rank 0 rows 0-3, rank 1 row 4 and 3 zero rows.
+  std::vector<float> values(10);
+  for (int i = 0; i < 10; ++i) values[i] = static_cast<float>(i + 1);
+  const Tensor whole = Tensor::from_vector<float>({5, 2}, values);
+  Sharding sharding{0, 2, 1};
+  sharding.padding = 3;
+  EXPECT_EQ(shard_of(whole, sharding, 0).to_float_vector(), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(shard_of(whole, sharding, 1).to_float_vector(), (std::vector<float>{9, 10, 0, 0, 0, 0, 0, 0}));
+  const Tensor rebuilt = Tensor::zeros({5, 2});
+  for (int rank = 0; rank < 2; ++rank) {
+    Tensor part = shard_of(whole, sharding, rank);
+    part.data<float>()[7] = 99.f;  // padding (rank 1) is left out
+    if (rank == 0) part.data<float>()[7] = 8.f;
+    place_shard(rebuilt, part, sharding, rank);
+  }
+  EXPECT_EQ(rebuilt.to_float_vector(), values);
+  // A part wholly in the padding (5 + 11 rows over 4 ranks: ranks 2 and 3).
+  sharding = Sharding{0, 4, 1};
+  sharding.padding = 11;
+  EXPECT_EQ(shard_of(whole, sharding, 1).to_float_vector(), (std::vector<float>{9, 10, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(shard_of(whole, sharding, 3).to_float_vector(), std::vector<float>(8, 0.f));
+  // The 1-D decoder bias, and a padding that does not make the size divide: an error.
+  const Tensor bias = Tensor::from_vector<float>({3}, {1, 2, 3});
+  sharding = Sharding{0, 2, 1};
+  sharding.padding = 1;
+  EXPECT_EQ(shard_of(bias, sharding, 1).to_float_vector(), (std::vector<float>{3, 0}));
+  sharding.padding = 2;
+  EXPECT_THROW(shard_of(bias, sharding, 0), Error);
+}
+
+// A group of one rank: the collectives are identities.
+class OneRankGroup final : public TensorParallelGroup {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce(const Tensor&, Reduction) override {}
+  void all_gather(const Tensor& input, const Tensor& output) override { std::memcpy(output.raw_data(), input.raw_data(), input.nbytes()); }
+  void reduce_scatter(const Tensor& input, const Tensor& output) override { std::memcpy(output.raw_data(), input.raw_data(), input.nbytes()); }
+};
+
+TEST(VocabParallelCrossEntropy, PaddedClassesTakeNoPartInTheLossOrGradient) {
+  // Logits over 10 classes of which 7 are real (vocab_size 7): the loss and the real classes'
+  // gradients are SoftmaxCrossEntropy's over the first 7, whatever the padding logits hold (here
+  // large, which would dominate an unmasked softmax), and the padding gets a zero gradient.
+  CpuBackend backend;
+  OneRankGroup group;
+  const std::int64_t rows = 6, classes = 10, real = 7;
+  std::vector<float> padded(static_cast<std::size_t>(rows * classes)), unpadded;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < classes; ++j) {
+      const float value = j < real ? std::sin(static_cast<float>(r * classes + j)) * 3.f : 50.f + static_cast<float>(j);
+      padded[static_cast<std::size_t>(r * classes + j)] = value;
+      if (j < real) unpadded.push_back(value);
+    }
+  const Tensor labels = Tensor::from_vector<std::int64_t>({rows}, {0, 6, -100, 3, 6, 1});
+  const Tensor padded_logits = Tensor::from_vector<float>({rows, classes}, padded);
+  const Tensor real_logits = Tensor::from_vector<float>({rows, real}, unpadded);
+
+  const Attributes vocab{{"vocab_size", real}};
+  const KernelContext parallel{vocab, backend, true, {}, &group};
+  const std::vector<Tensor> parallel_out{Tensor::empty({}), Tensor::empty({rows})};
+  const std::vector<Tensor> parallel_in{padded_logits, labels};
+  backend.forward(OpType::VocabParallelCrossEntropy, parallel, parallel_in, parallel_out);
+  const Tensor parallel_grad = Tensor::empty({rows, classes});
+  const std::vector<Tensor> loss_grad{Tensor::full({}, 1.0), Tensor::zeros({rows})};
+  backend.backward(OpType::VocabParallelCrossEntropy, parallel, parallel_in, parallel_out, loss_grad,
+                   std::vector<Tensor>{parallel_grad, Tensor()});
+
+  const Attributes none;
+  const KernelContext plain{none, backend, true, {}, nullptr};
+  const std::vector<Tensor> plain_out{Tensor::empty({}), Tensor::empty({rows})};
+  const std::vector<Tensor> plain_in{real_logits, labels};
+  backend.forward(OpType::SoftmaxCrossEntropy, plain, plain_in, plain_out);
+  const Tensor plain_grad = Tensor::empty({rows, real});
+  backend.backward(OpType::SoftmaxCrossEntropy, plain, plain_in, plain_out, loss_grad,
+                   std::vector<Tensor>{plain_grad, Tensor()});
+
+  EXPECT_NEAR(parallel_out[0].to_float_vector()[0], plain_out[0].to_float_vector()[0], 1e-6);
+  const std::vector<float> got = parallel_grad.to_float_vector(), expected = plain_grad.to_float_vector();
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < classes; ++j) {
+      const float value = got[static_cast<std::size_t>(r * classes + j)];
+      if (j < real) {
+        EXPECT_NEAR(value, expected[static_cast<std::size_t>(r * real + j)], 1e-7) << r << ", " << j;
+      } else {
+        EXPECT_EQ(value, 0.f) << r << ", " << j;
+      }
+    }
+  // A label in the padding is as wrong as one beyond it; so is a vocab_size beyond the classes.
+  const Tensor bad = Tensor::from_vector<std::int64_t>({rows}, {0, 7, 1, 1, 1, 1});
+  EXPECT_THROW(backend.forward(OpType::VocabParallelCrossEntropy, parallel, std::vector<Tensor>{padded_logits, bad},
+                               parallel_out),
+               Error);
+  const Attributes too_many{{"vocab_size", std::int64_t{11}}};
+  EXPECT_THROW(backend.forward(OpType::VocabParallelCrossEntropy, KernelContext{too_many, backend, true, {}, &group},
+                               parallel_in, parallel_out),
+               Error);
+  // The embedding: an index in the padding rows is an error.
+  const Tensor table = Tensor::zeros({10, 3});
+  const std::vector<Tensor> embedded{Tensor::empty({2, 3})};
+  EXPECT_NO_THROW(backend.forward(OpType::VocabParallelEmbedding, parallel,
+                                  std::vector<Tensor>{table, Tensor::from_vector<std::int64_t>({2}, {0, 6})}, embedded));
+  EXPECT_THROW(backend.forward(OpType::VocabParallelEmbedding, parallel,
+                               std::vector<Tensor>{table, Tensor::from_vector<std::int64_t>({2}, {0, 7})}, embedded),
+               Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sequence parallelism (Korthikanti et al. 2022 §4.2.2): the numbers are checked against one device
+// on MPI ranks (ctest/mpi/test_tensor_parallel_graph.cpp) and in training (validation).
+// ---------------------------------------------------------------------------------------------
 
 TEST(SequenceParallelGraph, GptResidualStreamHoldsItsPartOfTheSequence) {
   const ModelConfig config = testing::small_transformer_config("gpt");  // hidden 64, seq 16, vocabulary 512

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "io/checkpoint.h"
 #include "support/partrain_runs.h"
 
 namespace partrain {
@@ -73,6 +74,28 @@ void expect_resumes_on_one_rank(const std::string& written, const std::string& d
   ASSERT_EQ(actual.size(), 5u);
   for (std::size_t i = 0; i < actual.size(); ++i)
     EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << name << " step " << 6 + i;
+}
+
+// The step-5 checkpoint of the run in `written` holds the embedding table (tied with the LM head)
+// and its AdamW state at the real vocabulary size, 8,000 x 128, and with the values of `reference`'s
+// (within float rounding of the different layouts: 1e-4 relative L2).
+void expect_same_vocabulary_rows(const std::string& written, const std::string& reference, const std::string& name) {
+  const std::vector<std::string> names = {"model/transformer.wte.weight", "optim/transformer.wte.weight/exp_avg",
+                                          "optim/transformer.wte.weight/exp_avg_sq"};
+  const io::Checkpoint split = io::read_checkpoint(written + "/checkpoints/step_000005.h5", names, names);
+  const io::Checkpoint whole = io::read_checkpoint(reference + "/checkpoints/step_000005.h5", names, names);
+  for (const std::string& tensor : names) {
+    const Tensor& actual = split.tensors.at(tensor);
+    ASSERT_EQ(actual.shape(), (Shape{8000, 128})) << name << " " << tensor;
+    const std::vector<float> a = actual.to_float_vector(), e = whole.tensors.at(tensor).to_float_vector();
+    ASSERT_EQ(a.size(), e.size());
+    double difference = 0, norm = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      difference += (double(a[i]) - e[i]) * (double(a[i]) - e[i]);
+      norm += double(e[i]) * e[i];
+    }
+    EXPECT_LE(std::sqrt(difference), 1e-4 * std::sqrt(norm)) << name << " " << tensor;
+  }
 }
 
 TEST(CheckpointResume, ResumedRunContinuesBitwise) {
@@ -147,7 +170,10 @@ TEST(CheckpointResume, InterleavedCheckpointsResumeOnOneRank) {
 // Checkpoints written under tensor parallelism (each rank writes its part of every split parameter
 // and of its optimizer state as a hyperslab of the whole dataset), with and without ZeRO-1 (the
 // optimizer state parts gathered over each data-parallel group), resume on one rank with the losses
-// of the straight run; the runs themselves match it too.
+// of the straight run; the runs themselves match it too. gpt-tiny's vocabulary of 8,000 is padded
+// to 8,192 at t = 2 (Megatron-LM's vocab_divisible_by 128 × t): the files hold the 8,000 real rows
+// only, of the parameter and of every optimizer state, with the straight (unpadded, t = 1) run's
+// values.
 TEST(CheckpointResume, TensorParallelAndZeroCheckpointsResumeOnOneRank) {
   const std::string straight = straight_run();
   const std::vector<double> expected = testing::metric_values(straight, "loss");
@@ -164,6 +190,7 @@ TEST(CheckpointResume, TensorParallelAndZeroCheckpointsResumeOnOneRank) {
     ASSERT_EQ(split.size(), 10u);
     for (std::size_t i = 0; i < split.size(); ++i)
       EXPECT_NEAR(split[i], expected[i], 1e-5 * std::abs(expected[i])) << name << " step " << i + 1;
+    expect_same_vocabulary_rows(written, straight, name);
 
     expect_resumes_on_one_rank(written, written + "-to-one-rank", expected, name);
   }

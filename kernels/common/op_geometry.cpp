@@ -231,6 +231,18 @@ std::uint64_t dropout_first_element(const KernelContext& context, std::int64_t p
   return static_cast<std::uint64_t>(context.tensor_parallel->rank()) * static_cast<std::uint64_t>(part_elements_per_sample);
 }
 
+VocabularyPart vocabulary_part(const Attributes& attributes, std::int64_t rows, int rank, int parts, const char* op) {
+  VocabularyPart part;
+  part.rows = rows;
+  part.first = rows * rank;
+  part.vocabulary = attributes.get_int("vocab_size", rows * parts);
+  PARTRAIN_CHECK(part.vocabulary >= 1 && part.vocabulary <= rows * parts,
+                 op << ": vocab_size " << part.vocabulary << " is outside [1, " << rows * parts << "] (" << rows
+                    << " rows on each of " << parts << " ranks)");
+  part.real = std::clamp(part.vocabulary - part.first, std::int64_t{0}, rows);
+  return part;
+}
+
 SequenceSplit sequence_split(const KernelContext& context, const Tensor& part, const Tensor& whole, const char* op) {
   PARTRAIN_CHECK(context.tensor_parallel != nullptr,
                  op << " ran without a tensor-parallel group (a graph transformed for t > 1 on one rank?)");

@@ -193,6 +193,23 @@ CrossEntropyShape cross_entropy_shape(const Attributes& attributes, const Tensor
 /// draws the whole tensor's mask for its elements. 0 for an unsplit tensor.
 std::uint64_t dropout_first_element(const KernelContext& context, std::int64_t part_elements_per_sample);
 
+// ---------------- vocabulary parallelism ----------------
+
+/// A rank's part of a vocabulary split over the tensor-parallel group (VocabParallelEmbedding's
+/// table rows, VocabParallelCrossEntropy's classes; graph/ops/tensor_parallel.cpp): the rank holds
+/// rows [first, first + rows) of rows × parts, of which [first, first + real) are below the real
+/// vocabulary and the rest are Megatron-LM's vocabulary padding.
+struct VocabularyPart {
+  std::int64_t first = 0;       // the rank's first row (class)
+  std::int64_t rows = 0;        // rows (classes) the rank holds, padding included
+  std::int64_t real = 0;        // of those, the ones below `vocabulary`
+  std::int64_t vocabulary = 0;  // the real vocabulary: attribute vocab_size, default rows × parts
+};
+
+/// The part of rank `rank` of `parts` that holds `rows` rows, for the op `op` (its error message):
+/// throws partrain::Error when the attribute vocab_size is outside [1, rows × parts].
+VocabularyPart vocabulary_part(const Attributes& attributes, std::int64_t rows, int rank, int parts, const char* op);
+
 // ---------------- sequence parallelism ----------------
 
 /// A tensor split along dimension `axis` (attribute, default 1) over the tensor-parallel group

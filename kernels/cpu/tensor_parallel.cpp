@@ -126,17 +126,19 @@ void sequence_gather_backward(const KernelContext& context, std::span<const Tens
 }
 
 // ---------------- VocabParallelEmbedding ----------------
-// The rank's vocabulary rows are [first, first + rows); every index must lie in [0, rows · t).
+// The rank's vocabulary rows are [first, first + rows); every index must lie in [0, vocabulary)
+// (rows · t less the vocabulary padding).
 std::int64_t first_row(const KernelContext& context, const Tensor& table, const Tensor& indices) {
   TensorParallelGroup& group = group_of(context);
-  const std::int64_t rows = table.dim(0), vocabulary = rows * group.size();
+  const std::int64_t vocabulary =
+      kernels::vocabulary_part(context.attributes, table.dim(0), group.rank(), group.size(), "VocabParallelEmbedding").vocabulary;
   for (std::int64_t i = 0; i < indices.numel(); ++i) {
     const std::int64_t index = cpu::index_at(indices, i);
     PARTRAIN_CHECK(index >= 0 && index < vocabulary, "VocabParallelEmbedding index " << index << " at position "
                                                                                      << kernels::position_string(i, indices.shape())
                                                                                      << " is out of range [0, " << vocabulary << ")");
   }
-  return rows * group.rank();
+  return table.dim(0) * group.rank();
 }
 
 void embedding_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
@@ -182,6 +184,7 @@ void embedding_backward(const KernelContext& context, std::span<const Tensor> in
 // ---------------- VocabParallelCrossEntropy ----------------
 struct CrossEntropyRows {
   std::int64_t classes = 0;  // the rank's classes
+  std::int64_t real = 0;     // of those, the first `real` are not vocabulary padding (the rest take no part)
   std::int64_t rows = 0;
   std::int64_t first = 0;    // the rank's first class
   std::int64_t ignore_index = -100;
@@ -193,9 +196,12 @@ CrossEntropyRows cross_entropy_rows(const KernelContext& context, const Tensor& 
   CrossEntropyRows dims;
   dims.classes = logits.dim(logits.rank() - 1);
   dims.rows = labels.numel();
-  dims.first = dims.classes * group.rank();
+  const kernels::VocabularyPart part =
+      kernels::vocabulary_part(context.attributes, dims.classes, group.rank(), group.size(), "VocabParallelCrossEntropy");
+  dims.first = part.first;
+  dims.real = part.real;
   dims.ignore_index = context.attributes.get_int("ignore_index", -100);
-  const std::int64_t all_classes = dims.classes * group.size();
+  const std::int64_t all_classes = part.vocabulary;
   for (std::int64_t r = 0; r < dims.rows; ++r) {
     const std::int64_t label = cpu::index_at(labels, r);
     if (label == dims.ignore_index) continue;
@@ -221,16 +227,16 @@ void vocab_cross_entropy_forward(const KernelContext& context, std::span<const T
 #pragma omp parallel for schedule(static) if (logits.numel() > kParallelThreshold)
   for (std::int64_t r = 0; r < dims.rows; ++r) {
     const float* row = z + r * dims.classes;
-    pm[r] = *std::max_element(row, row + dims.classes);
+    pm[r] = dims.real > 0 ? *std::max_element(row, row + dims.real) : -std::numeric_limits<float>::infinity();
     const std::int64_t label = cpu::index_at(labels, r) - dims.first;
-    if (label >= 0 && label < dims.classes) pt[r] = row[label];
+    if (label >= 0 && label < dims.real) pt[r] = row[label];
   }
   group.all_reduce(maximum, TensorParallelGroup::Reduction::Max);
 #pragma omp parallel for schedule(static) if (logits.numel() > kParallelThreshold)
   for (std::int64_t r = 0; r < dims.rows; ++r) {
     const float* row = z + r * dims.classes;
     double total = 0;
-    for (std::int64_t j = 0; j < dims.classes; ++j) total += std::exp(row[j] - pm[r]);
+    for (std::int64_t j = 0; j < dims.real; ++j) total += std::exp(row[j] - pm[r]);
     ps[r] = static_cast<float>(total);
   }
   group.all_reduce(sum, TensorParallelGroup::Reduction::Sum);
@@ -269,8 +275,9 @@ void vocab_cross_entropy_backward(const KernelContext& context, std::span<const 
       continue;
     }
     const float* logit = z + r * dims.classes;
-    for (std::int64_t j = 0; j < dims.classes; ++j) row[j] = std::exp(logit[j] - log_sum_exp[r]) * scale;
-    if (label - dims.first >= 0 && label - dims.first < dims.classes) row[label - dims.first] -= scale;
+    for (std::int64_t j = 0; j < dims.real; ++j) row[j] = std::exp(logit[j] - log_sum_exp[r]) * scale;
+    std::fill(row + dims.real, row + dims.classes, 0.f);  // vocabulary padding: no part in the loss
+    if (label - dims.first >= 0 && label - dims.first < dims.real) row[label - dims.first] -= scale;
   }
 }
 }  // namespace

@@ -314,12 +314,14 @@ IndexVerdict read_index_scan(const CudaBackend& cuda, const IndexScan& scan, con
 }
 
 // ---------------- VocabParallelEmbedding ----------------
-// The rank's vocabulary rows are [first, first + rows); checks every index against [0, rows · t)
-// (one host sync) and returns first.
+// The rank's vocabulary rows are [first, first + rows); checks every index against [0, vocabulary)
+// (rows · t less the vocabulary padding; one host sync) and returns first.
 std::int64_t embedding_first_row(const KernelContext& context, const Tensor& table, const Tensor& indices) {
   TensorParallelGroup& group = group_of(context);
   CudaBackend& cuda = cuda_of(context);
-  const std::int64_t rows = table.dim(0), vocabulary = rows * group.size();
+  const std::int64_t rows = table.dim(0);
+  const std::int64_t vocabulary =
+      kernels::vocabulary_part(context.attributes, rows, group.rank(), group.size(), "VocabParallelEmbedding").vocabulary;
   const IndexScan scan = launch_index_scan(cuda, indices, "VocabParallelEmbedding indices", vocabulary, false, 0);
   const IndexVerdict verdict = read_index_scan(cuda, scan, indices);
   PARTRAIN_CHECK(!verdict.bad, "VocabParallelEmbedding index "
@@ -421,6 +423,7 @@ void embedding_backward(const KernelContext& context, std::span<const Tensor> in
 // ---------------- VocabParallelCrossEntropy ----------------
 struct CrossEntropyRows {
   std::int64_t classes = 0;  // the rank's classes
+  std::int64_t real = 0;     // of those, the first `real` are not vocabulary padding (the rest take no part)
   std::int64_t rows = 0;
   std::int64_t first = 0;    // the rank's first class
   std::int64_t ignore_index = -100;
@@ -440,9 +443,12 @@ CrossEntropyRows cross_entropy_rows(const KernelContext& context, const Tensor& 
   PARTRAIN_CHECK(logits.numel() == dims.rows * dims.classes,
                  "VocabParallelCrossEntropy kernel got logits " << shape_string(logits.shape()) << " and labels "
                                                                 << shape_string(labels.shape()));
-  dims.first = dims.classes * group.rank();
+  const kernels::VocabularyPart part =
+      kernels::vocabulary_part(context.attributes, dims.classes, group.rank(), group.size(), "VocabParallelCrossEntropy");
+  dims.first = part.first;
+  dims.real = part.real;
   dims.ignore_index = context.attributes.get_int("ignore_index", -100);
-  const std::int64_t all_classes = dims.classes * group.size();
+  const std::int64_t all_classes = part.vocabulary;
   const IndexScan scan =
       launch_index_scan(cuda, labels, "VocabParallelCrossEntropy labels", all_classes, true, dims.ignore_index);
   const IndexVerdict verdict = read_index_scan(cuda, scan, labels);
@@ -454,33 +460,35 @@ CrossEntropyRows cross_entropy_rows(const KernelContext& context, const Tensor& 
   return dims;
 }
 
-// Per row of the rank's logits: maximum[r] = max_j z[r, j] (−inf for no classes), target[r] =
-// z[r, label − first] when the label is one of the rank's classes, else 0.
+// Per row of the rank's logits: maximum[r] = max_j z[r, j] over its first `real` classes (the rest
+// are vocabulary padding; −inf for none), target[r] = z[r, label − first] when the label is one of
+// the rank's classes, else 0.
 template <typename T, typename L, bool kWarp>
 __global__ void __launch_bounds__(kWarp ? kThreadsPerBlock : kRowBlockThreads)
     local_max_target_kernel(const T* __restrict__ logits, const L* __restrict__ labels, float* __restrict__ maximum,
-                            float* __restrict__ target, std::int64_t rows, std::int64_t classes, std::int64_t first) {
+                            float* __restrict__ target, std::int64_t rows, std::int64_t classes, std::int64_t real,
+                            std::int64_t first) {
   __shared__ float shared[32];
   using R = Rows<kWarp>;
   const int lane = R::lane(), width = R::width();
   for (std::int64_t row = R::first(); row < rows; row += R::step()) {
     const T* zr = logits + row * classes;
     float max = -INFINITY;
-    for (std::int64_t j = lane; j < classes; j += width) max = fmaxf(max, to_float(zr[j]));
+    for (std::int64_t j = lane; j < real; j += width) max = fmaxf(max, to_float(zr[j]));
     max = R::max(max, shared);
     if (lane == 0) {
       maximum[row] = max;
       const std::int64_t label = static_cast<std::int64_t>(labels[row]) - first;
-      target[row] = label >= 0 && label < classes ? to_float(zr[label]) : 0.f;
+      target[row] = label >= 0 && label < real ? to_float(zr[label]) : 0.f;
     }
   }
 }
 
-// sum[r] = Σ_j exp(z[r, j] − maximum[r]) over the rank's classes (maximum: the group's).
+// sum[r] = Σ_j exp(z[r, j] − maximum[r]) over the rank's first `real` classes (maximum: the group's).
 template <typename T, bool kWarp>
 __global__ void __launch_bounds__(kWarp ? kThreadsPerBlock : kRowBlockThreads)
     local_sum_kernel(const T* __restrict__ logits, const float* __restrict__ maximum, float* __restrict__ sum,
-                     std::int64_t rows, std::int64_t classes) {
+                     std::int64_t rows, std::int64_t classes, std::int64_t real) {
   __shared__ float shared[32];
   using R = Rows<kWarp>;
   const int lane = R::lane(), width = R::width();
@@ -488,7 +496,7 @@ __global__ void __launch_bounds__(kWarp ? kThreadsPerBlock : kRowBlockThreads)
     const T* zr = logits + row * classes;
     const float max = maximum[row];
     float total = 0.f;
-    for (std::int64_t j = lane; j < classes; j += width) total += expf(to_float(zr[j]) - max);
+    for (std::int64_t j = lane; j < real; j += width) total += expf(to_float(zr[j]) - max);
     total = R::sum(total, shared);
     if (lane == 0) sum[row] = total;
   }
@@ -545,7 +553,7 @@ void vocab_cross_entropy_forward(const KernelContext& context, std::span<const T
       if (rows > 0) {
         dispatch_rows(launch, [&](auto warp) {
           local_max_target_kernel<T, L, decltype(warp)::value><<<launch.blocks, launch.threads, 0, stream>>>(
-              device_data<T>(logits), device_data<L>(labels), pm, pt, rows, classes, dims.first);
+              device_data<T>(logits), device_data<L>(labels), pm, pt, rows, classes, dims.real, dims.first);
           PARTRAIN_CUDA_CHECK_LAUNCH();
         });
       }
@@ -553,7 +561,7 @@ void vocab_cross_entropy_forward(const KernelContext& context, std::span<const T
       if (rows > 0) {
         dispatch_rows(launch, [&](auto warp) {
           local_sum_kernel<T, decltype(warp)::value><<<launch.blocks, launch.threads, 0, stream>>>(
-              device_data<T>(logits), pm, ps, rows, classes);
+              device_data<T>(logits), pm, ps, rows, classes, dims.real);
           PARTRAIN_CUDA_CHECK_LAUNCH();
         });
       }
@@ -568,14 +576,14 @@ void vocab_cross_entropy_forward(const KernelContext& context, std::span<const T
 }
 
 // dlogits[r, j] = exp(z[r, j] − log_sum_exp[r])·scale, minus scale at the label's class when it is
-// one of the rank's; 0 on ignored rows. scale = dloss / counted (0 when nothing is counted); the
+// one of the rank's; 0 on ignored rows and in the vocabulary padding (j ≥ real). scale = dloss / counted (0 when nothing is counted); the
 // loss gradient is the f32 scalar (bf16 accepted: loss_grad_is_bf16).
 template <typename T, typename L>
 __global__ void vocab_cross_entropy_backward_kernel(const T* __restrict__ logits, const L* __restrict__ labels,
                                                     const float* __restrict__ log_sum_exp, const void* loss_grad,
                                                     bool loss_grad_is_bf16, std::int64_t counted,
                                                     T* __restrict__ dlogits, std::int64_t rows, std::int64_t classes,
-                                                    std::int64_t first, std::int64_t ignore_index) {
+                                                    std::int64_t real, std::int64_t first, std::int64_t ignore_index) {
   const float dloss = loss_grad_is_bf16 ? to_float(*static_cast<const __nv_bfloat16*>(loss_grad))
                                         : *static_cast<const float*>(loss_grad);
   const float scale = counted > 0 ? static_cast<float>(double(dloss) / double(counted)) : 0.f;
@@ -584,7 +592,7 @@ __global__ void vocab_cross_entropy_backward_kernel(const T* __restrict__ logits
     const std::int64_t j = i - r * classes;
     const std::int64_t label = static_cast<std::int64_t>(labels[r]);
     float value = 0.f;
-    if (label != ignore_index) {
+    if (label != ignore_index && j < real) {
       value = expf(to_float(logits[i]) - log_sum_exp[r]) * scale;
       if (label - first == j) value -= scale;
     }
@@ -614,7 +622,7 @@ void vocab_cross_entropy_backward(const KernelContext& context, std::span<const 
       using L = decltype(label_tag);
       vocab_cross_entropy_backward_kernel<T, L><<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(
           device_data<T>(logits), device_data<L>(labels), device_data<float>(out[1]), loss_grad.raw_data(),
-          loss_grad_is_bf16, dims.counted, device_data<T>(din[0]), dims.rows, dims.classes, dims.first,
+          loss_grad_is_bf16, dims.counted, device_data<T>(din[0]), dims.rows, dims.classes, dims.real, dims.first,
           dims.ignore_index);
       PARTRAIN_CUDA_CHECK_LAUNCH();
     });

@@ -11,12 +11,15 @@
 //                                rounded once (what the CPU backend's widening does), so the group
 //                                only sees f32.
 //   VocabParallelEmbedding       rows [r·V/t, (r+1)·V/t) of the vocabulary; other positions get
-//                                zeros. An index outside [0, V) throws partrain::Error with the
-//                                CPU's message (checked on the device, then one host sync).
+//                                zeros. An index outside [0, V) (V: vocab_size, without the
+//                                vocabulary padding) throws partrain::Error with the CPU's message
+//                                (checked on the device, then one host sync).
 //                                Backward: fp32 atomics into the f32 gradient (or an f32 scratch
 //                                rounded once to bf16): repeated indices add in a nondeterministic
 //                                order, as in the CUDA Gather (fp32 rounding differences only).
-//   VocabParallelCrossEntropy    row maxima and target logits (one warp or block per row), one Max
+//   VocabParallelCrossEntropy    over the rank's classes below vocab_size (the rest are vocabulary
+//                                padding: no part in the softmax, zero gradient):
+//                                row maxima and target logits (one warp or block per row), one Max
 //                                all-reduce; sums of exponentials, one Sum all-reduce of the sums
 //                                and target logits together (the CPU makes two; same values); then
 //                                one block writes log_sum_exp and the mean loss in a fixed order

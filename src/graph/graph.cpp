@@ -216,6 +216,7 @@ std::uint64_t Graph::hash() const {
       mix(value.sharding.axis);
       mix(value.sharding.parts);
       mix(value.sharding.blocks);
+      if (value.sharding.padding > 0) mix(value.sharding.padding);
     }
     if (value.sharding.sequence_parallel) mix(1);
   }

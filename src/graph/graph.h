@@ -27,6 +27,12 @@ const char* value_kind_name(ValueKind kind);
 /// weights such as GPT-2's c_attn, whose query, key and value columns are each split across the
 /// ranks. The Value's shape is the rank's local shape; axis -1 (parts 1): whole on every rank.
 ///
+/// `padding`: rows of zeros appended to dimension `axis` of the whole tensor before it is split
+/// (blocks 1): Megatron-LM's vocabulary padding (--make-vocab-size-divisible-by), which makes the
+/// vocabulary rows of the embedding / LM head and the MLM decoder bias divide by the group. The
+/// whole tensor (whole_shape, checkpoints, exports) is the unpadded one; the last ranks' parts end
+/// in the padding rows, which stay zero (the loss masks their logits, so they get no gradient).
+///
 /// `sequence_parallel`: a whole parameter (not sharded) that tasks read on the rank's part of the
 /// sequence under sequence parallelism (LayerNorm weights, row-parallel biases; Korthikanti et al.
 /// 2022 §4.2.2): each rank's gradient covers only its part of the sequence, and the gradients are
@@ -37,6 +43,7 @@ struct Sharding {
   int parts = 1;
   int blocks = 1;
   bool sequence_parallel = false;
+  std::int64_t padding = 0;
   bool sharded() const { return parts > 1; }
   bool operator==(const Sharding&) const = default;
 };
@@ -71,11 +78,13 @@ struct TaskCost {
 ///  * RowParallel: a Gemm whose input features are split (attention output, MLP-down); its partial
 ///    sums are all-reduced before the bias is added.
 ///  * VocabularyParallel: a Gather from an embedding table or a MatMul with it transposed (the tied
-///    LM head / MLM decoder) whose vocabulary rows are split across the group.
+///    LM head / MLM decoder) whose vocabulary rows are split across the group; the table is padded
+///    to a multiple of `vocab_divisible_by` × t rows (Megatron-LM's --make-vocab-size-divisible-by).
 struct TensorParallelHint {
   enum class Kind : std::uint8_t { None, ColumnParallel, RowParallel, VocabularyParallel };
   Kind kind = Kind::None;
   int blocks = 1;
+  std::int64_t vocab_divisible_by = 1;
 };
 
 struct Task {

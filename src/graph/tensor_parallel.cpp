@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -16,6 +17,7 @@ struct Layout {
   bool split = false;     // false: replicated (the whole tensor on every rank)
   int axis = -1;          // split: the rank holds 1/t of this dimension
   bool sequence = false;  // split by sequence parallelism (axis: the sequence), not by a layer's features or heads
+  std::int64_t padding = 0;  // vocabulary padding: the split dimension is this much longer than the whole tensor's
 };
 
 // Ops that compute each position of the sequence on its own: under sequence parallelism they run on
@@ -97,7 +99,7 @@ class Transformation {
       case ValueKind::Param: {
         Shape shape = v.type.shape;
         if (sharding.sharded()) {
-          const std::int64_t size = shape.at(static_cast<std::size_t>(sharding.axis));
+          const std::int64_t size = shape.at(static_cast<std::size_t>(sharding.axis)) + sharding.padding;
           if (size % (static_cast<std::int64_t>(sharding.blocks) * sharding.parts) != 0)
             fail(task, "parameter '" + v.name + "' dimension " + std::to_string(sharding.axis) + " of size " +
                            std::to_string(size) + (sharding.blocks > 1 ? " (" + std::to_string(sharding.blocks) + " fused blocks)" : "") +
@@ -199,7 +201,8 @@ class Transformation {
       layout_[old_value] = layout;
       // The local shape must be the whole shape with the split dimension divided.
       Shape expected = graph_.value(old_value).type.shape;
-      if (layout.split) expected[static_cast<std::size_t>(layout.axis)] /= degree_;
+      if (layout.split)
+        expected[static_cast<std::size_t>(layout.axis)] = (expected[static_cast<std::size_t>(layout.axis)] + layout.padding) / degree_;
       const Shape& actual = out_.value(new_outputs.at(k)).type.shape;
       if (actual != expected)
         fail(task, "local output " + shape_string(actual) + " is not the rank's part " + shape_string(expected) +
@@ -277,19 +280,36 @@ class Transformation {
     finish(task, {result}, {});
   }
 
+  // Megatron-LM's vocabulary padding: the rows added so that the vocabulary divides into
+  // vocab_divisible_by × t (a multiple of t whatever the vocabulary).
+  std::int64_t vocabulary_padding(const Task& task, std::int64_t vocabulary) const {
+    const std::int64_t divisible_by = task.tensor_parallel.vocab_divisible_by;
+    if (divisible_by < 1 || divisible_by > std::numeric_limits<std::int64_t>::max() / 2 / degree_)
+      fail(task, "vocab_divisible_by must be positive and not overflow when multiplied by the degree, got " +
+                     std::to_string(divisible_by));
+    const std::int64_t multiple = divisible_by * degree_;
+    return (multiple - vocabulary % multiple) % multiple;
+  }
+
   void vocabulary_parallel(const Task& task) {
     const int table = task.op == OpType::Gather ? task.inputs[0] : task.inputs[1];
-    divisible(task, graph_.value(table).type.shape[0], "vocabulary size");
-    const int table_part = leaf(table, task, {0, degree_, 1});
+    const std::int64_t vocabulary = graph_.value(table).type.shape[0];
+    Sharding sharding{0, degree_, 1};
+    sharding.padding = vocabulary_padding(task, vocabulary);
+    const int table_part = leaf(table, task, sharding);
     if (task.op == OpType::Gather) {
-      const int embedded = out_.add(OpType::VocabParallelEmbedding, task.name, {table_part, whole(task.inputs[1], task)});
+      Attributes attributes;  // an index in the padding rows is as wrong as one beyond them
+      if (sharding.padding > 0) attributes.set("vocab_size", vocabulary);
+      const int embedded =
+          out_.add(OpType::VocabParallelEmbedding, task.name, {table_part, whole(task.inputs[1], task)}, attributes);
       if (sequence_parallel_) return finish(task, {reduce_scattered(task, task.outputs[0], embedded)}, {true, 1, true});
       return finish(task, {out_.add(OpType::TensorParallelAllReduce, task.name + ".all_reduce", {embedded})}, {});
     }
     if (task.op != OpType::MatMul || task.attributes.get_int("trans_b", 0) != 1 || task.attributes.get_int("trans_a", 0) != 0)
       fail(task, "a vocabulary-parallel task is a Gather from the table or a MatMul with the table transposed");
     const int rank = static_cast<int>(graph_.value(task.outputs[0]).type.shape.size());
-    emit(task, task.op, {copied(task.inputs[0], task), table_part}, task.attributes, {true, rank - 1});
+    emit(task, task.op, {copied(task.inputs[0], task), table_part}, task.attributes,
+         {true, rank - 1, false, sharding.padding});
   }
 
   // An unhinted task with a split input: the split passes through ops that work per slice of it.
@@ -302,6 +322,18 @@ class Transformation {
       for (std::size_t i = count; i < task.inputs.size(); ++i)
         if (is_split(task.inputs[i])) fail(task, "input " + std::to_string(i) + " may not be split");
     };
+    // Padded vocabulary-parallel logits reach the cross-entropy, which masks the padding, through
+    // element-wise ops only (anything else would compute on, or move, the padding columns).
+    if (is_split(x) && layout_[x].padding > 0) {
+      switch (task.op) {
+        case OpType::Relu: case OpType::Gelu: case OpType::Tanh: case OpType::Scale: case OpType::Add:
+        case OpType::Sub: case OpType::Mul: case OpType::SoftmaxCrossEntropy:
+          break;
+        default:
+          fail(task, "'" + graph_.value(x).name + "' holds the padded vocabulary (vocab_divisible_by) and only " +
+                         "element-wise ops and the cross-entropy may read it");
+      }
+    }
     switch (task.op) {
       case OpType::Relu: case OpType::Gelu: case OpType::Tanh: case OpType::Scale:
         return emit(task, task.op, {map_[x]}, task.attributes, layout_[x]);
@@ -364,8 +396,11 @@ class Transformation {
       case OpType::SoftmaxCrossEntropy: {
         if (axis != rank - 1) fail(task, "logits split on a dimension other than the classes");
         split_inputs_only(1);
+        // Padded classes take no part in the softmax (Megatron-LM masks them likewise).
+        Attributes attributes = task.attributes;
+        if (layout_[x].padding > 0) attributes.set("vocab_size", graph_.value(x).type.shape.back());
         const std::vector<int> outputs =
-            out_.add_task(OpType::VocabParallelCrossEntropy, task.name, {map_[x], whole(task.inputs[1], task)}, task.attributes);
+            out_.add_task(OpType::VocabParallelCrossEntropy, task.name, {map_[x], whole(task.inputs[1], task)}, attributes);
         return finish(task, {outputs[0]}, {});
       }
       default:
@@ -390,7 +425,8 @@ class Transformation {
     const Shape& other_shape = graph_.value(other).type.shape;
     int other_new;
     if (is_split(other)) {
-      if (layout_[other].axis != layout.axis || other_shape != split_shape) fail(task, "operands split differently");
+      if (layout_[other].axis != layout.axis || layout_[other].padding != layout.padding || other_shape != split_shape)
+        fail(task, "operands split differently");
       other_new = map_[other];
     } else {
       const int shift = static_cast<int>(split_shape.size()) - static_cast<int>(other_shape.size());
@@ -401,7 +437,10 @@ class Transformation {
         other_new = out_.add(OpType::SequenceParallelScatter, graph_.value(other).name + ".sequence_parallel_scatter",
                              {whole(other, task)}, sequence_attributes(layout.axis - shift));
       } else if (covers && !layout.sequence && graph_.value(other).kind == ValueKind::Param) {
-        other_new = leaf(other, task, {layout.axis - shift, degree_, 1});  // the MLM decoder bias: split like the logits
+        // The MLM decoder bias: split (and padded) like the logits.
+        Sharding sharding{layout.axis - shift, degree_, 1};
+        sharding.padding = layout.padding;
+        other_new = leaf(other, task, sharding);
       } else if (!covers) {
         other_new = layout.sequence ? sequence_parameter(other, task) : whole(other, task);
       } else {
@@ -438,8 +477,9 @@ class Transformation {
   }
 };
 
-// Copies between a whole tensor and a rank's part: the sharded dimension is viewed as
-// [blocks, parts, chunk]; `to_part` copies whole -> part, else part -> whole.
+// Copies between a whole tensor and a rank's part: the sharded dimension (with its padding) is
+// viewed as [blocks, parts, chunk]; `to_part` copies whole -> part (zeros in the padding rows), else
+// part -> whole (the padding rows dropped).
 void copy_shard(const Tensor& whole, const Tensor& part, const Sharding& sharding, int rank, bool to_part) {
   PARTRAIN_CHECK(whole.device().is_cpu() && part.device().is_cpu(), "shard copies work on host tensors");
   PARTRAIN_CHECK(whole.dtype() == part.dtype(), "shard copy between dtypes " << dtype_name(whole.dtype()) << " and "
@@ -449,19 +489,44 @@ void copy_shard(const Tensor& whole, const Tensor& part, const Sharding& shardin
   PARTRAIN_CHECK(sharding.axis >= 0 && axis < shape.size(), "sharding axis " << sharding.axis << " of a tensor "
                                                                            << shape_string(shape));
   PARTRAIN_CHECK(rank >= 0 && rank < sharding.parts, "shard rank " << rank << " outside [0, " << sharding.parts << ")");
-  const std::int64_t size = shape[axis];
+  PARTRAIN_CHECK(sharding.padding >= 0 && (sharding.padding == 0 || sharding.blocks == 1),
+                 "shard copy: padding " << sharding.padding << " with " << sharding.blocks << " blocks");
+  const std::int64_t size = shape[axis] + sharding.padding;
   const std::int64_t pieces = static_cast<std::int64_t>(sharding.blocks) * sharding.parts;
-  PARTRAIN_CHECK(size % pieces == 0, "dimension " << axis << " of " << shape_string(shape) << " does not divide into "
-                                                  << sharding.blocks << " blocks x " << sharding.parts << " parts");
+  PARTRAIN_CHECK(size % pieces == 0, "dimension " << axis << " of " << shape_string(shape)
+                                                  << (sharding.padding > 0 ? " + " + std::to_string(sharding.padding) + " padding" : "")
+                                                  << " does not divide into " << sharding.blocks << " blocks x "
+                                                  << sharding.parts << " parts");
   Shape local = shape;
   local[axis] = size / sharding.parts;
   PARTRAIN_CHECK(part.shape() == local, "shard of " << shape_string(shape) << " should be " << shape_string(local)
                                                      << ", got " << shape_string(part.shape()));
   const std::int64_t outer = product(shape, 0, axis);
   const std::size_t element = dtype_size(whole.dtype());
-  const std::size_t chunk_bytes = static_cast<std::size_t>(size / pieces * product(shape, axis + 1, shape.size())) * element;
+  const std::int64_t inner = product(shape, axis + 1, shape.size());
+  const std::size_t chunk_bytes = static_cast<std::size_t>(size / pieces * inner) * element;
   auto* whole_bytes = static_cast<char*>(whole.raw_data());
   auto* part_bytes = static_cast<char*>(part.raw_data());
+  if (sharding.padding > 0) {
+    // One block: the rank's rows [rank·chunk, (rank + 1)·chunk) of the padded dimension, of which
+    // those below the whole tensor's size are real.
+    const std::int64_t chunk = size / sharding.parts;
+    const std::int64_t real = std::clamp(shape[axis] - rank * chunk, std::int64_t{0}, chunk);
+    const std::size_t real_bytes = static_cast<std::size_t>(real * inner) * element;
+    for (std::int64_t o = 0; o < outer; ++o) {
+      char* in_part = part_bytes + static_cast<std::size_t>(o) * chunk_bytes;
+      if (real > 0) {
+        char* in_whole = whole_bytes + static_cast<std::size_t>((o * shape[axis] + rank * chunk) * inner) * element;
+        if (to_part) {
+          std::memcpy(in_part, in_whole, real_bytes);
+        } else {
+          std::memcpy(in_whole, in_part, real_bytes);
+        }
+      }
+      if (to_part) std::memset(in_part + real_bytes, 0, chunk_bytes - real_bytes);
+    }
+    return;
+  }
   for (std::int64_t o = 0; o < outer; ++o)
     for (int b = 0; b < sharding.blocks; ++b) {
       char* in_whole = whole_bytes + (static_cast<std::size_t>(o * pieces) + static_cast<std::size_t>(b * sharding.parts + rank)) * chunk_bytes;
@@ -505,7 +570,9 @@ int tensor_parallel_degree(const Graph& graph) {
 
 Shape whole_shape(const Value& value) {
   Shape shape = value.type.shape;
-  if (value.sharding.sharded()) shape[static_cast<std::size_t>(value.sharding.axis)] *= value.sharding.parts;
+  if (value.sharding.sharded())
+    shape[static_cast<std::size_t>(value.sharding.axis)] =
+        shape[static_cast<std::size_t>(value.sharding.axis)] * value.sharding.parts - value.sharding.padding;
   return shape;
 }
 
@@ -514,7 +581,7 @@ Tensor shard_of(const Tensor& whole, const Sharding& sharding, int rank) {
   Shape local = whole.shape();
   PARTRAIN_CHECK(sharding.axis >= 0 && static_cast<std::size_t>(sharding.axis) < local.size(),
                  "sharding axis " << sharding.axis << " of a tensor " << shape_string(local));
-  local[static_cast<std::size_t>(sharding.axis)] /= sharding.parts;
+  local[static_cast<std::size_t>(sharding.axis)] = (local[static_cast<std::size_t>(sharding.axis)] + sharding.padding) / sharding.parts;
   Tensor part = Tensor::empty(local, whole.dtype());
   copy_shard(whole, part, sharding, rank, true);
   return part;

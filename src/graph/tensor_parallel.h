@@ -14,6 +14,13 @@
 //    part) + TensorParallelAllReduce; a VocabularyParallel MatMul (the tied LM head / MLM decoder)
 //    produces the rank's vocabulary part of the logits, and the cross-entropy that reads them becomes
 //    a VocabParallelCrossEntropy, so the logits are never gathered;
+//  * the vocabulary is padded as Megatron-LM pads it (--make-vocab-size-divisible-by): the table
+//    (and BERT's MLM decoder bias) gets zero rows up to a multiple of vocab_divisible_by × t (the
+//    hint's, [model] vocab_divisible_by), so that every t splits it; the padding rows are the end of
+//    the last ranks' parts (Sharding::padding), the cross-entropy masks their logits out of the
+//    softmax (attribute vocab_size), so the loss and every gradient are the unpadded model's and the
+//    padding rows get zero gradients and stay zero. The one-device graph (degree 1) is not padded:
+//    it is the model itself, whose parameters are the Hugging Face ones;
 //  * every other task (LayerNorm, residual adds, the rest) is replicated: it computes the same
 //    values on every rank, and so its parameters get the same gradients on every rank.
 // Parameters keep their names; a sharded one records its Sharding (graph.h) and has its local shape.
@@ -50,7 +57,8 @@ namespace partrain {
 /// parallelism "<value>.sequence_parallel_all_gather", "<task>.reduce_scatter",
 /// "<value>.sequence_parallel_scatter" and "<value>.sequence_parallel_gather". Throws
 /// partrain::Error naming the task and the size when degree does not divide a split dimension
-/// (heads, hidden, intermediate or vocabulary size; the sequence length under sequence parallelism),
+/// (heads, hidden or intermediate size — the vocabulary is padded instead; the sequence length under
+/// sequence parallelism),
 /// when a split tensor reaches a task that needs it whole, when a parameter would be read both on
 /// the rank's part of the sequence and on the whole of it, or when the graph has no tensor-parallel
 /// layer at all (ResNet).
@@ -66,16 +74,17 @@ std::vector<int> sequence_parallel_parameters(const Graph& graph);
 /// The tensor-parallel degree a graph was made for: the parts of its sharded parameters (1 when none).
 int tensor_parallel_degree(const Graph& graph);
 
-/// The whole shape of a (possibly sharded) parameter: its local shape with the sharded axis × parts.
+/// The whole shape of a (possibly sharded) parameter: its local shape with the sharded axis × parts,
+/// less the vocabulary padding (the unpadded tensor that checkpoints hold).
 Shape whole_shape(const Value& value);
 
-/// Rank `rank`'s part of the whole host tensor `whole` under `sharding` (a new host tensor of the
-/// local shape, any dtype). Throws partrain::Error when the axis does not divide into
-/// blocks × parts or the rank is outside [0, parts).
+/// Rank `rank`'s part of the whole (unpadded) host tensor `whole` under `sharding` (a new host
+/// tensor of the local shape, any dtype; the padding rows zero). Throws partrain::Error when the
+/// axis with its padding does not divide into blocks × parts or the rank is outside [0, parts).
 Tensor shard_of(const Tensor& whole, const Sharding& sharding, int rank);
 
 /// Writes rank `rank`'s `part` into its place in the whole host tensor `whole` (the inverse of
-/// shard_of). Throws partrain::Error on a shape that does not match.
+/// shard_of: the padding rows are left out). Throws partrain::Error on a shape that does not match.
 void place_shard(const Tensor& whole, const Tensor& part, const Sharding& sharding, int rank);
 
 /// The Param and Buffer values of `part` (tensor_parallel_graph of `whole`) for tensor rank `rank`:

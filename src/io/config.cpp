@@ -328,6 +328,7 @@ ModelConfig read_model_config(const ConfigDocument& document) {
   reader.read("heads", config.heads);
   reader.read("intermediate", config.intermediate);
   reader.read("vocab", config.vocab);
+  reader.read("vocab_divisible_by", config.vocab_divisible_by);
   reader.read("max_position", config.max_position);
   reader.read("type_vocab", config.type_vocab);
   reader.read("seq_len", config.seq_len);
@@ -354,6 +355,7 @@ ModelConfig read_model_config(const ConfigDocument& document) {
   if (config.type == "bert" || config.type == "gpt") {
     for (auto [key, value] : {std::pair<std::string_view, std::int64_t>{"layers", config.layers},
                               {"hidden", config.hidden}, {"heads", config.heads}, {"vocab", config.vocab},
+                              {"vocab_divisible_by", config.vocab_divisible_by},
                               {"max_position", config.max_position}, {"seq_len", config.seq_len}})
       require_positive(key, value);
     if (config.type == "bert") require_positive("type_vocab", config.type_vocab);

@@ -98,6 +98,8 @@ struct ModelConfig {
   std::int64_t heads = 12;          // attention heads (divides hidden)
   std::int64_t intermediate = 0;    // MLP inner size; 0: 4 * hidden
   std::int64_t vocab = 30522;       // vocabulary size (bert default; gpt: 50257)
+  std::int64_t vocab_divisible_by = 128;  // tensor parallelism t > 1 pads the vocabulary to a multiple of
+                                          // this × t (Megatron-LM's --make-vocab-size-divisible-by)
   std::int64_t max_position = 512;  // rows of the position embedding (gpt default: 1024)
   std::int64_t type_vocab = 2;      // bert token-type (segment) vocabulary
   std::int64_t seq_len = 128;       // sequence length of a sample (<= max_position; gpt default: 1024)

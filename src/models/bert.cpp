@@ -51,7 +51,7 @@ Graph build_bert(const ModelConfig& config) {
   const int token_type_weight = graph.add_parameter(embeddings + ".token_type_embeddings.weight", {config.type_vocab, hidden});
   const int positions = layers::position_ids(graph, embeddings + ".position_ids", seq);
   const int words = graph.add(OpType::Gather, embeddings + ".word_embeddings", {word_weight, input_ids});
-  graph.hint_tensor_parallel(words, layers::vocabulary_parallel());
+  graph.hint_tensor_parallel(words, layers::vocabulary_parallel(config.vocab_divisible_by));
   const int position_vectors = graph.add(OpType::Gather, embeddings + ".position_embeddings", {position_weight, positions});
   const int token_types = graph.add(OpType::Gather, embeddings + ".token_type_embeddings", {token_type_weight, token_type_ids});
   int x = graph.add(OpType::Add, embeddings + ".sum_token_types", {words, token_types});
@@ -68,7 +68,7 @@ Graph build_bert(const ModelConfig& config) {
   t = layers::layer_norm(graph, transform + ".LayerNorm", t, hidden, eps);
   const int decoder_bias = graph.add_parameter("cls.predictions.bias", {config.vocab});
   int logits = graph.add(OpType::MatMul, "cls.predictions.decoder", {t, word_weight}, {{"trans_b", std::int64_t{1}}});
-  graph.hint_tensor_parallel(logits, layers::vocabulary_parallel());
+  graph.hint_tensor_parallel(logits, layers::vocabulary_parallel(config.vocab_divisible_by));
   logits = graph.add(OpType::Add, "cls.predictions.logits", {logits, decoder_bias});
   int loss = layers::cross_entropy(graph, "cls.predictions.loss", logits, mlm_labels);
 

@@ -43,7 +43,7 @@ Graph build_gpt(const ModelConfig& config) {
   const int wpe = graph.add_parameter("transformer.wpe.weight", {config.max_position, hidden});
   const int positions = layers::position_ids(graph, "transformer.position_ids", seq);
   const int tokens = graph.add(OpType::Gather, "transformer.wte", {wte, input_ids});
-  graph.hint_tensor_parallel(tokens, layers::vocabulary_parallel());
+  graph.hint_tensor_parallel(tokens, layers::vocabulary_parallel(config.vocab_divisible_by));
   const int position_vectors = graph.add(OpType::Gather, "transformer.wpe", {wpe, positions});
   int x = graph.add(OpType::Add, "transformer.embeddings", {tokens, position_vectors});
   x = layers::dropout(graph, "transformer.drop", x, config.dropout);
@@ -52,7 +52,7 @@ Graph build_gpt(const ModelConfig& config) {
 
   x = layers::layer_norm(graph, "transformer.ln_f", x, hidden, config.layer_norm_epsilon());
   const int logits = graph.add(OpType::MatMul, "lm_head", {x, wte}, {{"trans_b", std::int64_t{1}}});
-  graph.hint_tensor_parallel(logits, layers::vocabulary_parallel());
+  graph.hint_tensor_parallel(logits, layers::vocabulary_parallel(config.vocab_divisible_by));
   graph.mark_output(layers::cross_entropy(graph, "loss", logits, labels));
   return graph;
 }

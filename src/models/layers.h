@@ -21,8 +21,11 @@ int linear(Graph& graph, const std::string& name, int x, std::int64_t in, std::i
 /// QKV (`blocks` fused matrices) and MLP-up, row-parallel for the attention output and MLP-down.
 inline TensorParallelHint column_parallel(int blocks = 1) { return {TensorParallelHint::Kind::ColumnParallel, blocks}; }
 inline TensorParallelHint row_parallel() { return {TensorParallelHint::Kind::RowParallel, 1}; }
-/// The embedding table's vocabulary rows split across the group (the lookup and the tied output layer).
-inline TensorParallelHint vocabulary_parallel() { return {TensorParallelHint::Kind::VocabularyParallel, 1}; }
+/// The embedding table's vocabulary rows split across the group (the lookup and the tied output
+/// layer), padded to a multiple of vocab_divisible_by × t rows ([model] vocab_divisible_by).
+inline TensorParallelHint vocabulary_parallel(std::int64_t vocab_divisible_by) {
+  return {TensorParallelHint::Kind::VocabularyParallel, 1, vocab_divisible_by};
+}
 
 /// LayerNorm over the last dimension with weight [hidden] and bias [hidden]. One task named `name`.
 int layer_norm(Graph& graph, const std::string& name, int x, std::int64_t hidden, double eps);

@@ -67,8 +67,10 @@ struct ThreeDimensionalPlan {
 /// The tensor-parallel degrees make_3d_plan tries for `model` on `device`: options.tensor_parallel
 /// when it is positive, else each t ∈ {1, 2, 4, 8} with t ≤ devices_per_node that divides the
 /// world size and for which tensor_parallel_graph(model, t, options.sequence_parallel) exists (t
-/// divides heads, hidden, intermediate and vocabulary size, and the sequence with sequence
-/// parallelism; the model has tensor-parallel layers). Always holds 1 in the automatic case.
+/// divides heads, hidden and intermediate size, and the sequence with sequence parallelism; the
+/// model has tensor-parallel layers). The vocabulary does not limit t: the graph pads it to a
+/// multiple of [model] vocab_divisible_by × t, as Megatron-LM does. Always holds 1 in the automatic
+/// case.
 std::vector<int> tensor_parallel_candidates(const TensorParallelGraphs& graphs, const DeviceSpec& device,
                                            const PlannerOptions& options);
 /// The same over tensor_parallel_graphs_of(model) (each degree built here and dropped).
@@ -92,7 +94,7 @@ std::vector<bool> sequence_parallel_choices(const PlannerOptions& options, int t
 /// chooses among the surviving plans may rank two layouts otherwise in rare cases. Progress goes to
 /// options.progress over the whole search. Throws partrain::Error
 /// when no (tensor_parallel, stages, replicas, zero) layout fits, with each candidate's reason, and
-/// when the degree asked for does not apply to the model (naming heads/hidden/intermediate/vocab).
+/// when the degree asked for does not apply to the model (naming heads/hidden/intermediate).
 ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const CostModelFactory& costs,
                                   const PlannerOptions& options);
 /// The same over tensor_parallel_graphs_of(model).

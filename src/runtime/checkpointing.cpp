@@ -1,6 +1,7 @@
 #include "runtime/checkpointing.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -18,6 +19,45 @@ std::map<int, int> writer_stages(const Graph& graph, const Plan& plan) {
     for (int value : program.buffers) stage_of.try_emplace(value, plan.stage_of_chunk(program.stage));
   }
   return stage_of;
+}
+
+// A parameter padded with vocabulary rows (Sharding::padding, graph/tensor_parallel.h) is saved
+// without them: the file holds the real vocabulary, whatever t wrote it. Its sharded axis is 0, so
+// the rank's part is rows [rank·chunk, (rank + 1)·chunk) of the padded tensor and its real rows
+// are a prefix of the part: elements [offset, offset + real) of the whole tensor.
+struct PaddedPart {
+  std::int64_t offset = 0;  // the part's first element in the whole tensor
+  std::int64_t real = 0;    // elements of the part that are not padding
+};
+
+PaddedPart padded_part(const Value& value, int tensor_rank) {
+  PARTRAIN_CHECK(value.sharding.axis == 0 && value.sharding.blocks == 1,
+                 "checkpoint: '" << value.name << "' is padded along dimension " << value.sharding.axis << " ("
+                                 << value.sharding.blocks << " blocks); only the vocabulary rows (dimension 0) are");
+  const Shape whole = whole_shape(value);
+  const std::int64_t row = numel(value.type.shape) / value.type.shape[0];
+  const std::int64_t first_row = value.type.shape[0] * tensor_rank;
+  PaddedPart part;
+  part.offset = first_row * row;
+  part.real = std::clamp(whole[0] - first_row, std::int64_t{0}, value.type.shape[0]) * row;
+  return part;
+}
+
+// What a rank writes of a padded parameter (or its optimizer state): `data` holds elements
+// [begin, begin + data.numel()) of its part; only those before the padding go to the file, as a
+// range of the whole tensor's elements (no data when none does).
+io::CheckpointTensor padded_tensor(const std::string& name, const Value& value, int tensor_rank, const Tensor& data,
+                                   std::int64_t begin) {
+  io::CheckpointTensor tensor{name, whole_shape(value), Tensor(), {}};
+  if (!data.defined()) return tensor;
+  const PaddedPart part = padded_part(value, tensor_rank);
+  const std::int64_t end = std::min(begin + data.numel(), part.real);
+  if (end <= begin) return tensor;
+  tensor.data = Tensor::empty({end - begin}, data.dtype());
+  std::memcpy(tensor.data.raw_data(), data.raw_data(), static_cast<std::size_t>(end - begin) * dtype_size(data.dtype()));
+  tensor.part.begin = part.offset + begin;
+  tensor.part.end = part.offset + end;
+  return tensor;
 }
 
 std::vector<int> saved_values(const Graph& graph) {
@@ -67,9 +107,12 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
         sharded ? io::CheckpointPart{v.sharding.axis, v.sharding.parts, v.sharding.blocks, placement.tensor_rank}
                 : io::CheckpointPart{};
     const Shape shape = whole_shape(v);
+    const bool padded = sharded && v.sharding.padding > 0;
     // The writer reads host memory: device tensors are copied out first.
     Backend& backend = executor.backend();
-    tensors.push_back({"model/" + v.name, shape, mine ? to_host(executor.state().at(value), backend) : Tensor(), part});
+    const Tensor data = mine ? to_host(executor.state().at(value), backend) : Tensor();
+    tensors.push_back(padded ? padded_tensor("model/" + v.name, v, placement.tensor_rank, data, 0)
+                             : io::CheckpointTensor{"model/" + v.name, shape, data, part});
     if (v.kind != ValueKind::Param) continue;
     // The optimizer state: the same part of the tensor as the parameter, or under ZeRO-1 every
     // data-parallel rank's piece of it (elements [begin, end) of the part).
@@ -81,8 +124,12 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
       state_part.begin = held->second.begin;
       state_part.end = held->second.end;
     }
-    for (std::size_t k = 0; k < states.size(); ++k)
-      tensors.push_back({"optim/" + v.name + "/" + states[k], shape, state_writer ? held->second.states[k] : Tensor(), state_part});
+    for (std::size_t k = 0; k < states.size(); ++k) {
+      const std::string name = "optim/" + v.name + "/" + states[k];
+      const Tensor state = state_writer ? held->second.states[k] : Tensor();
+      tensors.push_back(padded ? padded_tensor(name, v, placement.tensor_rank, state, pieces ? state_part.begin : 0)
+                               : io::CheckpointTensor{name, shape, state, state_part});
+    }
     Tensor step;
     if (holder && placement.tensor_rank == 0) step = Tensor::full({1}, static_cast<double>(optimizer_state.steps.at(value)));
     tensors.push_back({"optim/" + v.name + "/step", {1}, step});

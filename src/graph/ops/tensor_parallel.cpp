@@ -9,13 +9,19 @@
 //   VocabParallelEmbedding: (weight [V/t, H], indices [...] i32|i64) -> [..., H]. Rank r holds
 //           vocabulary rows [r·V/t, (r+1)·V/t); positions whose index lies elsewhere get zeros, so
 //           the group's sum (a following TensorParallelAllReduce) is the full embedding. An index
-//           outside [0, V) is an error at run time; indices get no gradient.
+//           outside [0, V) is an error at run time; indices get no gradient. Attribute vocab_size
+//           (default V): the real vocabulary when the table ends in Megatron-LM's vocabulary
+//           padding (rows [vocab_size, V), zero; graph/tensor_parallel.h); an index among them is
+//           an error too.
 //   VocabParallelCrossEntropy: (logits [..., C/t], labels [...] i32|i64) -> (loss [] f32,
 //           log_sum_exp [...] f32). The rank holds classes [r·C/t, (r+1)·C/t) of the logits; the
 //           row maxima, the sums of exponentials and the target logits are all-reduced over the group
 //           (3 floats per row), so every rank gets SoftmaxCrossEntropy's loss of the whole logits
 //           (attribute ignore_index, default -100) without gathering them. log_sum_exp is kept for
-//           the backward pass (0 on ignored positions). Labels get no gradient.
+//           the backward pass (0 on ignored positions). Labels get no gradient. Attribute
+//           vocab_size (default C): the real classes when the logits end in vocabulary padding —
+//           classes [vocab_size, C) take no part in the softmax (as if their logits were −inf),
+//           get a zero gradient, and a label among them is an error.
 // Sequence parallelism (Korthikanti et al. 2022 §4.2.2; Megatron-LM's --sequence-parallel): between
 // the tensor-parallel regions each rank holds 1/t of the sequence. Attributes: axis (the sequence
 // dimension of the tensor, default 1: [B, S, H]) and parts (t, the group's size; the kernels check
@@ -57,7 +63,14 @@ std::pair<double, double> reduce_allreduce_bytes(std::span<const TensorType>, st
   return {bytes_of(outputs[0]), 0.0};
 }
 
-std::vector<TensorType> infer_embedding(const Attributes&, std::span<const TensorType> inputs) {
+// The real vocabulary of a padded vocabulary-parallel op (the kernels check it against the group).
+void check_vocab_size(const Attributes& attributes) {
+  const std::int64_t vocab_size = attributes.get_int("vocab_size", 1);
+  PARTRAIN_CHECK(vocab_size >= 1, "vocab_size must be positive, got " << vocab_size);
+}
+
+std::vector<TensorType> infer_embedding(const Attributes& attributes, std::span<const TensorType> inputs) {
+  check_vocab_size(attributes);
   const TensorType& weight = inputs[0];
   const TensorType& indices = inputs[1];
   PARTRAIN_CHECK(weight.shape.size() == 2 && !has_batch_dim(weight.shape),
@@ -70,7 +83,9 @@ std::vector<TensorType> infer_embedding(const Attributes&, std::span<const Tenso
   return {{shape, weight.dtype}};
 }
 
-std::vector<TensorType> infer_cross_entropy(const Attributes&, std::span<const TensorType> inputs) {
+std::vector<TensorType> infer_cross_entropy(const Attributes& attributes, std::span<const TensorType> inputs) {
+  check_vocab_size(attributes);
+  attributes.get_int("ignore_index", -100);  // type check
   const TensorType& logits = inputs[0];
   const TensorType& labels = inputs[1];
   PARTRAIN_CHECK(is_floating(logits.dtype) && !logits.shape.empty(),
