@@ -576,6 +576,13 @@ TEST(PlannedGraphs, EachDegreeBuiltOnce) {
               std::string::npos)
         << error.message();
   }
+  // A vocabulary no degree divides (GPT-2's) is padded, not refused: the graph holds 50,432 rows.
+  config.model.seq_len = 16;
+  config.model.vocab = 50257;
+  app::PlannedGraphs gpt2(config);
+  const Graph& padded = gpt2.of_degree(2);
+  EXPECT_EQ(whole_shape(padded.value(padded.value_id("transformer.wte.weight"))), (Shape{50257, 64}));
+  EXPECT_EQ(padded.value(padded.value_id("transformer.wte.weight")).type.shape, (Shape{50432 / 2, 64}));
   try {
     graphs.of_degree(8);  // 4 heads
     FAIL() << "expected an error";

@@ -132,12 +132,13 @@ void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel, 
   PARTRAIN_CHECK(model.type != "resnet", config.path << ": [parallel] tensor_parallel = " << tensor_parallel
                                                      << ", but a resnet has no tensor-parallel layers (only BERT and GPT "
                                                         "transformer layers split across ranks); use 1");
+  // Not the vocabulary: the graph pads it to a multiple of vocab_divisible_by × t (Megatron-LM's way).
   const std::pair<const char*, std::int64_t> sizes[] = {
-      {"heads", model.heads}, {"hidden", model.hidden}, {"intermediate", model.intermediate_size()}, {"vocab", model.vocab}};
+      {"heads", model.heads}, {"hidden", model.hidden}, {"intermediate", model.intermediate_size()}};
   for (const auto& [key, size] : sizes)
-    PARTRAIN_CHECK(size % tensor_parallel == 0,
-                   config.path << ": [model] " << key << " = " << size << " is not a multiple of [parallel] tensor_parallel = "
-                               << tensor_parallel << (std::string(key) == "vocab" ? " (pad the vocabulary as Megatron does)" : ""));
+    PARTRAIN_CHECK(size % tensor_parallel == 0, config.path << ": [model] " << key << " = " << size
+                                                            << " is not a multiple of [parallel] tensor_parallel = "
+                                                            << tensor_parallel);
   // Sequence parallelism splits the sequence over the group.
   PARTRAIN_CHECK(!sequence_parallel || model.seq_len % tensor_parallel == 0,
                  config.path << ": [model] seq_len = " << model.seq_len << " is not a multiple of [parallel] tensor_parallel = "

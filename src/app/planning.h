@@ -80,8 +80,9 @@ std::unordered_map<int, Tensor> initial_values(const ExperimentConfig& config, c
 
 /// The one check of a tensor-parallel degree against the experiment, without building a graph
 /// (nothing for degree ≤ 1): throws partrain::Error naming the config file and the [model] key
-/// (heads, hidden, intermediate, vocab; seq_len with `sequence_parallel`) that the degree does not
-/// divide, or saying that the model type has no tensor-parallel layers (resnet).
+/// (heads, hidden, intermediate; seq_len with `sequence_parallel`) that the degree does not divide,
+/// or saying that the model type has no tensor-parallel layers (resnet). The vocabulary is padded
+/// ([model] vocab_divisible_by), so any degree suits it.
 void check_tensor_parallel(const ExperimentConfig& config, int tensor_parallel, bool sequence_parallel = false);
 
 /// The cost model the planner prices `graph` with: the calibrated model over `database` (the
