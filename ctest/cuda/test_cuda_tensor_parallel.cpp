@@ -1,6 +1,6 @@
 // CUDA vs CPU: the tensor-parallel ops (kernels/cuda/tensor_parallel.cu against
-// kernels/cpu/tensor_parallel.cpp), forward and backward, f32 and bf16, with and without vocabulary padding, as rank 0 and rank t − 1 of
-// groups of t = 2 and 4, Dropout on a tensor-parallel part, and sequence parallelism's all-gathers,
+// kernels/cpu/tensor_parallel.cpp), forward and backward, f32 and bf16, with and without vocabulary
+// padding, as rank 0 and rank t − 1 of groups of t = 2 and 4, Dropout on a tensor-parallel part, and sequence parallelism's all-gathers,
 // reduce-scatters, scatter and gather (also against a hand-computed layout). Both backends reduce over the same
 // test-local group (below), so each rank's results are compared as they are. Skipped without a GPU.
 #include <cuda_runtime.h>

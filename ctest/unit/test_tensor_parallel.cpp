@@ -298,8 +298,12 @@ class OneRankGroup final : public TensorParallelGroup {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void all_reduce(const Tensor&, Reduction) override {}
-  void all_gather(const Tensor& input, const Tensor& output) override { std::memcpy(output.raw_data(), input.raw_data(), input.nbytes()); }
-  void reduce_scatter(const Tensor& input, const Tensor& output) override { std::memcpy(output.raw_data(), input.raw_data(), input.nbytes()); }
+  void all_gather(const Tensor& input, const Tensor& output) override {
+    std::memcpy(output.raw_data(), input.raw_data(), input.nbytes());
+  }
+  void reduce_scatter(const Tensor& input, const Tensor& output) override {
+    std::memcpy(output.raw_data(), input.raw_data(), input.nbytes());
+  }
 };
 
 TEST(VocabParallelCrossEntropy, PaddedClassesTakeNoPartInTheLossOrGradient) {

@@ -576,8 +576,9 @@ void vocab_cross_entropy_forward(const KernelContext& context, std::span<const T
 }
 
 // dlogits[r, j] = exp(z[r, j] − log_sum_exp[r])·scale, minus scale at the label's class when it is
-// one of the rank's; 0 on ignored rows and in the vocabulary padding (j ≥ real). scale = dloss / counted (0 when nothing is counted); the
-// loss gradient is the f32 scalar (bf16 accepted: loss_grad_is_bf16).
+// one of the rank's; 0 on ignored rows and in the vocabulary padding (j ≥ real). scale = dloss /
+// counted (0 when nothing is counted); the loss gradient is the f32 scalar (bf16 accepted:
+// loss_grad_is_bf16).
 template <typename T, typename L>
 __global__ void vocab_cross_entropy_backward_kernel(const T* __restrict__ logits, const L* __restrict__ labels,
                                                     const float* __restrict__ log_sum_exp, const void* loss_grad,

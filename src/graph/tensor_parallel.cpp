@@ -199,10 +199,13 @@ class Transformation {
       const int old_value = task.outputs[k];
       map_[old_value] = new_outputs.at(k);
       layout_[old_value] = layout;
-      // The local shape must be the whole shape with the split dimension divided.
+      // The local shape must be the whole shape with the split dimension (and its vocabulary
+      // padding, if any) divided.
       Shape expected = graph_.value(old_value).type.shape;
-      if (layout.split)
-        expected[static_cast<std::size_t>(layout.axis)] = (expected[static_cast<std::size_t>(layout.axis)] + layout.padding) / degree_;
+      if (layout.split) {
+        std::int64_t& split = expected[static_cast<std::size_t>(layout.axis)];
+        split = (split + layout.padding) / degree_;
+      }
       const Shape& actual = out_.value(new_outputs.at(k)).type.shape;
       if (actual != expected)
         fail(task, "local output " + shape_string(actual) + " is not the rank's part " + shape_string(expected) +
