@@ -350,6 +350,14 @@ std::optional<Plan> plan_interleaved_rannc(const Graph& graph, const std::vector
     if (!split.feasible) continue;
     const double objective = score(costs, options, c, split.first_block, split.max_chunk_seconds);
     if (!(objective < threshold)) continue;
+    // Pipeline sizes that give the same ranks (the same S, v, M, per-replica batch and chunks) and
+    // the same objective differ only in how the replicas are counted: one of them is enough.
+    const auto same = [&](const Scored& other) {
+      const Configuration& o = other.configuration;
+      return o.stages == c.stages && o.virtual_stages == c.virtual_stages && o.microbatches == c.microbatches &&
+             o.batch == c.batch && std::fabs(other.objective - objective) <= 1e-12 * objective;
+    };
+    if (std::any_of(best.begin(), best.end(), same)) continue;
     Scored scored{objective, c, split.first_block};
     best.insert(std::upper_bound(best.begin(), best.end(), scored,
                                  [](const Scored& x, const Scored& y) { return x.objective < y.objective; }),
