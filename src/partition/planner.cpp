@@ -253,6 +253,7 @@ LayoutCandidate plan_layout(const Graph& planned, const CostModel& cost, const P
     candidate.samples_per_second = plan.predicted_samples_per_second();
     candidate.stages = plan.pipeline_stages();
     candidate.pipeline_replicas = plan.pipeline_replicas;
+    candidate.virtual_stages = plan.virtual_stages;
     best_objective = std::min(best_objective, stage_dp_objective(plan));
     if (!best || preferred(candidate, *best)) best = std::move(plan);
   } catch (const Error& error) {
