@@ -247,14 +247,18 @@ LayoutCandidate plan_layout(const Graph& planned, const CostModel& cost, const P
   candidate.tensor_parallel = options.tensor_parallel;
   candidate.zero = options.zero;
   candidate.sequence_parallel = options.tensor_parallel > 1 && options.sequence_parallel;
+  // rannc choosing v reports its plain plan's objective: the bound stays what plain planning's is.
+  double plain_objective = std::numeric_limits<double>::quiet_NaN();
+  PlannerOptions reporting = options;
+  reporting.plain_objective_seconds = &plain_objective;
   try {
-    Plan plan = make_plan(planned, cost, options);
+    Plan plan = make_plan(planned, cost, reporting);
     candidate.feasible = true;
     candidate.samples_per_second = plan.predicted_samples_per_second();
     candidate.stages = plan.pipeline_stages();
     candidate.pipeline_replicas = plan.pipeline_replicas;
     candidate.virtual_stages = plan.virtual_stages;
-    best_objective = std::min(best_objective, stage_dp_objective(plan));
+    best_objective = std::min(best_objective, std::isnan(plain_objective) ? stage_dp_objective(plan) : plain_objective);
     if (!best || preferred(candidate, *best)) best = std::move(plan);
   } catch (const Error& error) {
     if (!searching) throw;
