@@ -258,7 +258,9 @@ LayoutCandidate plan_layout(const Graph& planned, const CostModel& cost, const P
     candidate.stages = plan.pipeline_stages();
     candidate.pipeline_replicas = plan.pipeline_replicas;
     candidate.virtual_stages = plan.virtual_stages;
-    best_objective = std::min(best_objective, std::isnan(plain_objective) ? stage_dp_objective(plan) : plain_objective);
+    // (A plain plan returned is the one plain planning finds: its own objective, as without v.)
+    const bool interleaved = plan.virtual_stages > 1 && !std::isnan(plain_objective);
+    best_objective = std::min(best_objective, interleaved ? plain_objective : stage_dp_objective(plan));
     if (!best || preferred(candidate, *best)) best = std::move(plan);
   } catch (const Error& error) {
     if (!searching) throw;

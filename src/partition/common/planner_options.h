@@ -75,9 +75,10 @@ struct PlannerOptions {
   double step_seconds_bound = std::numeric_limits<double>::infinity();
   /// rannc with schedule = "interleaved" and virtual_stages = 0 (it chooses v): when not null, set
   /// to the stage-DP objective (make_3d_plan's, of the predicted stages) of the plain 1F1B plan it
-  /// found, infinity when none beat step_seconds_bound, whichever plan it returns. make_3d_plan
-  /// bounds the later layouts with it rather than with an interleaved plan's objective, so that
-  /// choosing v prunes no plain plan that planning without interleaving would find. Not owned.
+  /// found, infinity when none beat step_seconds_bound, whichever plan it returns (untouched
+  /// otherwise). When the plan returned is interleaved, make_3d_plan bounds the later layouts with
+  /// it rather than with that plan's objective, so that choosing v prunes no plain plan that
+  /// planning without interleaving would find. Not owned.
   double* plain_objective_seconds = nullptr;
 
   /// usable bytes per device

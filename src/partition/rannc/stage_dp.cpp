@@ -922,7 +922,7 @@ std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vec
   // Interleaved pipelines whose objective beats the best plain one's (or a better layout's).
   std::optional<Plan> interleaved;
   if (choose_chunks) interleaved = plan_interleaved_rannc(graph, blocks, cost, asked, best_step);
-  if (asked.plain_objective_seconds) *asked.plain_objective_seconds = kInfinity;
+  if (choose_chunks && asked.plain_objective_seconds) *asked.plain_objective_seconds = kInfinity;
   if (!best_split.feasible) {
     if (interleaved) return interleaved;
     if ((!diagnose || std::isfinite(options.step_seconds_bound)) && any_setting) return std::nullopt;
@@ -942,7 +942,7 @@ std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vec
       if (other.predicted_step_seconds < plan.predicted_step_seconds * (1 - 1e-12)) plan = std::move(other);
     }
   }
-  if (asked.plain_objective_seconds) *asked.plain_objective_seconds = interleaved_objective_seconds(plan);
+  if (choose_chunks && asked.plain_objective_seconds) *asked.plain_objective_seconds = interleaved_objective_seconds(plan);
   // The simulator decides between the plain and the interleaved plan (ties: plain, fewer messages).
   if (interleaved && interleaved->predicted_step_seconds < plan.predicted_step_seconds * (1 - 1e-9)) return interleaved;
   return plan;
