@@ -156,6 +156,28 @@ TEST(Config, TensorParallelAndZeroMayBeLeftToThePlanner) {
   EXPECT_NE(error("device_efficiency = 1.5\n").find("key 'device_efficiency' must be in (0, 1]"), std::string::npos);
 }
 
+// [parallel] device_model: a preset's published figures become the device keys' defaults; keys in
+// the file still win; an unknown model is an error naming the known ones.
+TEST(Config, DeviceModelPresetsFillTheDeviceKeys) {
+  const auto parallel = [](const std::string& text) {
+    return read_parallel_config(ConfigDocument::parse("[parallel]\n" + text, "configs/x.toml"));
+  };
+  const ParallelConfig a100 = parallel("device_model = \"a100-80gb\"\n");
+  EXPECT_EQ(a100.device_model, "a100-80gb");
+  EXPECT_DOUBLE_EQ(a100.device_flops, 312e12);
+  EXPECT_DOUBLE_EQ(a100.device_efficiency, 267.9 / 312);
+  EXPECT_DOUBLE_EQ(a100.device_memory_bytes, 80.0 * (1ull << 30));
+  EXPECT_EQ(a100.devices_per_node, 8);
+  EXPECT_DOUBLE_EQ(a100.link_bandwidth, 210e9);
+  const ParallelConfig overridden = parallel("device_model = \"h100-sxm\"\nlink_bandwidth = 1e11\ndevice_memory = \"40GiB\"\n");
+  EXPECT_DOUBLE_EQ(overridden.device_flops, 989e12);
+  EXPECT_DOUBLE_EQ(overridden.link_bandwidth, 1e11);
+  EXPECT_DOUBLE_EQ(overridden.device_memory_bytes, 40.0 * (1ull << 30));
+  EXPECT_EQ(parallel("").device_model, "");
+  EXPECT_EQ(error_message([&] { parallel("device_model = \"v100\"\n"); }),
+            "configs/x.toml:2: [parallel] key 'device_model' must be one of \"a100-80gb\", \"h100-sxm\", not \"v100\"");
+}
+
 TEST(Config, SequenceParallelNeedsTensorParallelismAndATransformer) {
   const auto parallel = [](const std::string& text) {
     return read_parallel_config(ConfigDocument::parse("[parallel]\n" + text, "configs/x.toml"));

@@ -222,6 +222,7 @@ int run_config_plan(const PlanArguments& arguments) {
   progress.finish();
   const Plan& plan = result.plan;
 
+  if (!setup.layout_note.empty()) std::printf("%s\n", setup.layout_note.c_str());
   if (result.candidates.size() > 1) std::fputs(format_layout_candidates(result).c_str(), stdout);
   std::fputs(format_plan_table(plan).c_str(), stdout);
   std::fputs(format_device_throughput(plan, model, result.graph, config.parallel.device_flops).c_str(), stdout);

@@ -5,10 +5,26 @@
 
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
+#include "io/device_presets.h"
 #include "models/model.h"
 #include "partition/common/calibrated_cost_model.h"
 
 namespace partrain::app {
+
+partition::KernelModel kernel_model_of(const ParallelConfig& parallel, const std::string& precision) {
+  const DevicePreset* preset = find_device_preset(parallel.device_model);
+  PARTRAIN_CHECK(preset, "[parallel] device_model = \"" << parallel.device_model << "\" is not a known GPU");
+  partition::KernelModel kernels;
+  // device_flops and device_efficiency default to the preset's bf16 peak and GEMM efficiency; a
+  // file that sets them changes the GEMM rate. fp32 plans run on the fp32 units.
+  kernels.peak_flops = precision == "bf16" ? parallel.device_flops : preset->peak_fp32_flops;
+  kernels.gemm_efficiency = parallel.device_efficiency;
+  kernels.memory_bandwidth = preset->memory_bandwidth;
+  kernels.memory_efficiency = preset->memory_efficiency;
+  kernels.multiprocessors = preset->multiprocessors;
+  kernels.kernel_seconds = preset->kernel_seconds;
+  return kernels;
+}
 
 PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, double device_memory_bytes,
                              const std::string& planner) {
@@ -21,12 +37,30 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   setup.device.link_bandwidth = parallel.link_bandwidth;
   setup.device.network_bandwidth = parallel.network_bandwidth;
   setup.device.devices_per_node = static_cast<int>(parallel.devices_per_node);
+  if (!parallel.device_model.empty()) setup.device.kernels = kernel_model_of(parallel, config.train.precision);
 
   partition::PlannerOptions& options = setup.options;
   options.planner = planner.empty() ? parallel.planner : planner;
   options.world_size = world_size;
   options.tensor_parallel = static_cast<int>(parallel.tensor_parallel);
   options.zero = static_cast<int>(parallel.zero);
+  if (parallel.devices_per_node > 1 && (!parallel.tensor_parallel_given || !parallel.zero_given)) {
+    const std::string unset = !parallel.tensor_parallel_given && !parallel.zero_given ? "tensor_parallel and zero"
+                              : !parallel.tensor_parallel_given                      ? "tensor_parallel"
+                                                                                     : "zero";
+    if (!parallel.device_model.empty()) {
+      // Planning GPUs: Megatron-LM's space (t inside a node, ZeRO) is searched unless fixed.
+      if (!parallel.tensor_parallel_given) options.tensor_parallel = 0;
+      if (!parallel.zero_given) options.zero = -1;
+      setup.layout_note = unset + " not set: searched for the " + parallel.device_model +
+                          " devices (set them in [parallel] to fix a layout)";
+    } else {
+      setup.layout_note = unset + " not set: kept at " +
+                          (unset == "zero" ? "0" : unset == "tensor_parallel" ? "1" : "1 and 0") +
+                          " because without a GPU device_model the 3D search is opt-in (on CPUs the measured all-reduce "
+                          "fits price t > 1 too cheaply, docs/parallelism.md); set \"auto\" to search";
+    }
+  }
   options.sub_pipelined_tmp = parallel.sub_pipelined_tmp;
   options.sequence_parallel = parallel.sequence_parallel;
   options.choose_sequence_parallel = parallel.choose_sequence_parallel;
@@ -40,6 +74,8 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.optimizer = config.train.optimizer;
   options.optimizer_state_copies = state_copies_of_optimizer(config.train.optimizer);
   options.mixed_precision = config.train.precision == "bf16";
+  // On GPUs NCCL runs the bucketed all-reduce on its own stream, overlapping the last backward.
+  if (!parallel.device_model.empty()) options.overlap_bucket_bytes = parallel.bucket_mb * (1 << 20);
   options.blocks = static_cast<int>(parallel.blocks);
   options.max_microbatches = static_cast<int>(parallel.max_microbatches);
   options.max_ideals = static_cast<std::size_t>(parallel.max_ideals);

@@ -20,7 +20,15 @@ namespace partrain::app {
 struct PlanningSetup {
   partition::DeviceSpec device;
   partition::PlannerOptions options;
+  /// One line for the plan output when tensor_parallel and zero were not given in the file: that
+  /// the planner searches them (a GPU device_model) or that they stay 1 and 0, and why. "" otherwise.
+  std::string layout_note;
 };
+
+/// The kernel figures of [parallel] device_model (io/device_presets.h) for a run in `precision`
+/// ("bf16": the tensor cores at device_flops × device_efficiency; "fp32": the fp32 units). Throws
+/// partrain::Error for an unknown model.
+partition::KernelModel kernel_model_of(const ParallelConfig& parallel, const std::string& precision);
 
 /// The setup for `world_size` devices from [train] and [parallel]; `device_memory_bytes` > 0 and a
 /// non-empty `planner` override the config. Throws partrain::Error on inconsistent values.

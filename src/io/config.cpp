@@ -1,4 +1,5 @@
 #include "io/config.h"
+#include "io/device_presets.h"
 
 #include <toml++/toml.h>
 
@@ -424,9 +425,33 @@ TrainConfig read_train_config(const ConfigDocument& document) {
 
 // ---------------- [parallel] ----------------
 
+namespace {
+// [parallel] device_model: the preset's figures become the defaults of the device keys, which the
+// file may still set one by one.
+void read_device_model(SectionReader& reader, ParallelConfig& config) {
+  if (!reader.has("device_model")) return;
+  reader.read("device_model", config.device_model);
+  if (config.device_model.empty()) return;  // "": no preset (the FLOP-only model)
+  const DevicePreset* preset = find_device_preset(config.device_model);
+  if (!preset) {
+    std::string names;
+    for (const DevicePreset& known : device_presets()) names += (names.empty() ? "\"" : ", \"") + known.name + "\"";
+    reader.fail("device_model", "must be one of " + names + ", not \"" + config.device_model + "\"");
+  }
+  config.device_memory_bytes = preset->memory_bytes;
+  config.devices_per_node = preset->devices_per_node;
+  config.device_flops = preset->peak_bf16_flops;
+  config.device_efficiency = preset->gemm_efficiency;
+  config.link_latency = preset->link_latency;
+  config.link_bandwidth = preset->link_bandwidth;
+  config.network_bandwidth = preset->network_bandwidth;
+}
+}  // namespace
+
 ParallelConfig read_parallel_config(const ConfigDocument& document) {
   SectionReader reader(document, "parallel");
   ParallelConfig config;
+  read_device_model(reader, config);
   reader.read_choice("planner", config.planner, {"rannc", "ideals", "dpl", "ip", "capslog", "merak", "uniform", "manual"});
   reader.read("world_size", config.world_size);
   reader.read_memory_size("device_memory", config.device_memory_bytes);
@@ -443,6 +468,8 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("ip_gap", config.ip_gap);
   reader.read("ip_contiguous", config.ip_contiguous);
   reader.read("stages", config.stages);
+  config.tensor_parallel_given = reader.has("tensor_parallel");
+  config.zero_given = reader.has("zero");
   reader.read_integer_or_auto("tensor_parallel", config.tensor_parallel, 0);
   reader.read_integer_or_auto("zero", config.zero, -1);
   reader.read("sub_pipelined_tmp", config.sub_pipelined_tmp);

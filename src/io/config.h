@@ -182,8 +182,14 @@ struct ParallelConfig {
   double bucket_mb = 25.0;                // gradient all-reduce bucket size limit, MiB (PyTorch DDP's bucket_cap_mb)
   std::int64_t zero = 0;                 // ZeRO stage: 0, or 1 (optimizer state sharded over each stage's data-parallel group)
                                          // -1 ("auto"): the planner chooses
+  bool tensor_parallel_given = false;    // the file (or --set) sets tensor_parallel
+  bool zero_given = false;               // the file (or --set) sets zero
   std::vector<std::int64_t> replicas;    // manual: replicas per stage (sum = devices per pipeline replica)
   std::vector<std::string> boundaries;   // manual: first layer of stages 2..S (names as in `inspect`, e.g. "encoder.layer.1")
+  /// A GPU preset (io/device_presets.h: "a100-80gb", "h100-sxm"): the analytic cost model prices
+  /// kernels by their shapes on it, and its figures are the defaults of the device keys below and
+  /// of device_memory and devices_per_node. "": the FLOP-only model at device_flops × device_efficiency.
+  std::string device_model;
   double device_flops = 1e12;            // analytic cost model: FLOP/s of one device (peak when device_efficiency < 1)
   double device_efficiency = 1.0;        // analytic cost model: share of device_flops sustained, (0, 1]
   double link_latency = 0.0;             // seconds each collective on the node link starts with (analytic model)

@@ -357,6 +357,7 @@ nlohmann::json Plan::to_json() const {
                           {"recompute", recompute_name(stage.recompute)}, {"forward_seconds", stage.forward_seconds},
                           {"backward_seconds", stage.backward_seconds}, {"memory_bytes", stage.memory_bytes},
                           {"allreduce_seconds", stage.allreduce_seconds},
+                          {"allreduce_hidden_seconds", stage.allreduce_hidden_seconds},
                           {"optimizer_seconds", stage.optimizer_seconds},
                           {"tasks", stage.tasks}});
     if (stage.recompute == RecomputePolicy::StageAware) stage_list.back()["recompute_until_task"] = stage.recompute_until_task;
@@ -429,6 +430,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
       stage.backward_seconds = entry.value("backward_seconds", 0.0);
       stage.memory_bytes = entry.value("memory_bytes", 0.0);
       stage.allreduce_seconds = entry.value("allreduce_seconds", 0.0);
+      stage.allreduce_hidden_seconds = entry.value("allreduce_hidden_seconds", 0.0);
       stage.optimizer_seconds = entry.value("optimizer_seconds", 0.0);
       stage.tasks = entry.at("tasks").get<std::vector<int>>();
       plan.stages.push_back(std::move(stage));

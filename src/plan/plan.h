@@ -74,6 +74,9 @@ struct PlanStage {
   double recompute_seconds = 0; // predicted: the part of backward_seconds that repeats forward work
   double memory_bytes = 0;      // predicted peak bytes per device
   double allreduce_seconds = 0; // predicted: the stage's gradient all-reduce over its data-parallel group
+  /// Predicted: the part of allreduce_seconds that runs during the stage's last backward (the
+  /// bucketed all-reduce starting each bucket as its gradients complete); 0 when it follows the backward.
+  double allreduce_hidden_seconds = 0;
   double optimizer_seconds = 0; // predicted: the optimizer step over the stage's parameters
 };
 

@@ -33,7 +33,7 @@ TimelineCosts TimelineCosts::from_plan(const Plan& plan) {
   TimelineCosts costs;
   std::vector<double> all_reduce;
   for (const PlanStage& stage : plan.stages) {
-    all_reduce.push_back(stage.allreduce_seconds);
+    all_reduce.push_back(std::max(0.0, stage.allreduce_seconds - stage.allreduce_hidden_seconds));
     costs.stage_step_seconds.push_back(stage.optimizer_seconds);
     // Per-layer and selective recomputation happen inside the backward, which is charged whole.
     const bool recomputes = recomputes_before_backward(stage.recompute);

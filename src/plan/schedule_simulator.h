@@ -33,7 +33,7 @@ struct TimelineCosts {
   /// From the plan's predictions: forward = PlanStage::forward_seconds; for a recomputing stage
   /// recompute = forward_seconds and backward = backward_seconds − forward_seconds (the plan's backward
   /// includes the recomputation), otherwise recompute = 0 and backward = backward_seconds;
-  /// all-reduce = PlanStage::allreduce_seconds; step = PlanStage::optimizer_seconds. No separate transfer costs: the planners fold a
+  /// all-reduce = PlanStage::allreduce_seconds − allreduce_hidden_seconds (what is left after the last backward); step = PlanStage::optimizer_seconds. No separate transfer costs: the planners fold a
   /// stage's boundary transfers into its forward and backward (on MPI the copies occupy the rank).
   static TimelineCosts from_plan(const Plan& plan);
 };

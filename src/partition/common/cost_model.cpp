@@ -3,9 +3,11 @@
 #include "partition/common/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -89,6 +91,11 @@ void check_device(const DeviceSpec& device) {
                      device.network_bandwidth > 0 && device.devices_per_node > 0,
                  "cost model: device throughput, memory, bandwidths and devices per node must be positive");
   PARTRAIN_CHECK(device.link_latency >= 0, "cost model: the link latency must not be negative");
+  const KernelModel& kernels = device.kernels;
+  PARTRAIN_CHECK(kernels.peak_flops >= 0 && kernels.memory_bandwidth >= 0 && kernels.multiprocessors >= 0 &&
+                     kernels.gemm_efficiency > 0 && kernels.gemm_efficiency <= 1 && kernels.memory_efficiency > 0 &&
+                     kernels.memory_efficiency <= 1 && kernels.kernel_seconds >= 0,
+                 "cost model: kernel figures must not be negative and the efficiencies must be in (0, 1]");
 }
 
 std::string device_text(const DeviceSpec& device) {
@@ -116,6 +123,13 @@ LinearBytes value_bytes(const Value& value, bool mixed_precision) {
 }
 
 }  // namespace
+
+double allreduce_hidden_seconds(double allreduce_seconds, double backward_seconds, double parameter_bytes,
+                                double bucket_bytes) {
+  if (bucket_bytes <= 0 || allreduce_seconds <= 0 || backward_seconds <= 0 || parameter_bytes <= 0) return 0.0;
+  const double buckets = std::ceil(parameter_bytes / bucket_bytes);
+  return std::min(allreduce_seconds, backward_seconds) * (1.0 - 1.0 / buckets);
+}
 
 double activation_bytes_of(const Graph& graph, std::span<const int> values, std::int64_t batch, bool mixed_precision) {
   std::vector<int> distinct(values.begin(), values.end());
@@ -172,11 +186,15 @@ class AnalyticCostModel final : public CostModel {
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = cache_.find(key);
     if (found == cache_.end()) found = cache_.emplace(key, figures(sorted)).first;
-    const Figures& f = found->second;
+    Figures& f = found->second;
     const double b = static_cast<double>(batch);
     profile::Measurement m;
-    m.forward_seconds = (f.flops_per_sample * b + f.flops_fixed) / device_.flops_per_second;
-    m.backward_seconds = 2.0 * m.forward_seconds;
+    if (device_.kernels.enabled()) {
+      std::tie(m.forward_seconds, m.backward_seconds) = kernel_seconds(f, sorted, batch);
+    } else {
+      m.forward_seconds = (f.flops_per_sample * b + f.flops_fixed) / device_.flops_per_second;
+      m.backward_seconds = 2.0 * m.forward_seconds;
+    }
     if (tensor_parallel_ > 1) {  // the f/g all-reduces block the pass unless sub-pipelined
       const bool overlap = sub_pipelined_tmp_ && batch >= 2;  // the executor halves only 2+ samples
       m.forward_seconds = tensor_parallel_pass_seconds(
@@ -207,14 +225,25 @@ class AnalyticCostModel final : public CostModel {
     return allreduce_time(device_, bytes, replicas, across_nodes);
   }
   std::string description() const override {
-    char text[96];
-    std::snprintf(text, sizeof text, "analytic (%.3g TFLOP/s, ", device_.flops_per_second / 1e12);
+    char text[200];
+    const KernelModel& kernels = device_.kernels;
+    if (kernels.enabled())
+      std::snprintf(text, sizeof text,
+                    "analytic kernels (%.4g TFLOP/s peak x %.3g for GEMMs, %d multiprocessors, %.4g TB/s x %.3g, ",
+                    kernels.peak_flops / 1e12, kernels.gemm_efficiency, kernels.multiprocessors,
+                    kernels.memory_bandwidth / 1e12, kernels.memory_efficiency);
+    else
+      std::snprintf(text, sizeof text, "analytic (%.3g TFLOP/s, ", device_.flops_per_second / 1e12);
     std::string tensor_parallel;
     if (tensor_parallel_ > 1)
       tensor_parallel = ", tensor parallel " + std::to_string(tensor_parallel_) + (sub_pipelined_tmp_ ? " sub-pipelined" : "");
     return text + device_text(device_) + tensor_parallel + (mixed_precision_ ? ", bf16 activations" : "") + ")";
   }
   const DeviceSpec& device() const override { return device_; }
+  double optimizer_step_seconds(double parameter_bytes, const std::string& optimizer) const override {
+    if (!device_.kernels.enabled()) return 0.0;
+    return optimizer_kernel_seconds(device_.kernels, parameter_bytes, optimizer, mixed_precision_);
+  }
 
  private:
   // Batch-independent sums over a task set, from which measure() scales to any batch.
@@ -226,7 +255,29 @@ class AnalyticCostModel final : public CostModel {
     double largest_output_per_sample = 0, largest_output_fixed = 0;
     LinearBytes forward_allreduce, backward_allreduce;  // tensor-parallel all-reduce bytes
     int forward_allreduces = 0, backward_allreduces = 0;
+    // Kernel-model forward and backward seconds of the set by batch (GEMM quantization makes
+    // them non-linear in the batch), filled on demand.
+    std::unordered_map<std::int64_t, std::pair<double, double>> kernel_seconds;
   };
+
+  // Called with mutex_ held. Σ task_kernel_seconds over `sorted` at `batch`, each task's figures
+  // computed once per batch.
+  std::pair<double, double> kernel_seconds(Figures& f, const std::vector<int>& sorted, std::int64_t batch) const {
+    auto found = f.kernel_seconds.find(batch);
+    if (found != f.kernel_seconds.end()) return found->second;
+    std::vector<std::pair<double, double>>& tasks = task_seconds_[batch];
+    if (tasks.empty()) tasks.assign(graph_.tasks().size(), {-1.0, -1.0});  // −1: not computed yet
+    std::pair<double, double> sum{0.0, 0.0};
+    for (int id : sorted) {
+      std::pair<double, double>& seconds = tasks[id];
+      if (seconds.first < 0)
+        seconds = task_kernel_seconds(graph_, id, graph_.task(id).constant ? 1 : batch, device_.kernels,
+                                      mixed_precision_ ? 2.0 : 4.0);
+      sum.first += seconds.first;
+      sum.second += seconds.second;
+    }
+    return f.kernel_seconds.emplace(batch, sum).first->second;
+  }
 
   // Called with mutex_ held (uses the stamp vectors).
   // `sorted`: ascending distinct task ids.
@@ -307,6 +358,8 @@ class AnalyticCostModel final : public CostModel {
   std::vector<double> task_activation_bytes_;  // per task: output bytes at batch 1
   mutable std::mutex mutex_;
   mutable std::unordered_map<std::string, Figures> cache_;
+  // Kernel seconds (forward, backward) of every task by batch, computed on first use.
+  mutable std::unordered_map<std::int64_t, std::vector<std::pair<double, double>>> task_seconds_;
   mutable std::vector<unsigned> task_stamp_, value_stamp_, activation_stamp_;
   mutable unsigned stamp_ = 0;
 };

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "graph/graph.h"
+#include "partition/common/kernel_timing.h"
 #include "profile/communication_profile.h"
 #include "profile/profile_db.h"
 
@@ -23,6 +24,9 @@ struct DeviceSpec {
   double network_bandwidth = 12.5e9;  // bytes/s between nodes
   int devices_per_node = 8;
   double link_latency = 0;            // seconds each collective on the node link starts with (analytic model)
+  /// The GPU's kernel figures (kernel_timing.h); when enabled the analytic model prices each task by
+  /// its kernels instead of at flops_per_second, and the optimizer step by its memory traffic.
+  KernelModel kernels;
 };
 
 /// The tensor-parallel all-reduces of a task set of a tensor_parallel_graph (graph/tensor_parallel.h)
@@ -80,6 +84,16 @@ void add_tensor_parallel_allreduces(profile::Measurement& measurement, const Gra
                                     std::int64_t batch, bool mixed_precision,
                                     const profile::CommunicationProfile& communication, const DeviceSpec& device,
                                     bool sub_pipelined_tmp);
+
+/// The part of a stage's data-parallel all-reduce (`allreduce_seconds` in all, moving
+/// `parameter_bytes` of gradients) that runs while its last backward (`backward_seconds`) is still
+/// computing, when the runtime all-reduces in buckets of `bucket_bytes` (runtime/bucketed_all_reduce.h,
+/// PyTorch DDP's reducer): with n = ⌈parameter_bytes / bucket_bytes⌉ buckets, bucket k ready at
+/// k·B/n and the buckets' all-reduces running one after another, A/n each, the last ends
+/// max(A/n, A − B(1 − 1/n)) after the backward, so min(A, B)·(1 − 1/n) is hidden. 0 when
+/// bucket_bytes ≤ 0 (no overlap) or one bucket.
+double allreduce_hidden_seconds(double allreduce_seconds, double backward_seconds, double parameter_bytes,
+                                double bucket_bytes);
 
 /// Bytes of the microbatch values `values` (any order, duplicates counted once) of `graph` at `batch`
 /// samples, as the runtime keeps them: f32 activations in bf16 when `mixed_precision`, every other

@@ -337,6 +337,8 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
     // ZeRO-1's reduce-scatter + all-gather move what the all-reduce moves (ring: 2 (n − 1)/n of the
     // bytes per rank); each rank then updates only its 1 / shards of the parameters.
     stage.allreduce_seconds = cost.allreduce_seconds(m.parameter_bytes, group, spans_nodes(cost, group * plan.tensor_parallel));
+    stage.allreduce_hidden_seconds = allreduce_hidden_seconds(stage.allreduce_seconds, stage.backward_seconds,
+                                                              m.parameter_bytes, options.overlap_bucket_bytes);
     stage.optimizer_seconds = cost.optimizer_step_seconds(m.parameter_bytes / policy.optimizer_shards, options.optimizer);
   }
   // The step time is the schedule's own action lists simulated with these costs: gpipe, 1f1b and

@@ -50,6 +50,10 @@ struct PlannerOptions {
   std::string optimizer = "adamw";       // recorded in the plan; its state copies count in memory
   int optimizer_state_copies = 2;        // AdamW 2, SGD 1 (state_copies_of_optimizer)
   bool mixed_precision = false;          // bf16 mixed precision (recorded in the plan)
+  /// > 0: the data-parallel all-reduce runs in buckets of this many bytes, each starting when its
+  /// gradients are complete in the last backward, overlapping it (NCCL on its own stream; the plan
+  /// records the overlap, PlanStage::allreduce_hidden_seconds); 0: priced after the backward.
+  double overlap_bucket_bytes = 0;
   int blocks = 32;                       // RaNNC block count k
   int max_microbatches = 64;             // RaNNC Algorithm 2: microbatch doubling bound
   std::size_t max_ideals = 200000;       // ideals planner
