@@ -466,10 +466,46 @@ TEST(Uniform, ChoosesVirtualStagesByPredictedStepTime) {
   EXPECT_EQ(chosen.virtual_stages, fastest_v);
   EXPECT_EQ(chosen.schedule, fastest_v == 1 ? ScheduleKind::OneForwardOneBackward : ScheduleKind::Interleaved);
   EXPECT_DOUBLE_EQ(chosen.predicted_step_seconds, fastest);
-  // Only the uniform planner chooses v.
+  // Only the uniform and rannc planners choose v.
   options.planner = "manual";
-  EXPECT_NE(error_message([&] { make_plan(graph, *cost, options); }).find("only the uniform planner chooses"),
+  EXPECT_NE(error_message([&] { make_plan(graph, *cost, options); }).find("only the uniform and rannc planners choose"),
             std::string::npos);
+}
+
+// rannc with virtual_stages = "auto" (interleaving.h) on a transformer that must be pipelined (the
+// device holds about a third of its model state): the plan is plain 1F1B or interleaved, whichever
+// the simulator predicts faster, and never slower than rannc's plain plan; its chunks cover the
+// graph (make_plan validates), those of a rank share its replicas.
+TEST(Rannc, ChoosesVirtualStagesByPredictedStepTime) {
+  ModelConfig config = tiny_config("gpt", 16);
+  config.vocab = 256;  // the layers, not the embedding, hold the parameters
+  const Graph graph = build_model(config);
+  DeviceSpec device;
+  {
+    std::vector<int> all(graph.tasks().size());
+    for (std::size_t t = 0; t < all.size(); ++t) all[t] = static_cast<int>(t);
+    const std::unique_ptr<CostModel> probe = make_analytic_cost_model(graph, device);
+    device.memory_bytes = 4.0 * probe->measure(all, 1).parameter_bytes / 2.5;  // AdamW: 4 × parameters of state
+  }
+  device.link_bandwidth = 1e12;
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, device);
+  PlannerOptions options = planner_options(4, 8);
+  options.memory_margin = 0;
+  const Plan plain = make_plan(graph, *cost, options);
+  ASSERT_GE(plain.pipeline_stages(), 3);
+  options.schedule = ScheduleKind::Interleaved;
+  options.virtual_stages = 0;
+  const Plan chosen = make_plan(graph, *cost, options);
+  EXPECT_EQ(chosen.planner, "rannc");
+  EXPECT_LE(chosen.predicted_step_seconds, plain.predicted_step_seconds);
+  ASSERT_GE(chosen.virtual_stages, 2) << "expected interleaving to pay off on a 4-deep pipeline with a fast link";
+  EXPECT_EQ(chosen.schedule, ScheduleKind::Interleaved);
+  EXPECT_LT(chosen.predicted_step_seconds, plain.predicted_step_seconds);
+  for (int c = 0; c < static_cast<int>(chosen.stages.size()); ++c)
+    EXPECT_EQ(chosen.stages[c].replicas, chosen.stages[chosen.stage_of_chunk(c)].replicas);
+  std::printf("rannc plain %d stages %.6f s; interleaved %d stages x v = %d, M = %d: %.6f s\n", plain.pipeline_stages(),
+              plain.predicted_step_seconds, chosen.pipeline_stages(), chosen.virtual_stages, chosen.microbatches,
+              chosen.predicted_step_seconds);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -20,7 +20,10 @@
 #include "partition/common/cost_model.h"
 #include "partition/common/pipedream_profile.h"
 #include "partition/common/plan_builder.h"
+#include "partition/rannc/interleaving.h"
 #include "partition/rannc/stage_dp.h"
+#include "plan/schedule.h"
+#include "plan/schedule_simulator.h"
 #include "profile/memory_model.h"
 #include "profile/profile_db.h"
 #include "support/brute_force.h"
@@ -591,6 +594,251 @@ TEST(StageDp, RejectsBadArguments) {
   EXPECT_THROW(partrain::partition::plan_stages_rannc(chain.graph, with_empty, *chain.cost, options), partrain::Error);
   options.stages = 5;
   EXPECT_THROW(partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, options), partrain::Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interleaving (Narayanan et al. SC'21 §2.2) in RaNNC's search: schedule = "interleaved" with
+// virtual_stages = "auto" (partition/rannc/interleaving.h)
+// ---------------------------------------------------------------------------------------------
+
+// The chunk split against a brute force over every contiguous split into C chunks, each chunk timed
+// by predict_plan as a stage of one replica at the same batch (forward + send, backward + receive,
+// the forward again when recomputing).
+TEST(Interleaving, BalancedChunksMatchBruteForce) {
+  int compared = 0;
+  for (unsigned seed = 401; seed <= 430; ++seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> time(1.0, 20.0), bytes(1e6, 4e8);
+    std::uniform_int_distribution<int> blocks(3, 8), batch_pick(1, 4);
+    const int k = blocks(rng);
+    std::vector<double> f(k), b(k), a(k), p(k, 1e6);
+    for (int i = 0; i < k; ++i) {
+      f[i] = time(rng);
+      b[i] = 2 * f[i];
+      a[i] = bytes(rng);
+    }
+    DeviceSpec device;
+    device.devices_per_node = 64;  // every split stays in a node
+    device.link_bandwidth = 5e9;   // transfers matter: a cut costs its activation bytes
+    device.memory_bytes = 1e15;
+    const Chain chain = make_chain(f, b, a, p, device, 4);
+    const std::int64_t batch = batch_pick(rng);
+    for (const std::string recompute : {"none", "boundaries"}) {
+      for (int chunks = 1; chunks <= k; ++chunks) {
+        PlannerOptions options;
+        options.world_size = chunks;
+        options.global_batch = batch;
+        options.memory_margin = 0;
+        options.recompute = recompute;
+        const StageDpConfig config{chunks, chunks, 1, 1};
+        double best = kInf;
+        std::vector<int> sizes;
+        compositions(k, chunks, sizes, [&] {
+          const Plan plan = predicted_plan(chain, options, config, sizes, std::vector<int>(chunks, 1));
+          double slowest = 0;
+          for (const PlanStage& stage : plan.stages) slowest = std::max(slowest, stage.forward_seconds + stage.backward_seconds);
+          best = std::min(best, slowest);
+        });
+        const bool recomputing = recompute == "boundaries";
+        const partrain::partition::ChunkSplit split =
+            partrain::partition::balance_chunks(chain.blocks, *chain.cost, chunks, batch, false, recomputing);
+        const std::string what = "seed " + std::to_string(seed) + " chunks " + std::to_string(chunks) + " " + recompute;
+        ASSERT_TRUE(split.feasible) << what;
+        ASSERT_EQ(split.first_block.size(), static_cast<std::size_t>(chunks)) << what;
+        EXPECT_EQ(split.first_block[0], 0) << what;
+        EXPECT_TRUE(std::is_sorted(split.first_block.begin(), split.first_block.end())) << what;
+        expect_close(split.max_chunk_seconds, best, what);
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 200);
+  DeviceSpec device;
+  const Chain chain = make_chain({1, 1}, {2, 2}, {1, 1}, {1, 1}, device, 1);
+  EXPECT_FALSE(partrain::partition::balance_chunks(chain.blocks, *chain.cost, 3, 1, false, false).feasible);
+  EXPECT_THROW(partrain::partition::balance_chunks(chain.blocks, *chain.cost, 0, 1, false, false), partrain::Error);
+}
+
+// Sixteen equal blocks of 1 GB parameters (4 GB of model state each with AdamW in fp32) on four
+// devices whose memory holds four blocks and a little: every plan is a pipeline of four ranks, one
+// replica each (no all-reduce), and the 1F1B bubble (S − 1)/M is what interleaving shrinks.
+// `activation_bytes` per block at the profiled batch of 8 samples; a chunk's boundary transfers over
+// the link (1 GB/s by default) cost what interleaving pays v times over.
+Chain pipeline_chain(double memory_bytes, double activation_bytes, double link_bandwidth = 1e9) {
+  DeviceSpec device;
+  device.memory_bytes = memory_bytes;
+  device.devices_per_node = 4;
+  device.link_bandwidth = link_bandwidth;
+  device.network_bandwidth = link_bandwidth;
+  const int k = 16;
+  return make_chain(std::vector<double>(k, 10), std::vector<double>(k, 20), std::vector<double>(k, activation_bytes),
+                    std::vector<double>(k, 1e9), device, 8);
+}
+
+PlannerOptions pipeline_options() {
+  PlannerOptions options;
+  options.world_size = 4;
+  options.global_batch = 8;
+  options.memory_margin = 0;
+  options.recompute = "none";
+  return options;
+}
+
+PlannerOptions choosing_chunks(PlannerOptions options) {
+  options.schedule = ScheduleKind::Interleaved;
+  options.virtual_stages = 0;
+  return options;
+}
+
+// The interleaved plan of `chunks` (tasks per model chunk) on S = chunks / v ranks of one replica,
+// priced by plan_builder for that v and M (an independent route to the same layout's prediction).
+Plan interleaved_layout(const Chain& chain, PlannerOptions options, const std::vector<std::vector<int>>& chunks, int v,
+                        int microbatches) {
+  options.schedule = ScheduleKind::Interleaved;
+  options.virtual_stages = v;
+  options.microbatches = microbatches;
+  return partrain::partition::plan_from_stages(chain.graph, chunks, std::vector<int>(chunks.size(), 1), *chain.cost,
+                                               options, "layout");
+}
+
+// Chunks of `size` consecutive blocks of a chain (one task per block).
+std::vector<std::vector<int>> even_chunks(int blocks, int size) {
+  std::vector<std::vector<int>> chunks;
+  for (int first = 0; first < blocks; first += size) {
+    chunks.emplace_back();
+    for (int b = first; b < first + size; ++b) chunks.back().push_back(b);
+  }
+  return chunks;
+}
+
+TEST(Interleaving, RanncChoosesInterleavingWhenItIsFaster) {
+  const Chain chain = pipeline_chain(18e9, 4e6);  // 4 blocks of model state (16 GB) fit a device, 8 do not
+  const PlannerOptions options = pipeline_options();
+  const Plan plain = partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, options);
+  ASSERT_EQ(plain.pipeline_stages(), 4);
+  EXPECT_EQ(plain.virtual_stages, 1);
+  EXPECT_EQ(plain.schedule, ScheduleKind::OneForwardOneBackward);
+  const Plan chosen =
+      partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, choosing_chunks(options));
+  EXPECT_EQ(chosen.planner, "rannc");
+  EXPECT_EQ(chosen.schedule, ScheduleKind::Interleaved);
+  EXPECT_EQ(chosen.pipeline_stages(), 4);
+  EXPECT_GE(chosen.virtual_stages, 2);
+  EXPECT_EQ(chosen.microbatches % 4, 0);
+  for (const PlanStage& stage : chosen.stages) EXPECT_EQ(stage.replicas, 1);
+  EXPECT_LT(chosen.predicted_step_seconds, plain.predicted_step_seconds * 0.95);
+  EXPECT_LE(partrain::partition::memory_excess_bytes(chosen, *chain.cost, options), 0.0);
+  // Its predicted step is the schedule simulator's for that layout, and plan_builder prices the
+  // same chunks, v and M the same.
+  const partrain::TimelinePrediction simulated =
+      partrain::simulate_schedule(chosen, partrain::generate_schedule(chosen), partrain::TimelineCosts::from_plan(chosen));
+  EXPECT_DOUBLE_EQ(chosen.predicted_step_seconds, simulated.step_seconds);
+  std::vector<std::vector<int>> chunks;
+  for (const PlanStage& stage : chosen.stages) chunks.push_back(stage.tasks);
+  EXPECT_DOUBLE_EQ(
+      interleaved_layout(chain, options, chunks, chosen.virtual_stages, chosen.microbatches).predicted_step_seconds,
+      chosen.predicted_step_seconds);
+  // Equal blocks: the chunks are as even as the block count allows, and no v (2 or 4, whose even
+  // chunks are the only balanced ones) or microbatch count (4 or 8) laid out by hand beats it.
+  double fastest = kInf;
+  for (int v : {2, 4})
+    for (int microbatches : {4, 8})
+      fastest = std::min(fastest, interleaved_layout(chain, options, even_chunks(16, 4 / v), v, microbatches).predicted_step_seconds);
+  EXPECT_LE(chosen.predicted_step_seconds, fastest * (1 + 1e-12));
+  std::printf("plain 1F1B %.4f s, interleaved v = %d, M = %d: %.4f s\n", plain.predicted_step_seconds,
+              chosen.virtual_stages, chosen.microbatches, chosen.predicted_step_seconds);
+  // The bound of a better layout (make_3d_plan) applies to the interleaved objective too.
+  PlannerOptions bounded = choosing_chunks(options);
+  bounded.step_seconds_bound = partrain::partition::interleaved_objective_seconds(chosen) * (1 - 1e-9);
+  const std::optional<Plan> beaten = partrain::partition::try_plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, bounded);
+  if (beaten) {
+    EXPECT_LT(partrain::partition::interleaved_objective_seconds(*beaten), bounded.step_seconds_bound);
+  }
+}
+
+// Where interleaving cannot help, the plain plan comes back unchanged: one device (no pipeline),
+// or too few blocks for two chunks on each of two ranks.
+TEST(Interleaving, PlainPlanWhenInterleavingCannotHelp) {
+  {
+    Chain chain = pipeline_chain(1e12, 4e6);
+    PlannerOptions options = pipeline_options();
+    options.world_size = 1;
+    const Plan plain = partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, options);
+    const Plan chosen =
+        partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, choosing_chunks(options));
+    EXPECT_EQ(chosen.virtual_stages, 1);
+    EXPECT_EQ(chosen.schedule, ScheduleKind::OneForwardOneBackward);
+    EXPECT_EQ(chosen.stages.size(), plain.stages.size());
+    EXPECT_DOUBLE_EQ(chosen.predicted_step_seconds, plain.predicted_step_seconds);
+  }
+  {
+    DeviceSpec device;
+    device.memory_bytes = 5e9;  // one block (4 GB of model state) per device: three stages
+    device.devices_per_node = 4;
+    const Chain chain = make_chain({10, 10, 10}, {20, 20, 20}, {1e6, 1e6, 1e6}, {1e9, 1e9, 1e9}, device, 8);
+    PlannerOptions options = pipeline_options();
+    options.world_size = 3;
+    options.global_batch = 6;
+    const Plan plain = partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, options);
+    ASSERT_EQ(plain.stages.size(), 3u);
+    const Plan chosen =
+        partrain::partition::plan_stages_rannc(chain.graph, chain.blocks, *chain.cost, choosing_chunks(options));
+    EXPECT_EQ(chosen.virtual_stages, 1);
+    EXPECT_EQ(chosen.schedule, ScheduleKind::OneForwardOneBackward);
+    EXPECT_DOUBLE_EQ(chosen.predicted_step_seconds, plain.predicted_step_seconds);
+    EXPECT_FALSE(partrain::partition::plan_interleaved_rannc(chain.graph, chain.blocks, *chain.cost,
+                                                             choosing_chunks(options), kInf));
+  }
+}
+
+// Memory: interleaving keeps more microbatches in flight per rank ((S − p − 1)·2 + (v − 1)·S warm-up
+// chunk steps, Narayanan §2.2), so with large activations and no recomputation its chunks do not fit
+// where the plain 1F1B stages do; the planner refuses it and returns the plain plan. The same
+// layouts with more memory are interleaved.
+TEST(Interleaving, RefusedWhenTheChunksDoNotFit) {
+  // 25 MB of activations per block and sample, a fast link (transfers of 0.25 ms a sample).
+  const double activation = 2e8, link = 1e11;
+  PlannerOptions options = pipeline_options();
+  options.global_batch = 16;
+  // A rank holds 16 GB of model state. 1F1B at M = 16 (one sample per microbatch) keeps at most 4
+  // microbatches of its 4 blocks (400 MB) plus one block's transient (25 MB): 16.5 GB is enough.
+  // Interleaved, a rank keeps more: at M = 16 and v = 2, (3·2 + 4 + 1)/2 → 6 microbatches of each
+  // 2-block chunk (600 MB), and at fewer microbatches larger ones (M = 8: 6 of 100 MB per chunk;
+  // M = 4 = S: 4 of 200 MB per chunk); v = 4 keeps 5 of each 1-block chunk (500 MB) plus four
+  // transients (100 MB). None fits.
+  const Chain tight = pipeline_chain(16.5e9, activation, link);
+  const Plan plain = partrain::partition::plan_stages_rannc(tight.graph, tight.blocks, *tight.cost, options);
+  ASSERT_EQ(plain.pipeline_stages(), 4);
+  EXPECT_EQ(plain.microbatches, 16);
+  const Plan chosen =
+      partrain::partition::plan_stages_rannc(tight.graph, tight.blocks, *tight.cost, choosing_chunks(options));
+  EXPECT_EQ(chosen.virtual_stages, 1);
+  EXPECT_EQ(chosen.schedule, ScheduleKind::OneForwardOneBackward);
+  EXPECT_DOUBLE_EQ(chosen.predicted_step_seconds, plain.predicted_step_seconds);
+  EXPECT_FALSE(partrain::partition::plan_interleaved_rannc(tight.graph, tight.blocks, *tight.cost,
+                                                           choosing_chunks(options), kInf));
+  // The reason, by an independent route: plan_builder finds no microbatch count at which the even
+  // layouts of v = 2 and v = 4 fit.
+  for (int v : {2, 4}) {
+    PlannerOptions fixed = options;
+    fixed.schedule = ScheduleKind::Interleaved;
+    fixed.virtual_stages = v;
+    try {
+      partrain::partition::plan_from_stages(tight.graph, even_chunks(16, 4 / v), std::vector<int>(4 * v, 1), *tight.cost,
+                                            fixed, "layout");
+      ADD_FAILURE() << "expected the v = " << v << " layout not to fit";
+    } catch (const partrain::Error& error) {
+      EXPECT_NE(error.message().find("does not fit"), std::string::npos) << error.message();
+    }
+  }
+  // With room for the interleaved schedule's activations it is chosen, and it is faster.
+  const Chain roomy = pipeline_chain(18e9, activation, link);
+  const Plan interleaved =
+      partrain::partition::plan_stages_rannc(roomy.graph, roomy.blocks, *roomy.cost, choosing_chunks(options));
+  EXPECT_GE(interleaved.virtual_stages, 2);
+  EXPECT_LT(interleaved.predicted_step_seconds, plain.predicted_step_seconds);
+  EXPECT_LE(partrain::partition::memory_excess_bytes(interleaved, *roomy.cost, options), 0.0);
+  EXPECT_GT(partrain::partition::memory_excess_bytes(interleaved, *tight.cost, options), 0.0);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ struct TrainingCase {
   std::vector<std::string> model_overrides;  // e.g. more heads, for the run and its single-rank reference
   std::vector<std::string> planner_settings; // for the run only (its reference is a fixed single-rank plan)
   bool expect_partial_recompute = false;     // the run's plan must recompute part of a stage (stage_aware)
+  bool expect_interleaved = false;           // the run's plan must hold several model chunks per rank
 };
 
 std::string case_name(const TrainingCase& c) {
@@ -202,6 +203,11 @@ TEST_P(DistributedTraining, MatchesSingleRankLossesAndParameters) {
     ASSERT_GT(partial, 0) << "no stage of " << distributed << "/plan.json recomputes part of its layers: the "
                           << "device memory of this case no longer falls between keeping and recomputing them";
   }
+  if (c.expect_interleaved) {
+    const nlohmann::json plan = nlohmann::json::parse(std::ifstream(distributed + "/plan.json"));
+    ASSERT_GE(plan.value("virtual_stages", 1), 2)
+        << distributed << "/plan.json is not interleaved: the planner no longer predicts interleaving faster for this case";
+  }
 
   expect_matches_single_rank(c, distributed, root);
   std::filesystem::remove_all(distributed);
@@ -267,7 +273,8 @@ std::vector<TrainingCase> manual_cases(bool core) {
 
 // Megatron-LM's interleaved 1F1B (Narayanan et al. SC'21 §2.2): 2 pipeline stages x 2 replicas, each
 // rank holding v = 2 model chunks (4 chunks: chunk c on stage c mod 2, so activations go 0 -> 1 -> 0
-// -> 1 with the wrap from the last rank back to the first), with and without recomputation.
+// -> 1 with the wrap from the last rank back to the first), with and without recomputation; and the
+// rannc planner choosing v itself.
 std::vector<TrainingCase> interleaved_cases() {
   std::vector<TrainingCase> result;
   const std::vector<std::pair<std::string, std::vector<std::string>>> models = {
@@ -287,6 +294,22 @@ std::vector<TrainingCase> interleaved_cases() {
       c.recompute = recompute ? "boundaries" : "none";
       result.push_back(c);
     }
+  // rannc choosing the interleaving degree (schedule = "interleaved", virtual_stages = "auto"): a
+  // GPT of 12 layers wide enough (hidden 384) that its vocabulary head weighs less than two layers,
+  // and a device memory (analytic cost model, the same on every machine) that holds about a quarter
+  // of its model state: 4 pipeline ranks, each with v = 2 chunks that the stage DP's blocks cut
+  // anywhere, not only at layer boundaries. (Interleaved from 160 to 200 MiB; 120 MiB: plain 1F1B.)
+  TrainingCase automatic;
+  automatic.model = "gpt";
+  automatic.plan = "rannc_auto";
+  automatic.planner = "rannc";
+  automatic.schedule = "interleaved";
+  automatic.recompute = "boundaries";
+  automatic.model_overrides = {"model.seq_len=16", "model.hidden=384", "model.heads=6", "model.layers=12"};
+  automatic.planner_settings = {"parallel.virtual_stages=auto", "profile.enabled=false", "parallel.memory_margin=0",
+                                "parallel.device_memory=180MiB"};
+  automatic.expect_interleaved = true;
+  result.push_back(automatic);
   return result;
 }
 

@@ -201,9 +201,12 @@ std::string format_layout_candidates(const partition::ThreeDimensionalPlan& resu
                   candidate.sequence_parallel ? " sp" : "");
     out << head;
     if (candidate.feasible) {
-      char text[160];
-      std::snprintf(text, sizeof text, "%.4g samples/s, %d stages x %d pipeline replicas (%.2f s)", candidate.samples_per_second,
-                    candidate.stages, candidate.pipeline_replicas, candidate.planning_seconds);
+      char chunks[48] = "";
+      if (candidate.virtual_stages > 1)
+        std::snprintf(chunks, sizeof chunks, " (interleaved, %d chunks per stage)", candidate.virtual_stages);
+      char text[200];
+      std::snprintf(text, sizeof text, "%.4g samples/s, %d stages%s x %d pipeline replicas (%.2f s)", candidate.samples_per_second,
+                    candidate.stages, chunks, candidate.pipeline_replicas, candidate.planning_seconds);
       out << text;
     } else {
       const std::string first_line = candidate.problem.substr(0, candidate.problem.find('\n'));

@@ -14,6 +14,7 @@
 #include "graph/tensor_parallel.h"
 #include "partition/rannc/atomic.h"
 #include "partition/rannc/blocks.h"
+#include "partition/rannc/interleaving.h"
 #include "partition/capslog/capslog.h"
 #include "partition/tarnawski/graph_workload.h"
 #include "partition/baselines/manual.h"
@@ -167,17 +168,21 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
                  "tensor_parallel " << tensor_parallel << " does not divide the " << options.world_size << " devices");
   PARTRAIN_CHECK(options.zero == 0 || options.zero == 1, "planning needs zero 0 or 1, not " << options.zero);
   PARTRAIN_CHECK(options.virtual_stages >= 0,
-                 "[parallel] virtual_stages must be at least 1 (or 0: the uniform planner chooses), not " << options.virtual_stages);
-  PARTRAIN_CHECK(options.virtual_stages != 0 || name == "uniform",
-                 "[parallel] virtual_stages = \"auto\": only the uniform planner chooses the model chunks per rank, not the "
-                     << name << " planner");
+                 "[parallel] virtual_stages must be at least 1 (or 0: the uniform or rannc planner chooses), not " << options.virtual_stages);
+  PARTRAIN_CHECK(options.virtual_stages != 0 || name == "uniform" || name == "rannc",
+                 "[parallel] virtual_stages = \"auto\": only the uniform and rannc planners choose the model chunks per rank, "
+                 "not the " << name << " planner");
   PARTRAIN_CHECK(options.virtual_stages == 1 || options.schedule == ScheduleKind::Interleaved,
                  "[parallel] virtual_stages = " << options.virtual_stages << " needs schedule = \"interleaved\", not \""
                                                 << schedule_name(options.schedule) << "\"");
-  PARTRAIN_CHECK(options.virtual_stages == 1 || name == "manual" || name == "uniform",
+  PARTRAIN_CHECK(options.virtual_stages <= 1 || name == "manual" || name == "uniform",
                  "[parallel] virtual_stages = " << options.virtual_stages << ": the " << name
-                                                << " planner lays out one model chunk per pipeline stage; interleaved "
-                                                   "plans with several chunks per rank come from the manual and uniform planners");
+                                                << " planner lays out one model chunk per pipeline stage"
+                                                << (name == "rannc" ? " unless it chooses the chunks per rank itself "
+                                                                      "(virtual_stages = \"auto\")"
+                                                                    : "")
+                                                << "; interleaved plans with a given number of chunks per rank come "
+                                                   "from the manual and uniform planners");
   // Each tensor-parallel group of t ranks is one device of the stage-and-replica layout.
   PlannerOptions groups = options;
   groups.world_size = options.world_size / tensor_parallel;
@@ -217,15 +222,9 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
 namespace {
 
 // The stage DP's objective of a plan (stage_dp.h): (M + S − 1) · largest stage forward + backward
-// time + largest stage all-reduce, in seconds.
-double stage_dp_objective(const Plan& plan) {
-  double slowest = 0, allreduce = 0;
-  for (const PlanStage& stage : plan.stages) {
-    slowest = std::max(slowest, stage.forward_seconds + stage.backward_seconds);
-    allreduce = std::max(allreduce, stage.allreduce_seconds);
-  }
-  return (plan.microbatches + static_cast<double>(plan.stages.size()) - 1) * slowest + allreduce;
-}
+// time + largest stage all-reduce, in seconds; for an interleaved plan of v chunks per rank its
+// interleaved form (M·v + S − 1) · largest chunk time + largest rank all-reduce (interleaving.h).
+double stage_dp_objective(const Plan& plan) { return interleaved_objective_seconds(plan); }
 
 // Whether a feasible candidate beats the best plan so far: more samples per second, and on a tie
 // (within 1e-9 relative) the smaller tensor-parallel degree, then ZeRO off.
@@ -248,13 +247,20 @@ LayoutCandidate plan_layout(const Graph& planned, const CostModel& cost, const P
   candidate.tensor_parallel = options.tensor_parallel;
   candidate.zero = options.zero;
   candidate.sequence_parallel = options.tensor_parallel > 1 && options.sequence_parallel;
+  // rannc choosing v reports its plain plan's objective: the bound stays what plain planning's is.
+  double plain_objective = std::numeric_limits<double>::quiet_NaN();
+  PlannerOptions reporting = options;
+  reporting.plain_objective_seconds = &plain_objective;
   try {
-    Plan plan = make_plan(planned, cost, options);
+    Plan plan = make_plan(planned, cost, reporting);
     candidate.feasible = true;
     candidate.samples_per_second = plan.predicted_samples_per_second();
     candidate.stages = plan.pipeline_stages();
     candidate.pipeline_replicas = plan.pipeline_replicas;
-    best_objective = std::min(best_objective, stage_dp_objective(plan));
+    candidate.virtual_stages = plan.virtual_stages;
+    // (A plain plan returned is the one plain planning finds: its own objective, as without v.)
+    const bool interleaved = plan.virtual_stages > 1 && !std::isnan(plain_objective);
+    best_objective = std::min(best_objective, interleaved ? plain_objective : stage_dp_objective(plan));
     if (!best || preferred(candidate, *best)) best = std::move(plan);
   } catch (const Error& error) {
     if (!searching) throw;

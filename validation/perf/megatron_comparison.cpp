@@ -15,7 +15,10 @@
 // batched GEMM, the scores through memory in each); `--fused-attention` builds partrain's fused
 // Attention op (no attention dropout) instead.
 //
-// Usage: megatron_comparison [--fused-attention] [--no-automatic] [--rows N]
+// `--choose-interleaving` lets the automatic plan's rannc choose the interleaving degree too
+// (schedule = "interleaved", virtual_stages = "auto"; docs/planning.md, RaNNC).
+//
+// Usage: megatron_comparison [--fused-attention] [--no-automatic] [--choose-interleaving] [--rows N]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -127,14 +130,15 @@ partition::PlannerOptions layout_options(const TableOneRow& row) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool fused_attention = false, automatic = true;
+  bool fused_attention = false, automatic = true, choose_interleaving = false;
   std::size_t rows = std::size(kTableOne);
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fused-attention")) fused_attention = true;
     else if (!std::strcmp(argv[i], "--no-automatic")) automatic = false;
+    else if (!std::strcmp(argv[i], "--choose-interleaving")) choose_interleaving = true;
     else if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) rows = std::stoul(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: megatron_comparison [--fused-attention] [--no-automatic] [--rows N]\n");
+      std::fprintf(stderr, "usage: megatron_comparison [--fused-attention] [--no-automatic] [--choose-interleaving] [--rows N]\n");
       return 2;
     }
   }
@@ -161,8 +165,8 @@ int main(int argc, char** argv) {
         search.zero = -1;
         search.choose_sequence_parallel = true;
         search.microbatches = 0;
-        search.schedule = ScheduleKind::OneForwardOneBackward;
-        search.virtual_stages = 1;
+        search.schedule = choose_interleaving ? ScheduleKind::Interleaved : ScheduleKind::OneForwardOneBackward;
+        search.virtual_stages = choose_interleaving ? 0 : 1;
         search.recompute = "auto";
         search.max_microbatches = 512;
         search.overlap_bucket_bytes = 25.0 * (1 << 20);  // partrain's bucketed all-reduce on NCCL
@@ -172,8 +176,10 @@ int main(int argc, char** argv) {
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         const Plan& plan = found.plan;
         char text[200];
-        std::snprintf(text, sizeof text, "t %d%s, zero %d, %d stages x %d replicas x %d pipelines, %d x %lld samples, %s, %.1f s planning",
-                      plan.tensor_parallel, plan.sequence_parallel ? " sp" : "", plan.zero, plan.pipeline_stages(),
+        char chunks[32] = "";
+        if (plan.virtual_stages > 1) std::snprintf(chunks, sizeof chunks, " (v %d)", plan.virtual_stages);
+        std::snprintf(text, sizeof text, "t %d%s, zero %d, %d stages%s x %d replicas x %d pipelines, %d x %lld samples, %s, %.1f s planning",
+                      plan.tensor_parallel, plan.sequence_parallel ? " sp" : "", plan.zero, plan.pipeline_stages(), chunks,
                       plan.stages[0].replicas, plan.pipeline_replicas, plan.microbatches, static_cast<long long>(plan.microbatch_size()),
                       recompute_name(plan.stages[0].recompute), wall);
         automatic_text = text;

@@ -77,6 +77,13 @@ struct PlannerOptions {
   /// and, finding none, rannc says so without refining its blocks. make_3d_plan passes the best
   /// objective of the layouts found so far; infinity: no bound.
   double step_seconds_bound = std::numeric_limits<double>::infinity();
+  /// rannc with schedule = "interleaved" and virtual_stages = 0 (it chooses v): when not null, set
+  /// to the stage-DP objective (make_3d_plan's, of the predicted stages) of the plain 1F1B plan it
+  /// found, infinity when none beat step_seconds_bound, whichever plan it returns (untouched
+  /// otherwise). When the plan returned is interleaved, make_3d_plan bounds the later layouts with
+  /// it rather than with that plan's objective, so that choosing v prunes no plain plan that
+  /// planning without interleaving would find. Not owned.
+  double* plain_objective_seconds = nullptr;
 
   /// usable bytes per device
   double usable_memory_bytes(const DeviceSpec& device) const { return device.memory_bytes * (1.0 - memory_margin); }

@@ -54,6 +54,7 @@
 
 #include "core/error.h"
 #include "partition/common/plan_builder.h"
+#include "partition/rannc/interleaving.h"
 #include "profile/memory_model.h"
 
 namespace partrain::partition {
@@ -653,9 +654,9 @@ class StageDp {
   std::vector<std::vector<BackRow>> back_;  // [j][b]: the last run's back pointers
 };
 
-// The pipeline sizes Algorithm 2 tries: D = devices_per_node · n for whole nodes dividing the world,
-// and D = world_size (a single pipeline replica) in any case.
-std::vector<int> pipeline_sizes(int world_size, int devices_per_node) {
+}  // namespace
+
+std::vector<int> stage_dp_pipeline_sizes(int world_size, int devices_per_node) {
   std::vector<int> sizes;
   for (int nodes = 1; static_cast<long>(devices_per_node) * nodes <= world_size; ++nodes) {
     const int devices = devices_per_node * nodes;
@@ -665,11 +666,7 @@ std::vector<int> pipeline_sizes(int world_size, int devices_per_node) {
   return sizes;
 }
 
-// Microbatch counts for pipelines of `pipeline_replicas` pipeline_replicas: M = 1, 2, 4, ... ≤ max_microbatches (RaNNC's
-// doubling), and the counts giving microbatches of a power-of-two size (B / 1, B / 2, B / 4, ... for
-// the B samples of a copy's step: Megatron's microbatch of 1 at M = B, which powers of two alone
-// miss when B is not one). Only options.microbatches when set.
-std::vector<int> microbatch_counts(const PlannerOptions& options, int pipeline_replicas) {
+std::vector<int> stage_dp_microbatch_counts(const PlannerOptions& options, int pipeline_replicas) {
   std::vector<int> counts;
   if (options.microbatches > 0) {
     counts.push_back(options.microbatches);
@@ -684,6 +681,16 @@ std::vector<int> microbatch_counts(const PlannerOptions& options, int pipeline_r
   std::sort(counts.begin(), counts.end());
   counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
   return counts;
+}
+
+namespace {
+
+std::vector<int> pipeline_sizes(int world_size, int devices_per_node) {
+  return stage_dp_pipeline_sizes(world_size, devices_per_node);
+}
+
+std::vector<int> microbatch_counts(const PlannerOptions& options, int pipeline_replicas) {
+  return stage_dp_microbatch_counts(options, pipeline_replicas);
 }
 
 StageSplit make_split(const StageDp& dp, int stages, int microbatches, const StageDp::Result& result) {
@@ -855,7 +862,15 @@ Plan assemble_plan(const Graph& graph, const StageDp& dp, const CostModel& cost,
 // Algorithm 2 around Algorithm 1 (plan_stages_rannc); std::nullopt when nothing fits and `diagnose`
 // is false, the error naming what would fit when it is true.
 std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vector<int>>& blocks,
-                                  const CostModel& cost, const PlannerOptions& options, bool diagnose) {
+                                  const CostModel& cost, const PlannerOptions& asked, bool diagnose) {
+  // Interleaving with v chosen (interleaving.h): the DP searches plain 1F1B pipelines (v = 1).
+  const bool choose_chunks = asked.schedule == ScheduleKind::Interleaved && asked.virtual_stages == 0;
+  PlannerOptions plain = asked;
+  if (choose_chunks) {
+    plain.schedule = ScheduleKind::OneForwardOneBackward;
+    plain.virtual_stages = 1;
+  }
+  const PlannerOptions& options = plain;
   StageDp dp(blocks, cost, options);
   const int k = dp.block_count();
   const std::vector<int> sizes = pipeline_sizes(options.world_size, cost.device().devices_per_node);
@@ -904,7 +919,12 @@ std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vec
       if (options.progress) options.progress(static_cast<double>(done) / static_cast<double>(total));
     }
   }
+  // Interleaved pipelines whose objective beats the best plain one's (or a better layout's).
+  std::optional<Plan> interleaved;
+  if (choose_chunks) interleaved = plan_interleaved_rannc(graph, blocks, cost, asked, best_step);
+  if (choose_chunks && asked.plain_objective_seconds) *asked.plain_objective_seconds = kInfinity;
   if (!best_split.feasible) {
+    if (interleaved) return interleaved;
     if ((!diagnose || std::isfinite(options.step_seconds_bound)) && any_setting) return std::nullopt;
     fail_infeasible(dp, options, cost, sizes, any_setting);
   }
@@ -922,6 +942,9 @@ std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vec
       if (other.predicted_step_seconds < plan.predicted_step_seconds * (1 - 1e-12)) plan = std::move(other);
     }
   }
+  if (choose_chunks && asked.plain_objective_seconds) *asked.plain_objective_seconds = interleaved_objective_seconds(plan);
+  // The simulator decides between the plain and the interleaved plan (ties: plain, fewer messages).
+  if (interleaved && interleaved->predicted_step_seconds < plan.predicted_step_seconds * (1 - 1e-9)) return interleaved;
   return plan;
 }
 

@@ -62,6 +62,17 @@ StageSplit solve_stage_dp(const std::vector<std::vector<int>>& blocks, const Cos
 StageSplit solve_stage_dp_phase_maxima(const std::vector<std::vector<int>>& blocks, const CostModel& cost,
                                        const PlannerOptions& options, const StageDpConfig& config);
 
+/// The pipeline sizes Algorithm 2 tries: D = devices_per_node · n for whole nodes n dividing the
+/// world, and D = world_size (a single pipeline replica) in any case; ascending.
+std::vector<int> stage_dp_pipeline_sizes(int world_size, int devices_per_node);
+
+/// The microbatch counts Algorithm 2 tries for `pipeline_replicas` pipeline replicas: M = 1, 2, 4, ...
+/// ≤ options.max_microbatches (RaNNC's doubling), and the counts giving microbatches of a
+/// power-of-two size (B / 1, B / 2, B / 4, ... for the B samples of a pipeline replica's step:
+/// Megatron's microbatch of 1 at M = B, which powers of two alone miss when B is not one), ascending
+/// and distinct. Only options.microbatches when set.
+std::vector<int> stage_dp_microbatch_counts(const PlannerOptions& options, int pipeline_replicas);
+
 /// RaNNC Algorithm 2 around Algorithm 1: for pipelines of n nodes (D = devices_per_node · n devices
 /// with R = world_size / D pipeline_replicas; D = world_size when it is not a multiple of a node), every stage
 /// count S ≤ min(k, D) (only options.stages when set), and microbatch counts M = 1, 2, 4, … ≤
@@ -75,7 +86,10 @@ StageSplit solve_stage_dp_phase_maxima(const std::vector<std::vector<int>>& bloc
 /// (solve_stage_dp_phase_maxima) replaces the exact one when the schedule's simulation predicts it
 /// faster. Returns a validated Plan (planner "rannc": stages = unions of consecutive
 /// blocks, replicas, pipeline_replicas, microbatches, predictions of predict_plan). Progress goes to
-/// options.progress. Throws partrain::Error when no plan fits: the message names the smallest device
+/// options.progress. With options.schedule interleaved and virtual_stages = 0 ("auto"), the DP plans
+/// plain 1F1B pipelines and plan_interleaved_rannc (interleaving.h) the interleaved ones, bounded by
+/// the best plain objective; the plan the schedule simulator predicts faster is returned (ties:
+/// plain), with schedule 1f1b or interleaved and its virtual_stages. Throws partrain::Error when no plan fits: the message names the smallest device
 /// memory that would fit and, when more devices would help, a device count that fits; or when the
 /// global batch cannot be split, the blocks are malformed, or the cost model cannot measure a range.
 Plan plan_stages_rannc(const Graph& graph, const std::vector<std::vector<int>>& blocks, const CostModel& cost,
