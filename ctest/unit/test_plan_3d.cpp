@@ -569,6 +569,55 @@ TEST(ThreeDimensionalPlanning, ChoosingInterleavingKeepsTheFasterPlainPlanAtScal
               chosen.plan.pipeline_stages(), chosen.plan.virtual_stages);
 }
 
+// Block refinement (issue 25 item 1): a model with more layers than `blocks` gets its best layout
+// planned again at one block per layer (at most 2 × blocks); the result is the faster of the two,
+// exactly the plan make_plan makes at the refined block count, and nothing changes without it.
+TEST(ThreeDimensionalPlanning, DeepModelsArePlannedAgainAtOneBlockPerLayer) {
+  ModelConfig config = testing::tiny_model_config("gpt");
+  config.layers = 40;
+  const Graph model = build_model(config);
+  DeviceSpec device;
+  device.memory_bytes = 64.0 * (1 << 20);
+  device.devices_per_node = 4;
+  PlannerOptions options;
+  options.world_size = 16;
+  options.global_batch = 64;
+  options.blocks = 6;
+  options.tensor_parallel = 1;  // one layout: a pipeline of whole blocks
+  options.zero = -1;
+  PlannerOptions coarse_only = options;
+  coarse_only.refine_blocks = false;
+  const ThreeDimensionalPlan coarse = make_3d_plan(model, analytic(device), coarse_only);
+  const ThreeDimensionalPlan refined = make_3d_plan(model, analytic(device), options);
+  const int layers = static_cast<int>(layer_groups(model).size());
+  ASSERT_GT(layers, 12);
+  std::vector<const LayoutCandidate*> passes;
+  for (const LayoutCandidate& candidate : refined.candidates)
+    if (candidate.blocks > 0) passes.push_back(&candidate);
+  ASSERT_EQ(passes.size(), 1u);  // the best layout's (t, ZeRO); t = 1: no sequence parallelism to choose
+  for (const LayoutCandidate* pass : passes) {
+    EXPECT_EQ(pass->blocks, 12);  // min(layers, 2 × 6)
+    EXPECT_EQ(pass->tensor_parallel, coarse.plan.tensor_parallel);
+    EXPECT_EQ(pass->zero, coarse.plan.zero);
+  }
+  for (const LayoutCandidate& candidate : coarse.candidates) EXPECT_EQ(candidate.blocks, 0);
+  EXPECT_GE(refined.plan.predicted_samples_per_second(), coarse.plan.predicted_samples_per_second() * (1 - 1e-12));
+  // The chosen plan is make_plan's at the refined count for its layout when the refinement won.
+  if (refined.plan.predicted_samples_per_second() > coarse.plan.predicted_samples_per_second() * (1 + 1e-9)) {
+    PlannerOptions again = options;
+    again.tensor_parallel = refined.plan.tensor_parallel;
+    again.zero = refined.plan.zero;
+    again.sequence_parallel = refined.plan.sequence_parallel;
+    again.blocks = 12;
+    const Graph& graph = refined.graph;
+    const Plan direct = make_plan(graph, *make_analytic_cost_model(graph, device), again);
+    EXPECT_DOUBLE_EQ(direct.predicted_step_seconds, refined.plan.predicted_step_seconds);
+  }
+  std::printf("40-layer GPT on 16 devices: %d blocks %.2f samples/s (%d stages), refined %.2f samples/s (%d stages)\n",
+              options.blocks, coarse.plan.predicted_samples_per_second(), coarse.plan.pipeline_stages(),
+              refined.plan.predicted_samples_per_second(), refined.plan.pipeline_stages());
+}
+
 TEST(ThreeDimensionalPlanning, CandidateDegreesDivideTheModelAndTheNode) {
   const Graph gpt = build_model(wide_gpt());  // 8 heads, hidden 512, vocabulary 1024
   DeviceSpec device;

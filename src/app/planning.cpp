@@ -77,6 +77,7 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   // On GPUs NCCL runs the bucketed all-reduce on its own stream, overlapping the last backward.
   if (!parallel.device_model.empty()) options.overlap_bucket_bytes = parallel.bucket_mb * (1 << 20);
   options.blocks = static_cast<int>(parallel.blocks);
+  options.refine_blocks = !parallel.blocks_given;  // a block count the file sets is the one planned
   options.max_microbatches = static_cast<int>(parallel.max_microbatches);
   options.max_ideals = static_cast<std::size_t>(parallel.max_ideals);
   options.ip_time_limit_seconds = parallel.ip_time_limit;
@@ -192,13 +193,29 @@ std::string format_device_throughput(const Plan& plan, const Graph& model, const
 std::string format_layout_candidates(const partition::ThreeDimensionalPlan& result) {
   std::ostringstream out;
   out << "layouts tried (tensor_parallel, zero):\n";
-  for (const partition::LayoutCandidate& candidate : result.candidates) {
-    const bool chosen = candidate.feasible && candidate.tensor_parallel == result.plan.tensor_parallel &&
-                        candidate.zero == result.plan.zero &&
-                        candidate.sequence_parallel == (result.plan.tensor_parallel > 1 && result.plan.sequence_parallel);
+  // The chosen layout: the last feasible candidate of the plan's (t, zero, sequence parallelism)
+  // with its samples/s (a block refinement may have replaced the first plan of that layout).
+  std::size_t chosen_index = result.candidates.size();
+  for (std::size_t i = 0; i < result.candidates.size(); ++i) {
+    const partition::LayoutCandidate& candidate = result.candidates[i];
+    if (candidate.feasible && candidate.tensor_parallel == result.plan.tensor_parallel &&
+        candidate.zero == result.plan.zero &&
+        candidate.sequence_parallel == (result.plan.tensor_parallel > 1 && result.plan.sequence_parallel) &&
+        candidate.samples_per_second == result.plan.predicted_samples_per_second())
+      chosen_index = i;
+  }
+  for (std::size_t i = 0; i < result.candidates.size(); ++i) {
+    const partition::LayoutCandidate& candidate = result.candidates[i];
+    const bool chosen = i == chosen_index;
     char head[64];
-    std::snprintf(head, sizeof head, "  %s t=%d zero=%d%s: ", chosen ? "*" : " ", candidate.tensor_parallel, candidate.zero,
+    std::snprintf(head, sizeof head, "  %s t=%d zero=%d%s", chosen ? "*" : " ", candidate.tensor_parallel, candidate.zero,
                   candidate.sequence_parallel ? " sp" : "");
+    out << head;
+    if (candidate.blocks > 0) {
+      std::snprintf(head, sizeof head, " (refined: %d blocks)", candidate.blocks);
+      out << head;
+    }
+    std::snprintf(head, sizeof head, ": ");
     out << head;
     if (candidate.feasible) {
       char chunks[48] = "";

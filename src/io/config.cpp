@@ -463,6 +463,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read_integer_or_auto("virtual_stages", config.virtual_stages, 0);
   reader.read_choice("recompute", config.recompute, {"auto", "none", "boundaries", "stage_aware", "layers", "selective"});
   reader.read("recompute_layers", config.recompute_layers);
+  config.blocks_given = reader.has("blocks");
   reader.read("blocks", config.blocks);
   reader.read("max_microbatches", config.max_microbatches);
   reader.read("max_ideals", config.max_ideals);

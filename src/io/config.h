@@ -186,6 +186,7 @@ struct ParallelConfig {
                                          // -1 ("auto"): the planner chooses
   bool tensor_parallel_given = false;    // the file (or --set) sets tensor_parallel
   bool zero_given = false;               // the file (or --set) sets zero
+  bool blocks_given = false;             // the file (or --set) sets blocks (then no block refinement)
   std::vector<std::int64_t> replicas;    // manual: replicas per stage (sum = devices per pipeline replica)
   std::vector<std::string> boundaries;   // manual: first layer of stages 2..S (names as in `inspect`, e.g. "encoder.layer.1")
   /// A GPU preset (io/device_presets.h: "a100-80gb", "h100-sxm"): the analytic cost model prices

@@ -53,6 +53,7 @@ struct LayoutCandidate {
   double samples_per_second = 0;  // the plan's prediction when feasible
   int stages = 0;                 // the plan's stages and pipeline replicas when feasible
   int pipeline_replicas = 0;
+  int blocks = 0;                 // > 0: the block count of a refinement pass (PlannerOptions::refine_blocks)
   int virtual_stages = 1;         // model chunks per pipeline stage (interleaved schedule) when feasible
   std::string problem;            // why not, when not feasible
   double planning_seconds = 0;    // wall time of this candidate (graph, cost model and planner)

@@ -55,6 +55,9 @@ struct PlannerOptions {
   /// records the overlap, PlanStage::allreduce_hidden_seconds); 0: priced after the backward.
   double overlap_bucket_bytes = 0;
   int blocks = 32;                       // RaNNC block count k
+  /// make_3d_plan with rannc: a model with more layers than `blocks` gets its best layout planned
+  /// again at one block per layer (at most 2 × blocks), kept when faster (block refinement, issue 25).
+  bool refine_blocks = true;
   int max_microbatches = 64;             // RaNNC Algorithm 2: microbatch doubling bound
   std::size_t max_ideals = 200000;       // ideals planner
   double ip_time_limit_seconds = 60.0;   // ip planner: MIP search per device count tried
