@@ -1,5 +1,6 @@
 // Interleaved pipelines in RaNNC's search (Narayanan et al., SC'21 §2.2; issue 25); see interleaving.h.
 #include "partition/rannc/interleaving.h"
+#include "partition/rannc/block_ranges.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,41 +25,16 @@ constexpr std::size_t kPlansPriced = 4;
 // Measured costs of block ranges, cached for one search.
 class ChunkCosts {
  public:
-  ChunkCosts(const std::vector<std::vector<int>>& blocks, const CostModel& cost) : blocks_(blocks), cost_(cost) {
-    PARTRAIN_CHECK(!blocks.empty(), "rannc: no blocks to place");
-    PARTRAIN_CHECK(blocks.size() < 65536, "rannc: too many blocks (" << blocks.size() << ")");
-    for (std::size_t b = 0; b < blocks.size(); ++b) PARTRAIN_CHECK(!blocks[b].empty(), "rannc: block " << b << " is empty");
-    // A block's own tasks: those no other block holds (the others are cloned constants).
-    std::unordered_map<int, int> holders;
-    for (const std::vector<int>& block : blocks)
-      for (int task : block) ++holders[task];
-    own_tasks_.resize(blocks.size());
-    for (std::size_t b = 0; b < blocks.size(); ++b)
-      for (int task : blocks[b])
-        if (holders[task] == 1) own_tasks_[b].push_back(task);
+  ChunkCosts(const std::vector<std::vector<int>>& blocks, const CostModel& cost)
+      : blocks_(blocks), cost_(cost), ranges_(blocks, cost) {
+    own_tasks_ = ranges_.own_tasks();
   }
 
   int block_count() const { return static_cast<int>(blocks_.size()); }
   const CostModel& cost() const { return cost_; }
 
-  // The union of blocks [b, e), ascending and distinct.
-  std::vector<int> range_tasks(int b, int e) const {
-    std::vector<int> tasks;
-    for (int i = b; i < e; ++i) tasks.insert(tasks.end(), blocks_[i].begin(), blocks_[i].end());
-    if (!std::is_sorted(tasks.begin(), tasks.end())) std::sort(tasks.begin(), tasks.end());
-    tasks.erase(std::unique(tasks.begin(), tasks.end()), tasks.end());
-    return tasks;
-  }
-
-  // Blocks [b, e) at `batch` samples.
-  const profile::Measurement& measurement(int b, int e, std::int64_t batch) {
-    const std::uint64_t key = (static_cast<std::uint64_t>(b) << 48) | (static_cast<std::uint64_t>(e) << 32) |
-                              static_cast<std::uint64_t>(batch);
-    auto found = measurements_.find(key);
-    if (found != measurements_.end()) return found->second;
-    const std::vector<int> tasks = range_tasks(b, e);
-    return measurements_.emplace(key, cost_.measure(tasks, batch)).first->second;
-  }
+  std::vector<int> range_tasks(int b, int e) const { return ranges_.range_tasks(b, e); }
+  const profile::Measurement& measurement(int b, int e, std::int64_t batch) { return ranges_.measurement(b, e, batch); }
 
   // A chunk's time: the stage DP's stage time (stage_dp.cpp StageRun), as predict_plan prices it.
   double seconds(int b, int e, std::int64_t batch, bool across_nodes, bool recompute) {
@@ -101,7 +77,7 @@ class ChunkCosts {
   const std::vector<std::vector<int>>& blocks_;
   const CostModel& cost_;
   std::vector<std::vector<int>> own_tasks_;
-  std::unordered_map<std::uint64_t, profile::Measurement> measurements_;
+  BlockRanges ranges_;  // the blocks' ranges and their measurements
   std::unordered_map<std::uint64_t, OwnCompute> own_compute_;
 };
 

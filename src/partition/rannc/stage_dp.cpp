@@ -54,6 +54,7 @@
 
 #include "core/error.h"
 #include "partition/common/plan_builder.h"
+#include "partition/rannc/block_ranges.h"
 #include "partition/rannc/interleaving.h"
 #include "profile/memory_model.h"
 
@@ -122,25 +123,13 @@ class StageDp {
  public:
   StageDp(const std::vector<std::vector<int>>& blocks, const CostModel& cost, const PlannerOptions& options)
       : blocks_(blocks), cost_(cost), options_(options), usable_(options.usable_memory_bytes(cost.device())),
-        zero_(options.zero == 1) {
-    PARTRAIN_CHECK(!blocks.empty(), "rannc: no blocks to place");
-    PARTRAIN_CHECK(blocks.size() < 65536, "rannc: too many blocks (" << blocks.size() << ")");
-    for (std::size_t b = 0; b < blocks.size(); ++b)
-      PARTRAIN_CHECK(!blocks[b].empty(), "rannc: block " << b << " is empty");
+        zero_(options.zero == 1), ranges_(blocks, cost) {
     PARTRAIN_CHECK(options.global_batch > 0 && options.global_batch < (std::int64_t{1} << 32),
                    "rannc: the global batch must be in [1, 2^32), not " << options.global_batch);
     PARTRAIN_CHECK(options.world_size > 0, "rannc: the world size must be positive, not " << options.world_size);
     PARTRAIN_CHECK(options.memory_margin >= 0 && options.memory_margin < 1,
                    "rannc: memory_margin must be in [0, 1), not " << options.memory_margin);
-    // A block's own tasks: those no other block holds (a task in several blocks is a cloned
-    // constant). Own sets are disjoint, so a stage holds the own sets of all its blocks.
-    std::unordered_map<int, int> holders;
-    for (const std::vector<int>& block : blocks)
-      for (int task : block) ++holders[task];
-    own_tasks_.resize(blocks.size());
-    for (std::size_t b = 0; b < blocks.size(); ++b)
-      for (int task : blocks[b])
-        if (holders[task] == 1) own_tasks_[b].push_back(task);
+    own_tasks_ = ranges_.own_tasks();
   }
 
   int block_count() const { return static_cast<int>(blocks_.size()); }
@@ -159,25 +148,8 @@ class StageDp {
     return true;
   }
 
-  // The union of blocks [b, e), ascending and distinct (constant tasks may be cloned into several).
-  std::vector<int> range_tasks(int b, int e) const {
-    std::vector<int> tasks;
-    for (int i = b; i < e; ++i) tasks.insert(tasks.end(), blocks_[i].begin(), blocks_[i].end());
-    // Blocks are usually ascending id ranges: then the concatenation is sorted already.
-    if (!std::is_sorted(tasks.begin(), tasks.end())) std::sort(tasks.begin(), tasks.end());
-    tasks.erase(std::unique(tasks.begin(), tasks.end()), tasks.end());
-    return tasks;
-  }
-
-  // Measurement of blocks [b, e) at `batch` samples, cached for the whole search.
-  const profile::Measurement& measurement(int b, int e, std::int64_t batch) {
-    const std::uint64_t key = (static_cast<std::uint64_t>(b) << 48) | (static_cast<std::uint64_t>(e) << 32) |
-                              static_cast<std::uint64_t>(batch);
-    auto found = measurements_.find(key);
-    if (found != measurements_.end()) return found->second;
-    const std::vector<int> tasks = range_tasks(b, e);
-    return measurements_.emplace(key, cost_.measure(tasks, batch)).first->second;
-  }
+  std::vector<int> range_tasks(int b, int e) const { return ranges_.range_tasks(b, e); }
+  const profile::Measurement& measurement(int b, int e, std::int64_t batch) { return ranges_.measurement(b, e, batch); }
 
   // Measurement of block b's own tasks (non-empty) at `batch` samples, cached for the whole search.
   const profile::Measurement& own_measurement(int b, std::int64_t batch) {
@@ -644,7 +616,7 @@ class StageDp {
   const PlannerOptions& options_;
   double usable_;
   bool zero_ = false;  // ZeRO-1: a stage's memory depends on its replica count
-  std::unordered_map<std::uint64_t, profile::Measurement> measurements_;
+  BlockRanges ranges_;  // the blocks' ranges and their measurements
   std::vector<std::vector<int>> own_tasks_;  // per block: the tasks no other block holds
   std::unordered_map<std::uint64_t, profile::Measurement> own_measurements_;
   bool lower_bound_usable_ = true;           // false once the cost model could not measure an own set
