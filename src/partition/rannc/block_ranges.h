@@ -14,9 +14,13 @@ namespace partrain::partition {
 
 class BlockRanges {
  public:
-  /// `blocks` (task ids per block, in pipeline order) and `cost` must outlive this object. Throws
-  /// partrain::Error for no blocks, an empty block or 65,536 blocks or more.
-  BlockRanges(const std::vector<std::vector<int>>& blocks, const CostModel& cost) : blocks_(blocks), cost_(cost) {
+  /// `blocks` (task ids per block, in pipeline order) and `cost` must outlive this object; check()
+  /// them first.
+  BlockRanges(const std::vector<std::vector<int>>& blocks, const CostModel& cost) : blocks_(blocks), cost_(cost) {}
+
+  /// Throws partrain::Error for no blocks, an empty block or 65,536 blocks or more (the range keys
+  /// hold block indices in 16 bits). Called first in the owners' constructor bodies.
+  static void check(const std::vector<std::vector<int>>& blocks) {
     PARTRAIN_CHECK(!blocks.empty(), "rannc: no blocks to place");
     PARTRAIN_CHECK(blocks.size() < 65536, "rannc: too many blocks (" << blocks.size() << ")");
     for (std::size_t b = 0; b < blocks.size(); ++b) PARTRAIN_CHECK(!blocks[b].empty(), "rannc: block " << b << " is empty");

@@ -27,6 +27,7 @@ class ChunkCosts {
  public:
   ChunkCosts(const std::vector<std::vector<int>>& blocks, const CostModel& cost)
       : blocks_(blocks), cost_(cost), ranges_(blocks, cost) {
+    BlockRanges::check(blocks);
     own_tasks_ = ranges_.own_tasks();
   }
 

@@ -124,6 +124,7 @@ class StageDp {
   StageDp(const std::vector<std::vector<int>>& blocks, const CostModel& cost, const PlannerOptions& options)
       : blocks_(blocks), cost_(cost), options_(options), usable_(options.usable_memory_bytes(cost.device())),
         zero_(options.zero == 1), ranges_(blocks, cost) {
+    BlockRanges::check(blocks);
     PARTRAIN_CHECK(options.global_batch > 0 && options.global_batch < (std::int64_t{1} << 32),
                    "rannc: the global batch must be in [1, 2^32), not " << options.global_batch);
     PARTRAIN_CHECK(options.world_size > 0, "rannc: the world size must be positive, not " << options.world_size);
