@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/dtype.h"
@@ -130,14 +131,10 @@ double gemm_math_seconds(const KernelModel& kernels, double m, double n, double 
   if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0.0;
   const double sms = kernels.multiprocessors;
   const double per_multiprocessor = kernels.peak_flops * kernels.gemm_efficiency / sms;
-  double best = 0;
-  bool first = true;
+  double best = std::numeric_limits<double>::infinity();
   for (const auto& [tile_m, tile_n] : kTiles) {
-    const double tiles = std::ceil(m / tile_m) * std::ceil(n / tile_n) * count;
-    const double waves = std::ceil(tiles / sms);
-    const double seconds = waves * 2.0 * tile_m * tile_n * k / per_multiprocessor;
-    if (first || seconds < best) best = seconds;
-    first = false;
+    const double waves = std::ceil(std::ceil(m / tile_m) * std::ceil(n / tile_n) * count / sms);
+    best = std::min(best, waves * 2.0 * tile_m * tile_n * k / per_multiprocessor);
   }
   return best;
 }
