@@ -250,7 +250,7 @@ if wants benchmark; then
   t0=$SECONDS
   CASES=${BENCHMARK_CASES:-"gpt1024 bert128 bert512"} PRECISIONS=${BENCHMARK_PRECISIONS:-bf16} \
     MODES=${BENCHMARK_MODES:-eager} STEPS=${BENCHMARK_STEPS:-10} WARMUP=${BENCHMARK_WARMUP:-3} \
-    RUN_TIMEOUT=${BENCHMARK_RUN_TIMEOUT:-120} PARTRAIN=$partrain PYTHON=$python COPY_TO= \
+    RUN_TIMEOUT=${BENCHMARK_RUN_TIMEOUT:-120} PARTRAIN=$partrain PYTHON=$python COPY_TO= OUT= \
     RESULTS_DIR="$work/logs/benchmark" PARTRAIN_SETS="data.path=$data/text.h5" \
     timeout --kill-after=10 "${BENCHMARK_TIMEOUT:-300}" bash validation/perf/gpu_training_benchmark.sh
   rc=$?

@@ -9,9 +9,10 @@
 # - `time-limit`: nothing is sent; the job runs with a real 1-minute limit (--time=1) and
 #   --signal=B:USR1@LEAD_SECONDS (default 45), so slurmctld itself signals the batch shell when the
 #   limit nears (its check runs every 30 s: 15 to 45 s into the run). The job trains more steps
-#   (STEPS, default 150) than fit in a minute, so the signal stops it; once requeued (pending),
-#   the test gives it 10 minutes, and the second run completes. About 4 minutes (Slurm holds a
-#   requeued job back for 2): label `slow`.
+#   than fit in a minute whatever the machine's speed: a 10-step calibration run measures the
+#   seconds per step here and now, and the job gets enough steps for 100 s of training (STEPS
+#   overrides), so the signal stops it; once requeued (pending), the test gives it 10 minutes, and
+#   the second run completes. About 5 minutes (Slurm holds a requeued job back for 2).
 # Checks: the script forwards the signal to the ranks, they checkpoint and exit 3, the script
 # requeues the job, the requeued run resumes from that checkpoint (--resume auto), the job
 # completes (Restarts=1, exit code 0), every step is logged once, and the losses are the straight
@@ -26,7 +27,7 @@ steps=${STEPS:-60}
 lead=${LEAD_SECONDS:-45}
 case "$mode" in
   signal) time_options=(--time=00:10:00) ;;
-  time-limit) steps=${STEPS:-150} time_options=(--time=1 "--signal=B:USR1@$lead") ;;
+  time-limit) steps=${STEPS:-0} time_options=(--time=1 "--signal=B:USR1@$lead") ;;
   *) echo "check_slurm_requeue.sh: unknown mode $mode (signal or time-limit)" >&2; exit 2 ;;
 esac
 signal_after=3
@@ -46,6 +47,23 @@ arguments=(--set train.steps=$steps --set train.global_batch=8 --set model.seq_l
            --set data.path=data/prepared/text.h5 --set parallel.planner=manual --set parallel.stages=2
            --set 'parallel.replicas=[2,2]' --set 'parallel.boundaries=["h.1"]' --set train.microbatches=2
            --set profile.cache_dir="$work/profile-cache")
+
+# 0. time-limit: as many steps as take 100 s at this machine's present speed (the median step of a
+# 10-step calibration run), so the job cannot finish inside its 1-minute limit on a fast machine.
+if [ "$steps" = 0 ]; then
+  calibration=(--set train.steps=10 "${arguments[@]:2}")
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 \
+    mpiexec -n $tasks --oversubscribe --allow-run-as-root "$binary" train configs/gpt-tiny.toml "${calibration[@]}" \
+    --set log.dir="$work/calibration" > "$work/calibration.log" 2>&1 || { tail -20 "$work/calibration.log"; fail "the calibration run failed"; }
+  steps=$("$python" - "$work/calibration/metrics.jsonl" <<'PY'
+import json, math, statistics, sys
+seconds = statistics.median(json.loads(line)["seconds"] for line in open(sys.argv[1]) if line.strip())
+print(max(150, math.ceil(100 / seconds)))
+PY
+) || fail "cannot read the calibration run's step times"
+  arguments[1]=train.steps=$steps
+  echo "check_slurm_requeue: calibration: $steps steps take about 100 s here"
+fi
 
 # 1. The uninterrupted run.
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout $(( 60 + 3 * steps )) \
