@@ -45,6 +45,7 @@ fi
 partrain=$(command -v partrain || echo "$root/build/cuda/bin/partrain")
 test_cuda=$(command -v test_cuda || echo "$root/build/cuda/bin/test_cuda")
 test_nccl=$(command -v test_nccl_communicator || echo "$root/build/cuda/bin/test_nccl_communicator")
+test_shared_gpu=$(command -v test_shared_gpu_communicator || echo "$root/build/cuda/bin/test_shared_gpu_communicator")
 # Python and torch must not see the carried MPI/HDF5 libraries that env.sh puts first.
 python_ld=${DEVDEPS_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}
 python=python3
@@ -124,17 +125,19 @@ if wants ops; then
   fi
 fi
 
-# ---- c. the NCCL communicator: one rank, and 2 ranks (on one GPU: the shared-GPU path) ----
+# ---- c. the NCCL communicator: one rank, and 2 ranks (on one GPU: the shared-GPU path); the
+# host-staged communicator of ranks sharing a GPU on 2 ranks ----
 if wants nccl; then
-  for ranks in 1 2; do
+  for test in "nccl-np1 1 $test_nccl" "nccl-np2 2 $test_nccl" "shared-gpu-np2 2 $test_shared_gpu"; do
+    read -r name ranks binary <<<"$test"
     t0=$SECONDS
-    run_logged "nccl-np$ranks" "$NCCL_TIMEOUT" mpirun "${mpirun_flags[@]}" -np $ranks "$test_nccl"
+    run_logged "$name" "$NCCL_TIMEOUT" mpirun "${mpirun_flags[@]}" -np "$ranks" "$binary"
     rc=$?
-    counts=$(gtest_counts "nccl-np$ranks")
+    counts=$(gtest_counts "$name")
     if gtest_passed $rc "$counts"; then
-      record "nccl np$ranks ($gpus GPU)" pass $((SECONDS - t0)) "$counts"
+      record "$name ($gpus GPU)" pass $((SECONDS - t0)) "$counts"
     else
-      record "nccl np$ranks ($gpus GPU)" fail $((SECONDS - t0)) "rc $rc; $counts; $(last_lines "nccl-np$ranks" 'Failure|Expected|error|Which' 8)"
+      record "$name ($gpus GPU)" fail $((SECONDS - t0)) "rc $rc; $counts; $(last_lines "$name" 'Failure|Expected|error|Which' 8)"
     fi
   done
 fi

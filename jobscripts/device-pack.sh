@@ -31,12 +31,12 @@ started=$SECONDS
 bin=build/cuda/bin
 
 if [ "$build" = 1 ]; then
-  echo "== building the cuda preset (partrain, test_cuda, test_nccl_communicator)"
+  echo "== building the cuda preset (partrain and the CUDA test binaries)"
   source jobscripts/mpi-env.sh
   cmake --preset cuda >/dev/null
-  cmake --build build/cuda -j"$(nproc)" --target partrain test_cuda test_nccl_communicator
+  cmake --build build/cuda -j"$(nproc)" --target partrain test_cuda test_nccl_communicator test_shared_gpu_communicator
 fi
-for program in partrain test_cuda test_nccl_communicator; do
+for program in partrain test_cuda test_nccl_communicator test_shared_gpu_communicator; do
   [ -x "$bin/$program" ] || { echo "device-pack.sh: $bin/$program missing (build the cuda preset)" >&2; exit 2; }
 done
 built=$SECONDS
@@ -74,7 +74,7 @@ grep -qx '/.devdeps/' .git/info/exclude 2>/dev/null || echo '/.devdeps/' >> .git
 pack_options=()
 [ "${PACK_FAST:-0}" = 1 ] && pack_options+=(--fast)
 bash "$shared/pack.sh" "${pack_options[@]+"${pack_options[@]}"}" "$bin/partrain" "$bin/test_cuda" \
-  "$bin/test_nccl_communicator" > .devdata/pack.log 2>&1 || { tail -20 .devdata/pack.log >&2; exit 1; }
+  "$bin/test_nccl_communicator" "$bin/test_shared_gpu_communicator" > .devdata/pack.log 2>&1 || { tail -20 .devdata/pack.log >&2; exit 1; }
 packed=$SECONDS
 
 mib() { du -sb "$@" | awk '{ total += $1 } END { printf "%.1f", total / 1048576 }'; }

@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "comm/device_communicator.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
@@ -666,7 +667,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicato
   auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend);
   PARTRAIN_CHECK(cuda_backend != nullptr, "make_nccl_communicator: the backend is \""
                                               << backend.name() << "\"; the NCCL communicator needs the CUDA backend");
-  return std::make_unique<NcclCommunicator>(std::move(control), *cuda_backend);
+  const std::chrono::milliseconds timeout = nccl_timeout_from_environment(NcclCommunicator::kDefaultTimeout);
+  return std::make_unique<NcclCommunicator>(std::move(control), *cuda_backend, timeout);
 }
 
 std::string shared_gpu_description(Communicator& control, const cuda::CudaBackend& backend) {

@@ -21,11 +21,13 @@
 //    one side receives first.
 //  - Failures. A communicator whose peer failed would otherwise hang: wait() polls the CUDA event,
 //    NCCL's asynchronous error state (ncclCommGetAsyncError) and a timeout (kDefaultTimeout unless
-//    given). On an error or a timeout it aborts the NCCL communicator (ncclCommAbort, so that its
-//    kernels stop) and throws a partrain::Error naming the operation and the rank; every later NCCL
-//    operation of this communicator, pending requests included, then throws as well.
+//    given; make_nccl_communicator takes PARTRAIN_NCCL_TIMEOUT_SECONDS). On an error or a timeout it
+//    aborts the NCCL communicator (ncclCommAbort, so that its kernels stop) and throws a
+//    partrain::Error naming the operation and the rank; every later NCCL operation of this
+//    communicator, pending requests included, then throws as well.
 //  - One GPU per rank. NCCL refuses two ranks on one GPU; the constructor checks this first (see
-//    ranks_have_distinct_gpus) so that every rank gets the same clear error.
+//    ranks_have_distinct_gpus) so that every rank gets the same clear error. make_device_world
+//    (comm/device_communicator.h) stages device tensors through host memory instead in that case.
 //  - Construction and destruction are collective over the ranks of the control communicator.
 //    Destruction waits for the stream's pending work (with the same error and timeout checks), then
 //    calls ncclCommDestroy; while an exception propagates it aborts instead (the peers may be gone).
@@ -58,7 +60,8 @@ struct NcclState;
 
 class NcclCommunicator final : public Communicator {
  public:
-  /// How long wait() waits for one operation before it declares the communicator hung.
+  /// How long wait() waits for one operation before it declares the communicator hung, unless
+  /// PARTRAIN_NCCL_TIMEOUT_SECONDS says otherwise (make_nccl_communicator).
   static constexpr std::chrono::milliseconds kDefaultTimeout{10 * 60 * 1000};
 
   /// Collective over the ranks of `control` (an MPI communicator): checks that every rank has its
@@ -129,7 +132,8 @@ class NcclCommunicator final : public Communicator {
 };
 
 /// A NcclCommunicator over the ranks of `control` on `backend`, which must be a CudaBackend
-/// (partrain::Error otherwise). Collective, like the constructor.
+/// (partrain::Error otherwise), with the timeout of PARTRAIN_NCCL_TIMEOUT_SECONDS (default
+/// kDefaultTimeout; comm/device_communicator.h). Collective, like the constructor.
 std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> control, Backend& backend);
 
 /// True when no two ranks of `control` use the same physical GPU (compared by host name and the
