@@ -43,5 +43,16 @@ TEST(PredictionReport, LineGivesSignedRelativeErrors) {
             "per stage: 0 -10.0% (90.0 of 100.0 MiB predicted), 1 not predicted (1.0 of 0.0 MiB predicted)");
 }
 
+TEST(PredictionReport, AnalyticPlansSayTheirStepTimeIsForAnotherDevice) {
+  Plan plan = two_stage_plan();
+  plan.cost_model = "analytic (1 TFLOP/s, 16 GiB per device)";
+  const std::string line = prediction_error_line(plan, {3.0, 0.6, 0.55, 0.65}, {90.0 * (1 << 20), 1.0 * (1 << 20)});
+  EXPECT_EQ(line,
+            "prediction: step time 0.5000 s for the analytic cost model's nominal device, not this machine (measured "
+            "0.6000 s, median of 3 steps; [profile] enabled = true measures this machine); peak memory per stage: 0 "
+            "-10.0% (90.0 of 100.0 MiB predicted), 1 not predicted (1.0 of 0.0 MiB predicted)");
+  EXPECT_EQ(line.find("error"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace partrain::app

@@ -22,6 +22,7 @@
 
 #include "io/config.h"
 #include "io/hdf5_file.h"
+#include "graph/tensor_parallel.h"
 #include "models/model.h"
 #include "plan/plan.h"
 #include "partition/common/plan_builder.h"
@@ -578,10 +579,12 @@ TEST_P(MixedPrecision, TracksFp32AndDistributesLikeOneRank) {
 }
 
 // ---------------- every plan the validator accepts trains like one rank ----------------
-// A property test (issue 16): random plans for the tiny models — cuts at any task boundary (inside
-// layers and, half the time, among the last tasks: the heads and the loss), random replicas per stage
-// and pipeline replicas on 2-4 ranks, random schedule, recompute per stage and microbatch count — each
-// accepted by Plan::validate and trained against the single-rank run over the same loss pieces.
+// A property test (issues 16 and 30): random plans for the tiny models — cuts at any task boundary
+// (inside layers and, half the time, among the last tasks: the heads and the loss), random replicas
+// per stage and pipeline replicas on 2-4 ranks, tensor parallelism (t = 2, with or without sequence
+// parallelism and sub-pipelined TMP; not ResNet), ZeRO-1, two model chunks per rank (interleaved),
+// random schedule, recompute per stage and microbatch count — each accepted by Plan::validate and
+// trained against the single-rank run over the same loss pieces.
 // PARTRAIN_RANDOM_PLAN_SEED (first seed) and PARTRAIN_RANDOM_PLAN_CASES (how many) choose the
 // cases; a failure prints the command that replays its seed alone.
 
@@ -595,36 +598,73 @@ std::int64_t environment_number(const char* name, std::int64_t fallback) {
   return text && *text ? std::stoll(text) : fallback;
 }
 
-// Draws plans from `seed` until Plan::validate accepts one; `rejected` counts the others.
+// The 3D layout of a random plan: world size, tensor parallelism (degree, sequence parallelism,
+// Merak's sub-pipelined TMP), pipeline replicas, pipeline depth and model chunks per rank.
+struct RandomLayout {
+  int world_size = 2, tensor_parallel = 1, pipeline_replicas = 1, devices = 2, depth = 2, virtual_stages = 1;
+  bool sequence_parallel = false, sub_pipelined_tmp = false;
+};
+
+template <typename Uniform>
+RandomLayout draw_layout(const std::string& model, Uniform& uniform) {
+  RandomLayout layout;
+  layout.world_size = uniform(2, 4);
+  // ResNet has no tensor-parallel layers.
+  if (model != "resnet" && layout.world_size % 2 == 0 && uniform(0, 1)) {
+    layout.tensor_parallel = 2;
+    layout.sequence_parallel = uniform(0, 1);
+    layout.sub_pipelined_tmp = uniform(0, 2) == 0;
+  }
+  const int pipeline_devices = layout.world_size / layout.tensor_parallel;
+  std::vector<int> copy_choices;
+  for (int copies = 1; copies <= pipeline_devices; ++copies)
+    if (pipeline_devices % copies == 0) copy_choices.push_back(copies);
+  // Mostly one pipeline replica and several stages: pipelines are what the planners' cuts exercise.
+  layout.pipeline_replicas = uniform(0, 2) ? 1 : copy_choices[uniform(0, static_cast<int>(copy_choices.size()) - 1)];
+  layout.devices = pipeline_devices / layout.pipeline_replicas;
+  layout.depth = uniform(std::min(2, layout.devices), layout.devices);
+  // A third of the pipelines interleave two model chunks per rank (Narayanan et al. SC'21 §2.2).
+  if (layout.depth >= 2 && uniform(0, 2) == 0) layout.virtual_stages = 2;
+  return layout;
+}
+
+// Draws plans from `seed` until Plan::validate accepts one; `rejected` counts the others. The plan's
+// tasks index `graph` or, with tensor parallelism, tensor_parallel_graph(graph, t, sequence_parallel).
 RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& config, const Graph& graph,
                             std::uint64_t seed, int& rejected) {
   std::mt19937_64 random(seed);
   auto uniform = [&](int low, int high) { return std::uniform_int_distribution<int>(low, high)(random); };
-  std::vector<int> ordered;  // non-constant tasks in id (topological) order: contiguous ranges are convex
-  for (const Task& task : graph.tasks())
-    if (!task.constant) ordered.push_back(task.id);
-  const int task_count = static_cast<int>(ordered.size());
   for (rejected = 0;; ++rejected) {
+    const RandomLayout layout = draw_layout(model, uniform);
+    const Graph parallel = layout.tensor_parallel > 1
+                               ? tensor_parallel_graph(graph, layout.tensor_parallel, layout.sequence_parallel)
+                               : Graph();
+    const Graph& planned = layout.tensor_parallel > 1 ? parallel : graph;
+    std::vector<int> ordered;  // non-constant tasks in id (topological) order: contiguous ranges are convex
+    for (const Task& task : planned.tasks())
+      if (!task.constant) ordered.push_back(task.id);
+    const int task_count = static_cast<int>(ordered.size());
     RandomPlan drawn;
     Plan& plan = drawn.plan;
     plan.planner = "random";
-    plan.graph_hash = graph.hash();
-    plan.world_size = uniform(2, 4);
+    plan.graph_hash = planned.hash();
+    plan.world_size = layout.world_size;
+    plan.tensor_parallel = layout.tensor_parallel;
+    plan.sequence_parallel = layout.sequence_parallel;
+    plan.sub_pipelined_tmp = layout.sub_pipelined_tmp;
+    plan.virtual_stages = layout.virtual_stages;
+    plan.pipeline_replicas = layout.pipeline_replicas;
     plan.global_batch = global_batch(model);
-    std::vector<int> copy_choices;
-    for (int copies = 1; copies <= plan.world_size; ++copies)
-      if (plan.world_size % copies == 0) copy_choices.push_back(copies);
-    // Mostly one pipeline replica and several stages: pipelines are what the planners' cuts exercise.
-    plan.pipeline_replicas = uniform(0, 2) ? 1 : copy_choices[uniform(0, static_cast<int>(copy_choices.size()) - 1)];
-    const int devices = plan.world_size / plan.pipeline_replicas;
-    const int stage_count = uniform(std::min(2, devices), devices);
-    std::vector<int> replicas(stage_count, 1);
+    const int stage_count = layout.depth * layout.virtual_stages;  // model chunks
+    std::vector<int> replicas(layout.depth, 1);
     if (model == "resnet") {  // BatchNorm: every stage must group samples alike (see expect_matches_single_rank)
-      if (devices % stage_count != 0) continue;
-      replicas.assign(stage_count, devices / stage_count);
+      if (layout.devices % layout.depth != 0) continue;
+      replicas.assign(layout.depth, layout.devices / layout.depth);
     } else {
-      for (int extra = devices - stage_count; extra > 0; --extra) ++replicas[uniform(0, stage_count - 1)];
+      for (int extra = layout.devices - layout.depth; extra > 0; --extra) ++replicas[uniform(0, layout.depth - 1)];
     }
+    for (int chunk = layout.depth; chunk < stage_count; ++chunk) replicas.push_back(replicas[chunk % layout.depth]);
+    if (task_count < stage_count) continue;
     std::vector<int> cuts;  // first task position of stages 1..S-1
     while (static_cast<int>(cuts.size()) < stage_count - 1) {
       const int cut = uniform(0, 1) ? uniform(std::max(1, task_count - 12), task_count - 1) : uniform(1, task_count - 1);
@@ -635,9 +675,10 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
     cuts.push_back(task_count);
     std::vector<std::vector<int>> stages;
     for (int s = 0; s < stage_count; ++s) stages.emplace_back(ordered.begin() + cuts[s], ordered.begin() + cuts[s + 1]);
-    stages = partition::attach_constant_tasks(graph, std::move(stages));
+    stages = partition::attach_constant_tasks(planned, std::move(stages));
     // Microbatches: the per-copy batch must split into them, each feeding every stage's replicas and
-    // splitting evenly over the last stage's (the single-rank reference's loss pieces).
+    // splitting evenly over the last stage's (the single-rank reference's loss pieces); interleaved:
+    // a multiple of the pipeline depth.
     const std::int64_t per_pipeline_replica = plan.global_batch / plan.pipeline_replicas;
     std::vector<int> microbatch_choices;
     for (int m = 1; m <= per_pipeline_replica; ++m) {
@@ -645,19 +686,27 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
       // ResNet: BatchNorm over fewer than 4 samples makes training chaotic (see global_batch).
       const std::int64_t smallest_piece = model == "resnet" ? 4 : 1;
       if (per_pipeline_replica % m == 0 && size % replicas.back() == 0 && size / replicas.back() >= smallest_piece &&
-          size >= *std::max_element(replicas.begin(), replicas.end()))
+          size >= *std::max_element(replicas.begin(), replicas.end()) &&
+          (layout.virtual_stages == 1 || m % layout.depth == 0))
         microbatch_choices.push_back(m);
     }
     if (plan.global_batch % plan.pipeline_replicas != 0 || microbatch_choices.empty()) continue;
     plan.microbatches = microbatch_choices[uniform(0, static_cast<int>(microbatch_choices.size()) - 1)];
-    plan.schedule = std::vector<ScheduleKind>{ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward,
-                                              ScheduleKind::ShiftedCriticalPath}[uniform(0, 2)];
+    plan.schedule = layout.virtual_stages > 1
+                        ? ScheduleKind::Interleaved
+                        : std::vector<ScheduleKind>{ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward,
+                                                    ScheduleKind::ShiftedCriticalPath}[uniform(0, 2)];
+    // ZeRO-1 half the time where a stage has data-parallel replicas to shard the optimizer over.
+    const bool data_parallel = plan.pipeline_replicas > 1 || *std::max_element(replicas.begin(), replicas.end()) > 1;
+    plan.zero = data_parallel && uniform(0, 1) ? 1 : 0;
     plan.device_memory_bytes = 16.0 * (1 << 30);
     plan.precision = parse_precision(config.train.precision);
     plan.optimizer = config.train.optimizer;
     plan.optimizer_state_copies = state_copies_of_optimizer(plan.optimizer);
     std::ostringstream description;
-    description << plan.pipeline_replicas << " copies x stages [";
+    description << plan.pipeline_replicas << " copies x t " << plan.tensor_parallel
+                << (plan.sequence_parallel ? " sp" : "") << (plan.sub_pipelined_tmp ? " sub-pipelined" : "")
+                << (plan.zero ? " zero1" : "") << " x chunks [";
     for (int s = 0; s < stage_count; ++s) {
       PlanStage stage;
       stage.tasks = stages[s];
@@ -670,9 +719,9 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
       if (stage.recompute == RecomputePolicy::StageAware)
         stage.recompute_until_task = stage.tasks[uniform(1, static_cast<int>(stage.tasks.size()) - 1)];
       if (stage.recompute == RecomputePolicy::Layers) stage.recompute_layers = uniform(1, 2);
-      stage.summary = summarize_tasks(graph, stage.tasks);
+      stage.summary = summarize_tasks(planned, stage.tasks);
       description << (s ? "; " : "") << "tasks " << cuts[s] << "-" << cuts[s + 1] - 1 << " ("
-                  << graph.task(ordered[cuts[s]]).name << " .. " << graph.task(ordered[cuts[s + 1] - 1]).name
+                  << planned.task(ordered[cuts[s]]).name << " .. " << planned.task(ordered[cuts[s + 1] - 1]).name
                   << ") x" << stage.replicas
                   << (stage.recompute == RecomputePolicy::None ? "" : std::string(" recompute ") + recompute_name(stage.recompute))
                   << (stage.recompute == RecomputePolicy::StageAware ? " below task " + std::to_string(stage.recompute_until_task) : "")
@@ -682,7 +731,7 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
     description << "], " << plan.microbatches << " microbatches, " << schedule_name(plan.schedule);
     drawn.description = description.str();
     try {
-      plan.validate(graph);
+      plan.validate(planned);
     } catch (const Error&) {
       continue;  // e.g. a loss piece across stages of different replica counts
     }
@@ -717,7 +766,11 @@ TEST_P(RandomPlans, EveryValidPlanTrainsLikeOneRank) {
     const std::string distributed = root + "/random-" + model + "-" + std::to_string(seed) + "-" + std::to_string(::getpid());
     std::filesystem::create_directories(distributed);
     drawn.plan.save(distributed + "/random-plan.json");
-    run_training(c, drawn.plan.world_size, distributed, {}, "--plan " + distributed + "/random-plan.json");
+    // A plan file must agree with the experiment file on tensor and sequence parallelism.
+    const std::vector<std::string> settings = {
+        "parallel.tensor_parallel=" + std::to_string(drawn.plan.tensor_parallel),
+        std::string("parallel.sequence_parallel=") + (drawn.plan.sequence_parallel ? "true" : "false")};
+    run_training(c, drawn.plan.world_size, distributed, settings, "--plan " + distributed + "/random-plan.json");
     if (HasFailure()) return;
     expect_matches_single_rank(c, distributed, root);
     if (HasFailure()) return;

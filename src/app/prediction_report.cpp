@@ -39,11 +39,22 @@ std::string prediction_error_line(const Plan& plan, const std::vector<double>& s
   const double measured = typical_step_seconds(step_seconds);
   const std::size_t counted = step_seconds.size() > 1 ? step_seconds.size() - 1 : step_seconds.size();
   std::ostringstream line;
-  char text[160];
-  std::snprintf(text, sizeof text, " (measured %.4f s, median of %zu steps; predicted %.4f s)", measured, counted,
-                plan.predicted_step_seconds);
-  line << "prediction error: step time " << relative_error(measured, plan.predicted_step_seconds) << text
-       << "; peak memory per stage:";
+  char text[200];
+  if (plan.cost_model.starts_with("analytic")) {
+    // Without a profile the step time was predicted for the analytic model's nominal device, not
+    // for this machine: an "error" against it would be meaningless (issue 26). Memory is not
+    // device-dependent, so its errors stay.
+    std::snprintf(text, sizeof text,
+                  "prediction: step time %.4f s for the analytic cost model's nominal device, not this machine "
+                  "(measured %.4f s, median of %zu steps; [profile] enabled = true measures this machine)",
+                  plan.predicted_step_seconds, measured, counted);
+    line << text << "; peak memory per stage:";
+  } else {
+    std::snprintf(text, sizeof text, " (measured %.4f s, median of %zu steps; predicted %.4f s)", measured, counted,
+                  plan.predicted_step_seconds);
+    line << "prediction error: step time " << relative_error(measured, plan.predicted_step_seconds) << text
+         << "; peak memory per stage:";
+  }
   for (std::size_t s = 0; s < static_cast<std::size_t>(plan.pipeline_stages()) && s < stage_peak_bytes.size(); ++s) {
     double predicted = 0;  // a rank holds every model chunk of its stage (interleaved)
     for (int chunk : plan.chunks_of_stage(static_cast<int>(s))) predicted += plan.stages[chunk].memory_bytes;

@@ -20,7 +20,10 @@ std::vector<double> stage_peak_bytes(const Plan& plan, const std::vector<double>
 
 /// One line: "prediction error: step time +12.0% (measured 0.570 s, median of 15 steps; predicted
 /// 0.509 s); peak memory per stage: 0 -3.1% (48.2 of 49.8 MiB predicted), 1 ...". Errors are
-/// (measured − predicted) / predicted; a quantity the plan did not predict says "not predicted".
+/// (measured − predicted) / predicted; a quantity the plan did not predict says "not predicted". A
+/// plan of the analytic cost model (no profile) says instead that its step time is for the model's
+/// nominal device ("prediction: step time 0.0011 s for the analytic cost model's nominal device, not
+/// this machine (measured ...)"); the memory errors stay.
 std::string prediction_error_line(const Plan& plan, const std::vector<double>& step_seconds,
                                   const std::vector<double>& stage_peak_bytes);
 
