@@ -18,7 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "graph/interpreter.h"
+#include "io/config.h"
 #include "io/hdf5_file.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "models/model.h"
 #include "support/partrain_runs.h"
 
 namespace partrain {
@@ -182,6 +186,97 @@ TEST_P(GoldenFiles, MixedPrecisionMatchesAutocast) {
 }
 
 // A pipeline (stages h.0 | h.1 + head) with two data-parallel replicas each, two microbatches.
+// ---------------- step 1's logits ----------------
+// The golden file's /logits/* are the library model's outputs of step 1 (train mode; dropout is 0 in
+// its overrides): GPT's logits at every sample's first 8 positions, BERT's MLM logits at the
+// labelled positions and its NSP logits, ResNet's logits. partrain's graph (built from the same
+// overrides) runs the same forward on the CPU backend from its seeded initial parameters on step
+// 1's batch (the golden /batch rows of the first global batch); every logit tensor must agree within
+// 1e-5 relative L2 (fp32; only the summation order differs).
+
+// Input `index` of the task named `task_name` (a loss task: 0 the logits, 1 the labels).
+int task_input(const Graph& graph, const std::string& task_name, std::size_t index) {
+  for (const Task& task : graph.tasks())
+    if (task.name == task_name) return task.inputs.at(index);
+  ADD_FAILURE() << "no task " << task_name;
+  return -1;
+}
+
+// The rows of `tensor` ([N, ...] flattened to [N, row]) where `keep` holds, as one float vector.
+std::vector<float> rows_where(const Tensor& tensor, const std::vector<bool>& keep) {
+  const std::vector<float> values = tensor.to_float_vector();
+  const std::size_t row = values.size() / keep.size();
+  std::vector<float> result;
+  for (std::size_t r = 0; r < keep.size(); ++r)
+    if (keep[r]) result.insert(result.end(), values.begin() + r * row, values.begin() + (r + 1) * row);
+  return result;
+}
+
+TEST_P(GoldenFiles, StepOneLogitsMatchLibraryModel) {
+  const std::string model = GetParam();
+  const io::Hdf5File golden = io::Hdf5File::open_read(golden_path(model));
+  std::vector<std::string> overrides;
+  std::istringstream lines(golden.read_string_attribute("/", "overrides"));
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty()) overrides.push_back(line);
+  const ExperimentConfig config =
+      load_experiment(std::string(PARTRAIN_SOURCE_DIR) + "/configs/" + model + "-tiny.toml", overrides);
+  const Graph graph = build_model(config.model);
+  TensorMap values;
+  for (auto& [value, tensor] :
+       initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range))
+    values[value] = tensor;
+  const std::int64_t batch = config.train.global_batch;
+  for (const Value& value : graph.values()) {
+    if (value.kind != ValueKind::Input && value.kind != ValueKind::Label) continue;
+    std::vector<std::int64_t> shape;
+    const std::string dataset = "batch/" + value.name;
+    ASSERT_TRUE(golden.has_dataset(dataset)) << golden_path(model) << " has no " << dataset;
+    const std::vector<float> all = golden.read<float>(dataset, &shape);
+    shape[0] = batch;  // step 1: the first global batch
+    Shape step_shape(shape.begin(), shape.end());
+    const std::vector<float> rows(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(numel(step_shape)));
+    Tensor tensor = Tensor::empty(step_shape, value.type.dtype);
+    if (value.type.dtype == DType::I64) {
+      for (std::size_t i = 0; i < rows.size(); ++i) tensor.data<std::int64_t>()[i] = static_cast<std::int64_t>(rows[i]);
+    } else {
+      std::copy(rows.begin(), rows.end(), tensor.data<float>());
+    }
+    values[value.id] = tensor;
+  }
+  ExecutionOptions options;
+  options.training = true;  // as the golden step (BatchNorm uses the batch's statistics)
+  run_forward(graph, whole_graph(graph), values, cpu_backend(), options);
+
+  const auto expect_close = [&](const std::vector<float>& actual, const std::string& name) {
+    const std::vector<float> expected = golden.read<float>("logits/" + name);
+    ASSERT_EQ(actual.size(), expected.size()) << name;
+    const double error = relative_l2(actual, expected);
+    std::printf("%s logits/%s: %zu values, relative L2 error %.3g\n", model.c_str(), name.c_str(), expected.size(), error);
+    EXPECT_LE(error, kLossTolerance) << "logits/" << name << " of " << golden_path(model);
+    // The check can fail: one logit off by 1e-4 of the tensor's norm is caught.
+    std::vector<float> perturbed = actual;
+    perturbed[perturbed.size() / 2] += static_cast<float>(1e-4 * l2(expected));
+    EXPECT_GT(relative_l2(perturbed, expected), kLossTolerance) << "logits/" << name << ": a perturbed logit passes";
+  };
+  if (model == "gpt") {  // [B, S, V] -> the first 8 positions of every sample
+    const Tensor logits = values.at(task_input(graph, "loss", 0));
+    std::vector<bool> keep;
+    for (std::int64_t b = 0; b < batch; ++b)
+      for (std::int64_t position = 0; position < logits.dim(1); ++position) keep.push_back(position < 8);
+    expect_close(rows_where(logits, keep), "logits_first8");
+  } else if (model == "bert") {  // MLM logits where the label is not the ignore index; NSP logits
+    const Tensor logits = values.at(task_input(graph, "cls.predictions.loss", 0));
+    const Tensor labels = values.at(task_input(graph, "cls.predictions.loss", 1));
+    std::vector<bool> keep;
+    for (std::int64_t i = 0; i < labels.numel(); ++i) keep.push_back(labels.data<std::int64_t>()[i] != -100);
+    expect_close(rows_where(logits, keep), "prediction_logits_labelled");
+    expect_close(values.at(task_input(graph, "cls.seq_relationship.loss", 0)).to_float_vector(), "seq_relationship_logits");
+  } else {
+    expect_close(values.at(task_input(graph, "loss", 0)).to_float_vector(), "logits");
+  }
+}
+
 TEST(GoldenPipeline, GptTwoStagesTwoReplicasMatchesLibraryModel) {
   const std::string directory =
       run_golden("gpt", 4,
