@@ -3,6 +3,7 @@
 // `partrain eval` share, so both run a checkpoint under plans made the same way.
 #include "app/plan_agreement.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -25,6 +26,7 @@
 #include "partition/planner.h"
 #include "profile/communication_profile.h"
 #include "profile/distributed_profiler.h"
+#include "profile/speed_calibration.h"
 
 namespace partrain::app {
 namespace {
@@ -39,6 +41,20 @@ std::string profile_backend_name(const Backend& backend) {
   return "cpu-" + std::to_string(ranks_per_node) + "ranks-" + std::to_string(omp_get_max_threads()) + "threads";
 }
 
+// A cache timed at another speed than the ranks have now (other load, clocks or binding: its speed
+// calibration differs by more than profile::kCalibrationTolerance) has its times scaled by the ratio
+// of the calibrations, and the run says so. A cache without a calibration (older) is used as it is.
+void adapt_to_current_speed(profile::ProfileDB& database, double calibration, const std::string& cache) {
+  const double recorded = database.calibration_seconds();
+  if (recorded <= 0 || calibration <= 0) return;
+  const double ratio = calibration / recorded;
+  if (std::abs(ratio - 1) <= profile::kCalibrationTolerance) return;
+  database.rescale_times(ratio);
+  std::printf("profile: %s was measured at another speed (calibration %.3f ms then, %.3f ms now): its times are "
+              "scaled by %.2f ([profile] refresh = true measures again)\n",
+              cache.c_str(), recorded * 1e3, calibration * 1e3, ratio);
+}
+
 // Distributed profiling (docs/planning.md §Profiling): rank 0 lists every layer at microbatch sizes 1,
 // 2, 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
 // every rank measures its share. Collective over `world`; returns the complete DB on every rank.
@@ -49,15 +65,20 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   const std::string cache = config.profile.cache_dir + "/" +
                             profile::ProfileDB::cache_file_name(graph.hash(), database.backend(), database.dtype());
   std::vector<profile::ProfileRequest> requests;
+  const double calibration = profile::speed_calibration_seconds(backend, world);  // collective
   if (world.rank() == 0) {
-    if (std::filesystem::exists(cache)) {
+    if (std::filesystem::exists(cache) && config.profile.refresh) {
+      std::printf("profile: [profile] refresh = true: measuring again instead of using %s\n", cache.c_str());
+    } else if (std::filesystem::exists(cache)) {
       try {
         database = profile::ProfileDB::load(cache);
+        adapt_to_current_speed(database, calibration, cache);
       } catch (const Error& error) {  // a damaged cache is measured again, not fatal
         std::printf("profile: ignoring %s: %s\n", cache.c_str(), error.message().c_str());
         database = profile::ProfileDB(graph.hash(), backend_name, config.train.precision);
       }
     }
+    if (database.calibration_seconds() == 0) database.set_calibration_seconds(calibration);
     requests = partition::calibration_requests(graph, config.train.global_batch);
   }
   profile::ProfilerOptions options;

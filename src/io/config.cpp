@@ -579,6 +579,7 @@ ProfileConfig read_profile_config(const ConfigDocument& document) {
   reader.read("cache_dir", config.cache_dir);
   reader.read("warmup", config.warmup);
   reader.read("repeats", config.repeats);
+  reader.read("refresh", config.refresh);
   reader.finish();
   if (config.warmup < 0) reader.fail("warmup", "must not be negative");
   if (config.repeats <= 0) reader.fail("repeats", "must be positive");

@@ -226,6 +226,7 @@ struct ProfileConfig {
   std::string cache_dir = "runs/profile-cache";  // ProfileDB files, keyed by graph hash, backend and dtype
   std::int64_t warmup = 1;               // untimed passes per measurement
   std::int64_t repeats = 3;              // timed passes per measurement (median)
+  bool refresh = false;                  // true: measure again even when the cache holds the layers
 };
 
 /// The [checkpoint] section: parallel-HDF5 checkpoints of parameters, optimizer state and progress.

@@ -46,6 +46,16 @@ std::vector<std::int64_t> ProfileDB::batches(std::span<const int> tasks) const {
   return result;
 }
 
+void ProfileDB::rescale_times(double factor) {
+  PARTRAIN_CHECK(factor > 0, "ProfileDB::rescale_times: the factor must be positive, not " << factor);
+  for (auto& [key, measurement] : entries_) {
+    measurement.forward_seconds *= factor;
+    measurement.backward_seconds *= factor;
+  }
+  for (auto& [optimizer, seconds] : optimizer_seconds_per_byte_) seconds *= factor;
+  calibration_seconds_ *= factor;
+}
+
 void ProfileDB::merge(const ProfileDB& other) {
   PARTRAIN_CHECK(other.graph_hash_ == graph_hash_ && other.backend_ == backend_ && other.dtype_ == dtype_,
                  "ProfileDB: cannot merge measurements of another graph, backend or dtype");
@@ -77,7 +87,8 @@ nlohmann::json ProfileDB::to_json() const {
   return {{"format", "partrain-profile-db"}, {"version", 2}, {"graph_hash", hash_hex(graph_hash_)},
           {"backend", backend_}, {"dtype", dtype_}, {"measurements", entries},
           {"communication", communication_.to_json()},
-          {"optimizer_seconds_per_byte", optimizer_seconds_per_byte_}, {"stage_peak_bytes", stage_peak_bytes_}};
+          {"optimizer_seconds_per_byte", optimizer_seconds_per_byte_}, {"stage_peak_bytes", stage_peak_bytes_},
+          {"calibration_seconds", calibration_seconds_}};
 }
 
 ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string& source_name) {
@@ -103,6 +114,7 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
       db.optimizer_seconds_per_byte_ = document.at("optimizer_seconds_per_byte").get<std::map<std::string, double>>();
     if (document.contains("stage_peak_bytes"))  // older caches hold none: measured when needed
       db.stage_peak_bytes_ = document.at("stage_peak_bytes").get<std::map<std::string, double>>();
+    db.calibration_seconds_ = document.value("calibration_seconds", 0.0);  // older caches: none
     if (document.contains("communication"))  // older caches hold none: measured again
       db.communication_ = CommunicationProfile::from_json(document.at("communication"), source_name);
     return db;

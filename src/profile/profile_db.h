@@ -63,6 +63,13 @@ class ProfileDB {
   /// partition::capslog_job_key, the runs app/capslog_profiling.h); cached with the layers.
   const std::map<std::string, double>& stage_peak_bytes() const { return stage_peak_bytes_; }
   void set_stage_peak_bytes(const std::string& key, double bytes) { stage_peak_bytes_[key] = bytes; }
+  /// The speed calibration measured with the layers (profile/speed_calibration.h; 0 = none): a
+  /// later run compares its own to tell a cache measured under other load or clocks.
+  double calibration_seconds() const { return calibration_seconds_; }
+  void set_calibration_seconds(double seconds) { calibration_seconds_ = seconds; }
+  /// Multiplies every measured time (forward, backward, optimizer step) by `factor` > 0: a cache
+  /// measured at another speed, rescaled by the ratio of the speed calibrations.
+  void rescale_times(double factor);
   /// Merges another DB of the same graph/backend/dtype (throws partrain::Error otherwise).
   void merge(const ProfileDB& other);
 
@@ -85,6 +92,7 @@ class ProfileDB {
   CommunicationProfile communication_;
   std::map<std::string, double> optimizer_seconds_per_byte_;
   std::map<std::string, double> stage_peak_bytes_;
+  double calibration_seconds_ = 0;
 };
 
 }  // namespace partrain::profile
