@@ -25,6 +25,7 @@
 #include "graph/tensor_parallel.h"
 #include "models/model.h"
 #include "plan/plan.h"
+#include "runtime/stage_program.h"
 #include "partition/common/plan_builder.h"
 #include "support/partrain_runs.h"
 
@@ -116,6 +117,24 @@ std::string reference_run(const TrainingCase& c, int pieces, const std::string& 
   return directory;
 }
 
+// Whether the ranks of the pipeline stage holding the last model chunk (the loss) of the plan in
+// `distributed` can split their rows into Merak's sub-microbatches (as the executor decides).
+bool loss_stage_can_sub_pipeline(const TrainingCase& c, const std::string& distributed) {
+  const Plan plan = Plan::load(distributed + "/plan.json");
+  std::vector<std::string> overrides = model_settings(c.model);
+  overrides.insert(overrides.end(), c.model_overrides.begin(), c.model_overrides.end());
+  const ExperimentConfig config =
+      load_experiment(std::string(PARTRAIN_SOURCE_DIR) + "/configs/" + c.model + "-tiny.toml", overrides);
+  const Graph model = build_model(config.model);
+  const Graph graph =
+      plan.tensor_parallel > 1 ? tensor_parallel_graph(model, plan.tensor_parallel, plan.sequence_parallel) : model;
+  const std::vector<runtime::StageProgram> programs = runtime::build_stage_programs(graph, plan);
+  std::vector<runtime::StageProgram> held;
+  for (int chunk : plan.chunks_of_stage(plan.stage_of_chunk(static_cast<int>(plan.stages.size()) - 1)))
+    held.push_back(programs[chunk]);
+  return runtime::can_sub_pipeline(graph, held);
+}
+
 // Compares the run in `distributed` (its plan.json says how it split the batch) with the single-rank
 // run over the same loss pieces: every step's loss within 1e-5 relative, the held-out losses, and the
 // final parameters within 1e-4. Skips (with the reason) plans no single-rank run can mirror.
@@ -126,8 +145,12 @@ void expect_matches_single_rank(const TrainingCase& c, const std::string& distri
   const int copies = plan.at("pipeline_replicas").get<int>(), microbatches = plan.at("microbatches").get<int>();
   const int last_replicas = plan.at("stages").back().at("replicas").get<int>();
   const int microbatch_size = global_batch(c.model) / (copies * microbatches);
-  // Sub-pipelined TMP splits each replica's rows in two more loss pieces.
-  const int halves = plan.value("sub_pipelined_tmp", false) && microbatch_size / last_replicas >= 2 ? 2 : 1;
+  // Sub-pipelined TMP splits each replica's rows in two more loss pieces, on the ranks of the
+  // pipeline stage holding the loss, if they can split (runtime::can_sub_pipeline).
+  const int halves = plan.value("sub_pipelined_tmp", false) && microbatch_size / last_replicas >= 2 &&
+                             loss_stage_can_sub_pipeline(c, distributed)
+                         ? 2
+                         : 1;
   if (microbatch_size % last_replicas != 0)
     GTEST_SKIP() << "the plan splits a microbatch of " << microbatch_size << " unevenly over " << last_replicas
                  << " replicas: no single-rank run has the same loss pieces";

@@ -162,10 +162,8 @@ void PipelineExecutor::load_initial_values(const std::unordered_map<int, Tensor>
   refresh_working_parameters();
   // Merak's sub-pipelined TMP splits the rank's rows of a microbatch in two; values that cross the
   // stage's boundary whole (a loss piece) cannot be split, so such a stage runs microbatches whole.
-  sub_pipelined_ = plan_.sub_pipelined_tmp && plan_.tensor_parallel > 1 && rows() >= 2;
-  for (const StageProgram& program : programs_)
-    for (const std::vector<int>* values : {&program.received, &program.sent, &program.data_inputs})
-      for (int value : *values) sub_pipelined_ = sub_pipelined_ && has_batch_dim(graph_.value(value).type.shape);
+  sub_pipelined_ = plan_.sub_pipelined_tmp && plan_.tensor_parallel > 1 && rows() >= 2 &&
+                   can_sub_pipeline(graph_, programs_);
   // Constants (position ids) copied to the device once, not at every use.
   for (const Value& value : graph_.values())
     if (value.kind == ValueKind::Const) constants_[value.id] = to_backend(graph_.constant_data(value.id), backend_);

@@ -126,3 +126,15 @@ std::vector<StageProgram> build_stage_programs(const Graph& graph, const Plan& p
 }
 
 }  // namespace partrain::runtime
+
+namespace partrain::runtime {
+
+bool can_sub_pipeline(const Graph& graph, std::span<const StageProgram> programs) {
+  for (const StageProgram& program : programs)
+    for (const std::vector<int>* values : {&program.received, &program.sent, &program.data_inputs})
+      for (int value : *values)
+        if (!has_batch_dim(graph.value(value).type.shape)) return false;
+  return true;
+}
+
+}  // namespace partrain::runtime

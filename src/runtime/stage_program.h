@@ -4,6 +4,7 @@
 // that cross the stage boundaries. An activation produced in stage p and read in stage q > p + 1 is
 // relayed by the stages between them, so stages only talk to their neighbours (the schedules'
 // assumption); its gradient travels back the same way.
+#include <span>
 #include <vector>
 
 #include "graph/autodiff.h"
@@ -43,5 +44,11 @@ struct StageProgram {
 /// The programs of every stage of a plan, in stage order. Throws partrain::Error when a stage is not
 /// convex, or when a graph output other than the last stage's loss would have to cross stages.
 std::vector<StageProgram> build_stage_programs(const Graph& graph, const Plan& plan);
+
+/// Whether a rank holding `programs` (its model chunks) can split its rows of a microbatch into
+/// Merak's two sub-microbatches (sub-pipelined TMP, §6.3): every value it receives, sends or reads
+/// from the data has a batch dimension (a value that crosses whole, such as a loss piece, cannot be
+/// split). The executor then sub-pipelines when the plan asks for it, t > 1 and it has 2+ rows.
+bool can_sub_pipeline(const Graph& graph, std::span<const StageProgram> programs);
 
 }  // namespace partrain::runtime
