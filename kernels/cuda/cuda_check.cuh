@@ -1,6 +1,10 @@
 #pragma once
 // Error checks for CUDA, cuBLAS, cuDNN and NCCL calls: a failure throws partrain::Error whose
 // message names the call, the library's error string and the file:line of the check (llm.c style).
+// The file:line is in the message itself (not only in Error::file()/line()), because the command
+// line prints the message alone and a failure on the GPU must be traceable from the job's log;
+// Backend::forward/backward add the op, the runtime's error handling adds the rank
+// (app/mpi_command.h).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -8,6 +12,9 @@
 #include <nccl.h>
 
 #include "core/error.h"
+
+/// " [kernels/cuda/shape.cu:157]": the place of a failed check, for the messages below.
+#define PARTRAIN_CUDA_WHERE " [" << __FILE__ << ":" << __LINE__ << "]"
 
 namespace partrain::cuda {
 
@@ -22,7 +29,7 @@ const char* cublas_status_name(cublasStatus_t status);
     const cudaError_t partrain_cuda_status_ = (call);                                              \
     PARTRAIN_CHECK(partrain_cuda_status_ == cudaSuccess,                                           \
                    #call << " failed: " << cudaGetErrorName(partrain_cuda_status_) << " ("         \
-                         << cudaGetErrorString(partrain_cuda_status_) << ")");                     \
+                         << cudaGetErrorString(partrain_cuda_status_) << ")" << PARTRAIN_CUDA_WHERE);                     \
   } while (0)
 
 /// Checks the launch of the kernel just queued (bad configuration, missing kernel image).
@@ -32,19 +39,20 @@ const char* cublas_status_name(cublasStatus_t status);
   do {                                                                                             \
     const cublasStatus_t partrain_cublas_status_ = (call);                                         \
     PARTRAIN_CHECK(partrain_cublas_status_ == CUBLAS_STATUS_SUCCESS,                               \
-                   #call << " failed: " << ::partrain::cuda::cublas_status_name(partrain_cublas_status_)); \
+                   #call << " failed: " << ::partrain::cuda::cublas_status_name(partrain_cublas_status_)    \
+                         << PARTRAIN_CUDA_WHERE);                                                     \
   } while (0)
 
 #define PARTRAIN_CUDNN_CHECK(call)                                                                 \
   do {                                                                                             \
     const cudnnStatus_t partrain_cudnn_status_ = (call);                                           \
     PARTRAIN_CHECK(partrain_cudnn_status_ == CUDNN_STATUS_SUCCESS,                                 \
-                   #call << " failed: " << cudnnGetErrorString(partrain_cudnn_status_));           \
+                   #call << " failed: " << cudnnGetErrorString(partrain_cudnn_status_) << PARTRAIN_CUDA_WHERE); \
   } while (0)
 
 #define PARTRAIN_NCCL_CHECK(call)                                                                  \
   do {                                                                                             \
     const ncclResult_t partrain_nccl_status_ = (call);                                             \
     PARTRAIN_CHECK(partrain_nccl_status_ == ncclSuccess,                                           \
-                   #call << " failed: " << ncclGetErrorString(partrain_nccl_status_));             \
+                   #call << " failed: " << ncclGetErrorString(partrain_nccl_status_) << PARTRAIN_CUDA_WHERE); \
   } while (0)

@@ -640,6 +640,9 @@ void PipelineExecutor::optimizer_step(Pass& pass) {
   // The step's last action: its sends must have completed first (every rank's list ends with it).
   comm::wait_all(pass.pending);
   pass.sending.clear();
+  // Index and label checks of the step's kernels ran on the device without waiting; their verdict
+  // reaches the host here, once a step, before the gradient norm needs the host anyway.
+  backend_.check_device_errors();
 
   // Tied parameters, global-norm clipping, optimizer.
   const double step_start = now_us();
@@ -742,6 +745,7 @@ EvaluationResult PipelineExecutor::evaluate(const io::BatchSource& heldout, std:
       Pass pass = new_pass(batch);
       for (const Action& action : evaluation_actions_) run_action(action, pass);
       comm::wait_all(pass.pending);
+      backend_.check_device_errors();  // once a batch, as once a training step
     }
   } catch (...) {
     restore();
