@@ -39,7 +39,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output_dir")
     parser.add_argument("--source-dir", default=SOURCE_DIR)
+    parser.add_argument("--images", type=int, default=0,
+                        help="keep the first N training images and N/6 test images (0: all; a small file to carry)")
     arguments = parser.parse_args()
+    if arguments.images < 0:
+        parser.error("--images must be >= 0")
     os.makedirs(arguments.output_dir, exist_ok=True)
     path = os.path.join(arguments.output_dir, "fashion_mnist.h5")
     with h5py.File(path, "w") as output:
@@ -48,8 +52,11 @@ def main():
             labels = read_idx(os.path.join(arguments.source_dir, f"{prefix}-labels-idx1-ubyte.gz"))
             if images.shape[0] != labels.shape[0] or images.shape[1:] != (28, 28):
                 raise ValueError(f"{split}: unexpected shapes {images.shape}, {labels.shape}")
+            if arguments.images:
+                keep = arguments.images if split == "train" else max(1, arguments.images // 6)
+                images, labels = images[:keep], labels[:keep]
             output.create_dataset(f"{split}/images", data=images, compression="gzip", compression_opts=4,
-                                  chunks=(1000, 28, 28))
+                                  chunks=(min(1000, images.shape[0]), 28, 28))
             output.create_dataset(f"{split}/labels", data=labels)
             print(f"prepare_images: {split}: {images.shape[0]} images, mean {images.mean() / 255:.4f}")
         output.attrs["format"] = "partrain-images-1"

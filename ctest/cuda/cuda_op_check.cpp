@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "graph/op_schema.h"
@@ -42,6 +45,21 @@ Tensor as_dtype(const Tensor& tensor, DType dtype) {
   return is_floating(tensor.dtype()) ? to_dtype(tensor, dtype, cpu_backend()) : tensor;
 }
 
+// An uninitialised `shape` x `dtype` tensor on `backend` filled with NaN: a kernel that leaves an
+// element unwritten then fails the comparison instead of matching by luck of fresh (zeroed) memory.
+Tensor poisoned(Backend& backend, const Shape& shape, DType dtype) {
+  Tensor host = Tensor::empty(shape, dtype);
+  const std::size_t count = static_cast<std::size_t>(host.numel());
+  if (dtype == DType::F32) {
+    std::fill_n(host.data<float>(), count, std::numeric_limits<float>::quiet_NaN());
+  } else if (dtype == DType::BF16) {
+    std::fill_n(static_cast<std::uint16_t*>(host.raw_data()), count, std::uint16_t{0x7FC0});  // bf16 quiet NaN
+  } else {
+    std::memset(host.raw_data(), 0xFF, host.nbytes());  // integers: -1, an index no kernel may leave
+  }
+  return to_backend(host, backend);
+}
+
 struct OpResults {
   std::vector<Tensor> outputs, input_grads, inputs_after;
 };
@@ -57,7 +75,7 @@ OpResults run_on(Backend& backend, OpType type, const Attributes& attributes, co
   }
   std::vector<Tensor> outputs;
   for (const TensorType& type_of_output : infer_output_types(type, attributes, types))
-    outputs.push_back(backend.empty(type_of_output.shape, type_of_output.dtype));
+    outputs.push_back(poisoned(backend, type_of_output.shape, type_of_output.dtype));
   const KernelContext context{attributes, backend, check.training, check.random, check.tensor_parallel};
   backend.forward(type, context, inputs, outputs);
   OpResults results;
@@ -71,7 +89,7 @@ OpResults run_on(Backend& backend, OpType type, const Attributes& attributes, co
     const OpSchema& schema = op_schema(type);
     for (std::size_t i = 0; i < inputs.size(); ++i)
       input_grads.push_back(schema.input_is_differentiable(i) && is_floating(inputs[i].dtype())
-                                ? backend.empty(inputs[i].shape(), inputs[i].dtype())
+                                ? poisoned(backend, inputs[i].shape(), inputs[i].dtype())
                                 : Tensor());
     backend.backward(type, context, inputs, outputs, output_grads, input_grads);
     for (const Tensor& grad : input_grads) results.input_grads.push_back(grad.defined() ? to_host(grad, backend) : Tensor());
@@ -119,6 +137,7 @@ void check_precision(OpType type, const Attributes& attributes, const std::vecto
 }  // namespace
 
 bool cuda_available() { return availability().available; }
+bool gpu_visible() { return cuda::device_count() > 0; }
 std::string cuda_unavailable_reason() { return availability().reason; }
 
 double normalised_error(const Tensor& actual, const Tensor& expected) {

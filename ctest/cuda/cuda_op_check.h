@@ -19,6 +19,8 @@ namespace partrain::testing {
 
 /// True when a GPU is usable (the CUDA backend of device 0 can be created).
 bool cuda_available();
+/// True when the driver reports at least one GPU (whether or not the backend can be created on it).
+bool gpu_visible();
 /// Why CUDA tests are skipped here (no GPU, driver too old, ...).
 std::string cuda_unavailable_reason();
 
@@ -50,10 +52,15 @@ double normalised_error(const Tensor& actual, const Tensor& expected);
 
 }  // namespace partrain::testing
 
-/// Skips the current test with a message when no GPU is usable.
+/// Skips the current test with a message when no GPU is visible; fails it when a GPU is visible
+/// but the CUDA backend cannot be created on it (a broken driver or library must not read as a skip).
 #define PARTRAIN_SKIP_WITHOUT_GPU()                                                                 \
   do {                                                                                             \
-    if (!::partrain::testing::cuda_available())                                                    \
+    if (!::partrain::testing::cuda_available()) {                                                  \
+      if (::partrain::testing::gpu_visible())                                                      \
+        FAIL() << "a GPU is visible but the CUDA backend cannot be created: "                      \
+               << ::partrain::testing::cuda_unavailable_reason();                                  \
       GTEST_SKIP() << "no GPU (" << ::partrain::testing::cuda_unavailable_reason()                  \
                    << "): CUDA test skipped";                                                      \
+    }                                                                                              \
   } while (0)

@@ -193,10 +193,8 @@ const char* pass_name(ConvPass pass) {
   }
 }
 
-// The algorithm of one pass for one shape. usable = false: cuDNN has none (bf16 then falls back to
-// fp32 on converted copies).
+// One algorithm of one pass for one shape, with the math type and workspace it runs with.
 struct ConvAlgorithm {
-  bool usable = false;
   int algo = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   std::size_t workspace = 0;
@@ -214,24 +212,35 @@ ConvKey conv_key(ConvPass pass, int device, DType dtype, const ConvGeometry& g) 
           g.dilation_w, g.groups, g.out_height};
 }
 
-// Process-wide cache of chosen algorithms (the heuristics query costs host time; shapes repeat
-// every step). Guarded by a mutex: backends of several GPUs may run in threads.
+// Process-wide cache of each shape's candidate algorithms, best first (the heuristics query costs
+// host time; shapes repeat every step). An algorithm refused at run time is dropped from its list,
+// so the next step starts with the next one. Guarded by a mutex: backends of several GPUs may run
+// in threads.
 std::mutex& cache_mutex() {
   static std::mutex mutex;
   return mutex;
 }
-std::map<ConvKey, ConvAlgorithm>& algorithm_cache() {
-  static std::map<ConvKey, ConvAlgorithm> cache;
+std::map<ConvKey, std::vector<ConvAlgorithm>>& algorithm_cache() {
+  static std::map<ConvKey, std::vector<ConvAlgorithm>> cache;
   return cache;
 }
 
-// The first algorithm in the heuristics' order (best predicted first) that cuDNN reports usable,
-// whose workspace can be queried and is at most kMaxWorkspaceBytes. For fp32, results labelled
-// with tensor-op math are tried last and every algorithm runs with CUDNN_FMA_MATH; for bf16 the
-// algorithm's own math type is used.
+// The algorithms in the heuristics' order (best predicted first) that cuDNN reports usable, whose
+// workspace can be queried and is at most kMaxWorkspaceBytes; then implicit GEMM (algorithm 0 of
+// every pass) as the last resort. fp32: results labelled with tensor-op math come after the others
+// and everything runs with CUDNN_FMA_MATH (no TF32, as the CPU); bf16: the algorithm's own math.
 template <typename Perf, typename WorkspaceQuery>
-ConvAlgorithm pick_algorithm(const std::vector<Perf>& results, int count, DType dtype, cudnnConvolutionDescriptor_t conv,
-                             WorkspaceQuery&& workspace_query) {
+std::vector<ConvAlgorithm> usable_algorithms(const std::vector<Perf>& results, int count, DType dtype,
+                                             cudnnConvolutionDescriptor_t conv, WorkspaceQuery&& workspace_query) {
+  std::vector<ConvAlgorithm> usable;
+  const auto add = [&](int algo, cudnnMathType_t math) {
+    for (const ConvAlgorithm& known : usable)
+      if (known.algo == algo && known.math == math) return;
+    if (cudnnSetConvolutionMathType(conv, math) != CUDNN_STATUS_SUCCESS) return;
+    std::size_t bytes = 0;
+    if (workspace_query(algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxWorkspaceBytes) return;
+    usable.push_back({algo, math, bytes});
+  };
   for (int round = 0; round < 2; ++round)
     for (int i = 0; i < count; ++i) {
       const Perf& result = results[i];
@@ -239,17 +248,15 @@ ConvAlgorithm pick_algorithm(const std::vector<Perf>& results, int count, DType 
       const bool tensor_op =
           result.mathType == CUDNN_TENSOR_OP_MATH || result.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
       if (dtype == DType::F32 && round == 0 && tensor_op) continue;
-      if (dtype != DType::F32 && round == 1) continue;  // bf16: one round suffices
-      const cudnnMathType_t math = dtype == DType::F32 ? CUDNN_FMA_MATH : result.mathType;
-      if (cudnnSetConvolutionMathType(conv, math) != CUDNN_STATUS_SUCCESS) continue;
-      std::size_t bytes = 0;
-      if (workspace_query(result.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxWorkspaceBytes) continue;
-      return {true, static_cast<int>(result.algo), math, bytes};
+      if ((dtype != DType::F32 || !tensor_op) && round == 1) continue;  // each result once
+      add(static_cast<int>(result.algo), dtype == DType::F32 ? CUDNN_FMA_MATH : result.mathType);
     }
-  return {};
+  add(0, dtype == DType::F32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH);  // implicit GEMM
+  return usable;
 }
 
-ConvAlgorithm search_algorithm(cudnnHandle_t handle, ConvPass pass, DType dtype, const ConvDescriptors& d) {
+std::vector<ConvAlgorithm> search_algorithms(cudnnHandle_t handle, ConvPass pass, DType dtype,
+                                             const ConvDescriptors& d) {
   int max_count = 0, returned = 0;
   switch (pass) {
     case ConvPass::Forward: {
@@ -257,10 +264,10 @@ ConvAlgorithm search_algorithm(cudnnHandle_t handle, ConvPass pass, DType dtype,
       std::vector<cudnnConvolutionFwdAlgoPerf_t> results(static_cast<std::size_t>(std::max(max_count, 1)));
       if (cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x.handle, d.w.handle, d.conv.handle, d.y.handle, max_count,
                                                  &returned, results.data()) != CUDNN_STATUS_SUCCESS)
-        return {};
-      return pick_algorithm(results, returned, dtype, d.conv.handle, [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
-        return cudnnGetConvolutionForwardWorkspaceSize(handle, d.x.handle, d.w.handle, d.conv.handle, d.y.handle, algo,
-                                                       bytes);
+        returned = 0;
+      return usable_algorithms(results, returned, dtype, d.conv.handle, [&](int algo, std::size_t* bytes) {
+        return cudnnGetConvolutionForwardWorkspaceSize(handle, d.x.handle, d.w.handle, d.conv.handle, d.y.handle,
+                                                       static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
       });
     }
     case ConvPass::BackwardData: {
@@ -268,70 +275,50 @@ ConvAlgorithm search_algorithm(cudnnHandle_t handle, ConvPass pass, DType dtype,
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> results(static_cast<std::size_t>(std::max(max_count, 1)));
       if (cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w.handle, d.y.handle, d.conv.handle, d.x.handle,
                                                       max_count, &returned, results.data()) != CUDNN_STATUS_SUCCESS)
-        return {};
-      return pick_algorithm(results, returned, dtype, d.conv.handle,
-                            [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
-                              return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w.handle, d.y.handle,
-                                                                                  d.conv.handle, d.x.handle, algo, bytes);
-                            });
+        returned = 0;
+      return usable_algorithms(results, returned, dtype, d.conv.handle, [&](int algo, std::size_t* bytes) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w.handle, d.y.handle, d.conv.handle, d.x.handle,
+                                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
+      });
     }
     default: {
       PARTRAIN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max_count));
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> results(static_cast<std::size_t>(std::max(max_count, 1)));
       if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x.handle, d.y.handle, d.conv.handle, d.w.handle,
                                                         max_count, &returned, results.data()) != CUDNN_STATUS_SUCCESS)
-        return {};
-      return pick_algorithm(results, returned, dtype, d.conv.handle,
-                            [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
-                              return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                                  handle, d.x.handle, d.y.handle, d.conv.handle, d.w.handle, algo, bytes);
-                            });
+        returned = 0;
+      return usable_algorithms(results, returned, dtype, d.conv.handle, [&](int algo, std::size_t* bytes) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x.handle, d.y.handle, d.conv.handle,
+                                                              d.w.handle,
+                                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
+      });
     }
   }
 }
 
-// The cached algorithm of `pass` for this shape; sets its math type on the descriptor.
-ConvAlgorithm find_algorithm(const CudaBackend& cuda, ConvPass pass, const ConvGeometry& g, DType dtype,
-                             const ConvDescriptors& d) {
+// The cached candidates of `pass` for this shape (searched on first use).
+std::vector<ConvAlgorithm> find_algorithms(const CudaBackend& cuda, ConvPass pass, const ConvGeometry& g, DType dtype,
+                                           const ConvDescriptors& d) {
   const ConvKey key = conv_key(pass, cuda.device().index, dtype, g);
-  ConvAlgorithm algorithm;
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    auto& cache = algorithm_cache();
-    const auto found = cache.find(key);
-    if (found != cache.end()) {
-      algorithm = found->second;
-    } else {
-      algorithm = search_algorithm(cuda.cudnn(), pass, dtype, d);
-      cache.emplace(key, algorithm);
-    }
-  }
-  if (algorithm.usable) PARTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.handle, algorithm.math));
-  return algorithm;
-}
-
-// Records that the cached algorithm failed with CUDNN_STATUS_NOT_SUPPORTED at run time (bf16
-// falls back to fp32 from now on).
-void mark_unusable(const CudaBackend& cuda, ConvPass pass, const ConvGeometry& g, DType dtype) {
   std::lock_guard<std::mutex> lock(cache_mutex());
-  algorithm_cache()[conv_key(pass, cuda.device().index, dtype, g)] = ConvAlgorithm{};
+  auto& cache = algorithm_cache();
+  auto found = cache.find(key);
+  if (found == cache.end()) found = cache.emplace(key, search_algorithms(cuda.cudnn(), pass, dtype, d)).first;
+  return found->second;
 }
 
-// Runs one cuDNN pass with tensors of `dtype` (device pointers; output overwritten, beta = 0).
-// Returns false, without touching the output, when cuDNN has no algorithm for a bf16 shape; for
-// fp32 that is an error.
-bool run_cudnn(const CudaBackend& cuda, ConvPass pass, const ConvGeometry& g, DType dtype, const void* first,
-               const void* second, void* out) {
-  const ConvDescriptors d(g, dtype);
-  const ConvAlgorithm algorithm = find_algorithm(cuda, pass, g, dtype, d);
-  if (!algorithm.usable) {
-    PARTRAIN_CHECK(dtype != DType::F32, "Conv2d " << pass_name(pass) << ": cuDNN has no fp32 algorithm for input ["
-                                                  << g.batch << ", " << g.channels << ", " << g.height << ", "
-                                                  << g.width << "], weight [" << g.out_channels << ", "
-                                                  << g.channels / g.groups << ", " << g.kernel_h << ", " << g.kernel_w
-                                                  << "], groups " << g.groups);
-    return false;
-  }
+// Drops `algorithm` from this shape's candidates after cuDNN refused to run it.
+void drop_algorithm(const CudaBackend& cuda, ConvPass pass, const ConvGeometry& g, DType dtype,
+                    const ConvAlgorithm& algorithm) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  std::vector<ConvAlgorithm>& candidates = algorithm_cache()[conv_key(pass, cuda.device().index, dtype, g)];
+  std::erase_if(candidates, [&](const ConvAlgorithm& c) { return c.algo == algorithm.algo && c.math == algorithm.math; });
+}
+
+// One attempt of `pass` with `algorithm`; returns cuDNN's status.
+cudnnStatus_t run_algorithm(const CudaBackend& cuda, ConvPass pass, const ConvDescriptors& d,
+                            const ConvAlgorithm& algorithm, const void* first, const void* second, void* out) {
+  PARTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.handle, algorithm.math));
   Tensor workspace;
   void* workspace_data = nullptr;
   if (algorithm.workspace > 0) {
@@ -339,32 +326,42 @@ bool run_cudnn(const CudaBackend& cuda, ConvPass pass, const ConvGeometry& g, DT
     workspace_data = workspace.raw_data();
   }
   const float one = 1.f, zero = 0.f;  // fp32 scaling factors for fp32 and bf16 data alike
-  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
   switch (pass) {
     case ConvPass::Forward:  // first = x, second = w, out = y
-      status = cudnnConvolutionForward(cuda.cudnn(), &one, d.x.handle, first, d.w.handle, second, d.conv.handle,
-                                       static_cast<cudnnConvolutionFwdAlgo_t>(algorithm.algo), workspace_data,
-                                       algorithm.workspace, &zero, d.y.handle, out);
-      break;
+      return cudnnConvolutionForward(cuda.cudnn(), &one, d.x.handle, first, d.w.handle, second, d.conv.handle,
+                                     static_cast<cudnnConvolutionFwdAlgo_t>(algorithm.algo), workspace_data,
+                                     algorithm.workspace, &zero, d.y.handle, out);
     case ConvPass::BackwardData:  // first = w, second = dy, out = dx
-      status = cudnnConvolutionBackwardData(cuda.cudnn(), &one, d.w.handle, first, d.y.handle, second, d.conv.handle,
-                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(algorithm.algo), workspace_data,
-                                            algorithm.workspace, &zero, d.x.handle, out);
-      break;
-    case ConvPass::BackwardFilter:  // first = x, second = dy, out = dw
-      status = cudnnConvolutionBackwardFilter(cuda.cudnn(), &one, d.x.handle, first, d.y.handle, second, d.conv.handle,
-                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(algorithm.algo),
-                                              workspace_data, algorithm.workspace, &zero, d.w.handle, out);
-      break;
+      return cudnnConvolutionBackwardData(cuda.cudnn(), &one, d.w.handle, first, d.y.handle, second, d.conv.handle,
+                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algorithm.algo), workspace_data,
+                                          algorithm.workspace, &zero, d.x.handle, out);
+    default:  // BackwardFilter: first = x, second = dy, out = dw
+      return cudnnConvolutionBackwardFilter(cuda.cudnn(), &one, d.x.handle, first, d.y.handle, second, d.conv.handle,
+                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algorithm.algo),
+                                            workspace_data, algorithm.workspace, &zero, d.w.handle, out);
   }
-  if (CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_NOT_SUPPORTED && dtype != DType::F32) {
-    mark_unusable(cuda, pass, g, dtype);
-    return false;
+}
+
+// Runs one cuDNN pass with tensors of `dtype` (device pointers; output overwritten, beta = 0): the
+// shape's candidates in order, each refused one dropped for good (a cuDNN version may list an
+// algorithm it then will not run), down to implicit GEMM. Returns false, without touching the
+// output, when no candidate runs a bf16 shape (the caller falls back to fp32 copies); for fp32
+// that is an error naming the shape and cuDNN's last status.
+bool run_cudnn(const CudaBackend& cuda, ConvPass pass, const ConvGeometry& g, DType dtype, const void* first,
+               const void* second, void* out) {
+  const ConvDescriptors d(g, dtype);
+  cudnnStatus_t status = CUDNN_STATUS_NOT_SUPPORTED;
+  for (const ConvAlgorithm& algorithm : find_algorithms(cuda, pass, g, dtype, d)) {
+    status = run_algorithm(cuda, pass, d, algorithm, first, second, out);
+    if (status == CUDNN_STATUS_SUCCESS) return true;
+    drop_algorithm(cuda, pass, g, dtype, algorithm);
   }
-  PARTRAIN_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN convolution " << pass_name(pass) << " (algorithm "
-                                                                      << algorithm.algo << ") failed: "
-                                                                      << cudnnGetErrorString(status));
-  return true;
+  PARTRAIN_CHECK(dtype != DType::F32, "Conv2d " << pass_name(pass) << ": cuDNN runs no fp32 algorithm for input ["
+                                                << g.batch << ", " << g.channels << ", " << g.height << ", " << g.width
+                                                << "], weight [" << g.out_channels << ", " << g.channels / g.groups
+                                                << ", " << g.kernel_h << ", " << g.kernel_w << "], groups " << g.groups
+                                                << " (last status: " << cudnnGetErrorString(status) << ")");
+  return false;
 }
 
 // y[n, o, p] += bias[o] (fp32 add, one rounding to T).
