@@ -117,10 +117,11 @@ void CudaBackend::run_kernel(OpType type, const char* direction, const std::func
       PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
       device_errors_->report();
     }
-  } catch (const Error& error) {
+  } catch (const CudaError& error) {
     // A CUDA error may surface at a later op than the one that caused it under overlap ordering
-    // (kernels run asynchronously): the op named here is where it was seen.
-    throw Error(error.file(), error.line(),
+    // (kernels run asynchronously): the op named here is where it was seen. Argument errors (a
+    // plain Error) pass unchanged: they are the CPU backend's, and name the op already.
+    throw CudaError(error.file(), error.line(),
                 error.message() + " (in " + std::string(op_name(type)) + " " + direction + " on cuda:" +
                     std::to_string(device_index_) + ", " + cuda_ordering_name(ordering_) + " ordering)");
   }

@@ -85,8 +85,9 @@ class CudaBackend final : public Backend {
   Tensor scratch(std::size_t bytes) const;
 
  protected:
-  /// Adds " (in <op> <direction>)" to a kernel's error; under plain ordering waits for the device
-  /// after the op and reports its index checks, so that a failure shows at the op that caused it.
+  /// Adds " (in <op> <direction> on cuda:N, <ordering> ordering)" to a kernel's CudaError (not to
+  /// argument errors, which are the CPU backend's); under plain ordering waits for the device after
+  /// the op and reports its index checks, so that a failure shows at the op that caused it.
   void run_kernel(OpType type, const char* direction, const std::function<void()>& kernel) const override;
 
  private:

@@ -52,7 +52,7 @@ struct NcclState {
   /// Throws if the communicator was aborted or destroyed, or if NCCL reports an asynchronous error
   /// (a failed peer or network): then it aborts the communicator first.
   void check_health(const std::string& what) {
-    PARTRAIN_CHECK(!aborted, what << " on " << where() << ": the communicator was aborted after an earlier failure ("
+    PARTRAIN_DEVICE_CHECK(!aborted, what << " on " << where() << ": the communicator was aborted after an earlier failure ("
                                   << abort_reason << ")");
     PARTRAIN_CHECK(comm != nullptr, what << " on " << where() << ": the NCCL communicator was destroyed");
     ncclResult_t async = ncclSuccess;
@@ -65,7 +65,7 @@ struct NcclState {
     if (last && *last) reason << " (" << last << ")";
     const std::string text = reason.str();
     abort(text);
-    PARTRAIN_FAIL(what << " failed on " << where() << ": " << text
+    PARTRAIN_DEVICE_CHECK(false, what << " failed on " << where() << ": " << text
                        << "; the communicator was aborted (a peer may have failed)");
   }
 };
@@ -76,7 +76,7 @@ namespace {
 
 using detail::NcclState;
 
-/// Aborts the communicator after a failed NCCL call and throws an Error naming the call and rank.
+/// Aborts the communicator after a failed NCCL call and throws a cuda::CudaError naming the call and rank.
 [[noreturn]] void fail_nccl_call(const char* file, int line, NcclState& state, const char* call,
                                  ncclResult_t result) {
   std::string name(call);
@@ -87,7 +87,7 @@ using detail::NcclState;
   if (last && *last) message << " (" << last << ")";
   state.abort(message.str());
   message << "; the communicator was aborted [" << file << ":" << line << "]";
-  throw Error(file, line, message.str());
+  throw cuda::CudaError(file, line, message.str());
 }
 
 // An NCCL operation of this communicator: on failure the communicator is aborted (the ranks are out
@@ -184,7 +184,7 @@ void watch(NcclState& state, const RecordedEvent& event, const std::string& what
   for (std::uint64_t poll = 0;; ++poll) {
     const cudaError_t status = event.query();
     if (status == cudaSuccess) return;
-    PARTRAIN_CHECK(status == cudaErrorNotReady, what << " failed on " << state.where() << ": "
+    PARTRAIN_DEVICE_CHECK(status == cudaErrorNotReady, what << " failed on " << state.where() << ": "
                                                      << cudaGetErrorName(status) << " ("
                                                      << cudaGetErrorString(status) << ")");
     state.check_health(what);
@@ -192,7 +192,7 @@ void watch(NcclState& state, const RecordedEvent& event, const std::string& what
       std::ostringstream reason;
       reason << what << " did not complete within " << state.timeout.count() << " ms";
       state.abort(reason.str());
-      PARTRAIN_FAIL(reason.str() << " on " << state.where()
+      PARTRAIN_DEVICE_CHECK(false, reason.str() << " on " << state.where()
                                  << " (a peer may have failed, or the ranks posted different operations); the "
                                     "communicator was aborted");
     }
@@ -235,7 +235,7 @@ class NcclRequest final : public Request::Impl {
       state_->check_health(what_);
       return false;
     }
-    PARTRAIN_CHECK(status == cudaSuccess, what_ << " failed on " << state_->where() << ": " << cudaGetErrorName(status)
+    PARTRAIN_DEVICE_CHECK(status == cudaSuccess, what_ << " failed on " << state_->where() << ": " << cudaGetErrorName(status)
                                                 << " (" << cudaGetErrorString(status) << ")");
     finish();
     return true;
@@ -244,7 +244,7 @@ class NcclRequest final : public Request::Impl {
  private:
   void finish() {
     // An abort stops NCCL's kernels, so the event completes without the data having arrived.
-    PARTRAIN_CHECK(!state_->aborted, what_ << " on " << state_->where() << ": the communicator was aborted ("
+    PARTRAIN_DEVICE_CHECK(!state_->aborted, what_ << " on " << state_->where() << ": the communicator was aborted ("
                                            << state_->abort_reason << "); the result is undefined");
     tensors_.clear();
   }
