@@ -66,8 +66,10 @@ CudaBackend::CudaBackend(int device_index)
   register_allocator(device(), std::make_unique<CachingAllocator>(device(), std::make_unique<DeviceMemory>(device_index)));
   PARTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   communication_stream_ = stream_;
-  if (ordering_ == CudaOrdering::Overlap)
-    PARTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&communication_stream_, cudaStreamNonBlocking));
+  if (ordering_ == CudaOrdering::Overlap) {
+    PARTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&own_communication_stream_, cudaStreamNonBlocking));
+    communication_stream_ = own_communication_stream_;
+  }
   device_errors_ = std::make_unique<DeviceErrorFlags>(stream_);
   PARTRAIN_CUBLAS_CHECK(cublasCreate(&cublas_));
   PARTRAIN_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -94,7 +96,7 @@ CudaBackend::~CudaBackend() {
   // caller owns. Errors are ignored: a destructor cannot report them.
   cudaStreamSynchronize(stream_);
   device_errors_.reset();
-  if (communication_stream_ != stream_) cudaStreamDestroy(communication_stream_);
+  if (own_communication_stream_) cudaStreamDestroy(own_communication_stream_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
   if (cudnn_) cudnnDestroy(cudnn_);
   if (cublas_lt_) cublasLtDestroy(cublas_lt_);
@@ -109,6 +111,14 @@ void CudaBackend::synchronise() {
 }
 
 void CudaBackend::check_device_errors() { device_errors_->report(); }
+
+void CudaBackend::set_ordering(CudaOrdering ordering) {
+  synchronise();  // nothing queued under the old ordering is left to order
+  if (ordering == CudaOrdering::Overlap && own_communication_stream_ == nullptr)
+    PARTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&own_communication_stream_, cudaStreamNonBlocking));
+  communication_stream_ = ordering == CudaOrdering::Overlap ? own_communication_stream_ : stream_;
+  ordering_ = ordering;
+}
 
 void CudaBackend::run_kernel(OpType type, const char* direction, const std::function<void()>& kernel) const {
   try {

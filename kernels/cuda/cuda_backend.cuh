@@ -73,6 +73,11 @@ class CudaBackend final : public Backend {
   /// Where NCCL runs: a stream of its own under overlap ordering, stream() under plain.
   cudaStream_t communication_stream() const { return communication_stream_; }
   CudaOrdering ordering() const { return ordering_; }
+  /// Switches the ordering after waiting for the device (synchronise, which may throw a pending
+  /// device check): for tests that compare the orderings in one process. A run keeps the one it
+  /// started with (cuda_ordering_from_environment); requests started before the switch must be
+  /// complete.
+  void set_ordering(CudaOrdering ordering);
   /// The device-side index checks of the kernels (kernels/cuda/device_errors.cuh).
   DeviceErrorFlags& device_errors() const { return *device_errors_; }
   cublasHandle_t cublas() const { return cublas_; }
@@ -95,7 +100,8 @@ class CudaBackend final : public Backend {
   std::string device_name_;
   CudaOrdering ordering_;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t communication_stream_ = nullptr;
+  cudaStream_t communication_stream_ = nullptr;      // own_communication_stream_ or stream_
+  cudaStream_t own_communication_stream_ = nullptr;  // created for overlap ordering
   std::unique_ptr<DeviceErrorFlags> device_errors_;
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublas_lt_ = nullptr;
