@@ -4,8 +4,8 @@
 // the check (llm.c style).
 // The file:line is in the message itself (not only in Error::file()/line()), because the command
 // line prints the message alone and a failure on the GPU must be traceable from the job's log;
-// Backend::forward/backward add the op, the runtime's error handling adds the rank
-// (app/mpi_command.h).
+// CudaBackend's op hook adds the op to a CudaError, the command line adds the rank
+// (src/app/mpi_command.cpp).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
