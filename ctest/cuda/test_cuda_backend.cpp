@@ -9,6 +9,8 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "io/config.h"
 #include "kernels/cuda/cuda_backend.cuh"
+#include "core/cuda_ordering.h"
+#include "core/error.h"
 #include "runtime/optimizer.h"
 #include "support/gradient_check.h"
 
@@ -81,6 +83,42 @@ TEST(CudaBackend, AdamWAndSgdUpdatesMatchTheCpu) {
       EXPECT_LE(normalised_error(to_host(gpu_optimizer->state("w", state), gpu()), cpu_optimizer->state("w", state)), 1e-6)
           << state;
   }
+}
+
+// Device-side index checks (kernels/cuda/device_errors.cuh): under overlap ordering an embedding
+// lookup with an index outside the table does not stop the GPU; the next check_device_errors()
+// (the runtime's step end) raises the CPU's error, naming the op, the index and the limit, and
+// clears the flags. Under plain ordering (PARTRAIN_CUDA_ORDERING=plain) the op itself raises it.
+TEST(CudaBackend, OutOfRangeEmbeddingIndexIsReportedAtTheStepEndCheck) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  cuda::CudaBackend& backend = gpu();
+  backend.check_device_errors();  // nothing pending from earlier tests
+  const Attributes attributes;
+  const KernelContext context{attributes, backend};
+  const Tensor weight = to_backend(normal_tensor({5, 4}, 3), backend);
+  const Tensor indices = to_backend(Tensor::from_vector<std::int64_t>({2, 3}, {0, 1, 2, 4, 7, 9}), backend);
+  const std::vector<Tensor> inputs{weight, indices};
+  const std::vector<Tensor> outputs{backend.empty({2, 3, 4})};
+  std::string message;
+  try {
+    backend.forward(OpType::Gather, context, inputs, outputs);
+    EXPECT_EQ(backend.ordering(), CudaOrdering::Overlap) << "plain ordering must raise at the op";
+    backend.check_device_errors();
+    ADD_FAILURE() << "no error for index 7";
+  } catch (const Error& error) {
+    message = error.message();
+  }
+  // The first bad position in row-major order: 7 at [1, 1] (flat 4); the table has 5 rows.
+  EXPECT_NE(message.find("Gather index 7"), std::string::npos) << message;
+  EXPECT_NE(message.find("[1, 1]"), std::string::npos) << message;
+  EXPECT_NE(message.find("[0, 5)"), std::string::npos) << message;
+  EXPECT_NE(message.find("Gather forward"), std::string::npos) << message;
+  EXPECT_NO_THROW(backend.check_device_errors());  // reported once, then cleared
+  // A good lookup afterwards runs and checks clean.
+  const std::vector<Tensor> good{weight, to_backend(Tensor::from_vector<std::int64_t>({2}, {4, 0}), backend)};
+  const std::vector<Tensor> good_outputs{backend.empty({2, 4})};
+  backend.forward(OpType::Gather, context, good, good_outputs);
+  EXPECT_NO_THROW(backend.check_device_errors());
 }
 
 }  // namespace

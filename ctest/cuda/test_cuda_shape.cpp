@@ -86,17 +86,26 @@ TEST(CudaShape, GatherRejectsOutOfRangeIndicesLikeTheCpu) {
                                       : Tensor::from_vector<std::int32_t>({2, 2}, {0, 1, static_cast<std::int32_t>(bad), 2});
       const std::vector<Tensor> inputs{weight, to_backend(host_indices, backend)};
       const std::vector<Tensor> outputs{backend.empty({2, 2, 3})};
+      // The error comes at the op under plain ordering, at the next device check under overlap.
       try {
         backend.forward(OpType::Gather, context, inputs, outputs);
+        backend.check_device_errors();
         ADD_FAILURE() << "no error for index " << bad;
       } catch (const Error& error) {
         const std::string message = error.message();
         EXPECT_NE(message.find("index " + std::to_string(bad)), std::string::npos) << message;
         EXPECT_NE(message.find("[1, 0]"), std::string::npos) << message;
+        EXPECT_NE(message.find("[0, 4)"), std::string::npos) << message;  // the limit
+        EXPECT_NE(message.find("Gather forward"), std::string::npos) << message;  // the op
       }
       const std::vector<Tensor> output_grads{backend.zeros({2, 2, 3})};
       const std::vector<Tensor> input_grads{backend.empty({4, 3}), Tensor()};
-      EXPECT_THROW(backend.backward(OpType::Gather, context, inputs, outputs, output_grads, input_grads), Error);
+      EXPECT_THROW(
+          {
+            backend.backward(OpType::Gather, context, inputs, outputs, output_grads, input_grads);
+            backend.check_device_errors();
+          },
+          Error);
     }
   // The backend stays usable after the error.
   const std::vector<Tensor> inputs{weight, to_backend(Tensor::from_vector<std::int64_t>({2}, {3, 0}), backend)};

@@ -50,7 +50,8 @@ void DeviceMemory::release(void* pointer, std::size_t) {
 
 // ---------------- backend ----------------
 
-CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
+CudaBackend::CudaBackend(int device_index)
+    : device_index_(device_index), ordering_(cuda_ordering_from_environment()) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   PARTRAIN_CHECK(status == cudaSuccess && device_index >= 0 && device_index < count,
@@ -64,6 +65,12 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
   device_name_ = properties.name;
   register_allocator(device(), std::make_unique<CachingAllocator>(device(), std::make_unique<DeviceMemory>(device_index)));
   PARTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  communication_stream_ = stream_;
+  if (ordering_ == CudaOrdering::Overlap) {
+    PARTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&own_communication_stream_, cudaStreamNonBlocking));
+    communication_stream_ = own_communication_stream_;
+  }
+  device_errors_ = std::make_unique<DeviceErrorFlags>(stream_);
   PARTRAIN_CUBLAS_CHECK(cublasCreate(&cublas_));
   PARTRAIN_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   // fp32 GEMMs stay IEEE fp32 (no TF32) so that they match the CPU reference; bf16 GEMMs take
@@ -88,6 +95,8 @@ CudaBackend::~CudaBackend() {
   // Process-wide backends are never destroyed (like cpu_backend()); this runs only for backends a
   // caller owns. Errors are ignored: a destructor cannot report them.
   cudaStreamSynchronize(stream_);
+  device_errors_.reset();
+  if (own_communication_stream_) cudaStreamDestroy(own_communication_stream_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
   if (cudnn_) cudnnDestroy(cudnn_);
   if (cublas_lt_) cublasLtDestroy(cublas_lt_);
@@ -95,7 +104,38 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaBackend::synchronise() { PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronise() {
+  PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (communication_stream_ != stream_) PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(communication_stream_));
+  check_device_errors();
+}
+
+void CudaBackend::check_device_errors() { device_errors_->report(); }
+
+void CudaBackend::set_ordering(CudaOrdering ordering) {
+  synchronise();  // nothing queued under the old ordering is left to order
+  if (ordering == CudaOrdering::Overlap && own_communication_stream_ == nullptr)
+    PARTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&own_communication_stream_, cudaStreamNonBlocking));
+  communication_stream_ = ordering == CudaOrdering::Overlap ? own_communication_stream_ : stream_;
+  ordering_ = ordering;
+}
+
+void CudaBackend::run_kernel(OpType type, const char* direction, const std::function<void()>& kernel) const {
+  try {
+    kernel();
+    if (ordering_ == CudaOrdering::Plain) {
+      PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      device_errors_->report();
+    }
+  } catch (const CudaError& error) {
+    // A CUDA error may surface at a later op than the one that caused it under overlap ordering
+    // (kernels run asynchronously): the op named here is where it was seen. Argument errors (a
+    // plain Error) pass unchanged: they are the CPU backend's, and name the op already.
+    throw CudaError(error.file(), error.line(),
+                error.message() + " (in " + std::string(op_name(type)) + " " + direction + " on cuda:" +
+                    std::to_string(device_index_) + ", " + cuda_ordering_name(ordering_) + " ordering)");
+  }
+}
 
 void CudaBackend::copy(const Tensor& destination, const Tensor& source) {
   PARTRAIN_CHECK(destination.numel() == source.numel() && destination.dtype() == source.dtype(),
@@ -108,7 +148,8 @@ void CudaBackend::copy(const Tensor& destination, const Tensor& source) {
   PARTRAIN_CUDA_CHECK(cudaMemcpyAsync(destination.raw_data(), source.raw_data(), source.nbytes(), cudaMemcpyDefault, stream_));
   // Host memory is pageable: a host source may be freed or changed after return, and a host
   // destination is read right after, so copies touching the host complete before returning.
-  if (destination.device().is_cpu() || source.device().is_cpu()) synchronise();
+  // Only the compute stream is waited for: device checks are reported once a step, not here.
+  if (destination.device().is_cpu() || source.device().is_cpu()) PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void CudaBackend::fill_zero(const Tensor& tensor) {

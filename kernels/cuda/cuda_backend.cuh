@@ -4,18 +4,25 @@
 // cudaMalloc with peak tracking. Every kernel of an op family lives in kernels/cuda/<family>.cu (ggml
 // style) and is tested against the CPU backend op by op (ctest/cuda/test_cuda_ops.cpp).
 //
-// Ordering: every kernel, copy and NCCL call of this backend goes to stream(), so a block freed
-// to the caching allocator on the host can be reused by the next kernel without a device sync
-// (the stream orders the uses), like PyTorch's allocator on a single stream.
+// Ordering (core/cuda_ordering.h, PARTRAIN_CUDA_ORDERING): every kernel and copy of this backend
+// goes to stream(), so a block freed to the caching allocator on the host can be reused by the next
+// kernel without a device sync (the stream orders the uses), like PyTorch's allocator on a single
+// stream. Under `overlap` (the default) NCCL runs on communication_stream(), ordered against
+// stream() by CUDA events in both directions (kernels/cuda/nccl_communicator.h), and index checks
+// report through device_errors() once a step. Under `plain` communication_stream() is stream(), and
+// the backend waits for the device after every op (and reports its index checks there).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "core/backend.h"
+#include "core/cuda_ordering.h"
+#include "kernels/cuda/device_errors.cuh"
 
 namespace partrain::cuda {
 
@@ -40,7 +47,10 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device{DeviceType::CUDA, device_index_}; }
   std::string name() const override { return "cuda"; }
+  /// Waits for the compute and communication streams, then reports pending device checks
+  /// (check_device_errors).
   void synchronise() override;
+  void check_device_errors() override;
   /// Copies between any two of host and this device (same element count and dtype). A copy to
   /// the host waits for it to complete, so the host data can be read on return.
   void copy(const Tensor& destination, const Tensor& source) override;
@@ -58,7 +68,18 @@ class CudaBackend final : public Backend {
 
   /// "NVIDIA H100 80GB HBM3" (cudaDeviceProp::name).
   const std::string& device_name() const { return device_name_; }
+  /// The compute stream: every kernel and copy of this backend.
   cudaStream_t stream() const { return stream_; }
+  /// Where NCCL runs: a stream of its own under overlap ordering, stream() under plain.
+  cudaStream_t communication_stream() const { return communication_stream_; }
+  CudaOrdering ordering() const { return ordering_; }
+  /// Switches the ordering after waiting for the device (synchronise, which may throw a pending
+  /// device check): for tests that compare the orderings in one process. A run keeps the one it
+  /// started with (cuda_ordering_from_environment); requests started before the switch must be
+  /// complete.
+  void set_ordering(CudaOrdering ordering);
+  /// The device-side index checks of the kernels (kernels/cuda/device_errors.cuh).
+  DeviceErrorFlags& device_errors() const { return *device_errors_; }
   cublasHandle_t cublas() const { return cublas_; }
   cublasLtHandle_t cublas_lt() const { return cublas_lt_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
@@ -68,10 +89,20 @@ class CudaBackend final : public Backend {
   /// A temporary device buffer (cuDNN workspaces, casts); released to the cache when the tensor dies.
   Tensor scratch(std::size_t bytes) const;
 
+ protected:
+  /// Adds " (in <op> <direction> on cuda:N, <ordering> ordering)" to a kernel's CudaError (not to
+  /// argument errors, which are the CPU backend's); under plain ordering waits for the device after
+  /// the op and reports its index checks, so that a failure shows at the op that caused it.
+  void run_kernel(OpType type, const char* direction, const std::function<void()>& kernel) const override;
+
  private:
   int device_index_;
   std::string device_name_;
+  CudaOrdering ordering_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t communication_stream_ = nullptr;      // own_communication_stream_ or stream_
+  cudaStream_t own_communication_stream_ = nullptr;  // created for overlap ordering
+  std::unique_ptr<DeviceErrorFlags> device_errors_;
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublas_lt_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;

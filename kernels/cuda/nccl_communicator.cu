@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/optimizer.cuh"
 
 namespace partrain::comm {
 
@@ -52,7 +53,7 @@ struct NcclState {
   /// Throws if the communicator was aborted or destroyed, or if NCCL reports an asynchronous error
   /// (a failed peer or network): then it aborts the communicator first.
   void check_health(const std::string& what) {
-    PARTRAIN_CHECK(!aborted, what << " on " << where() << ": the communicator was aborted after an earlier failure ("
+    PARTRAIN_DEVICE_CHECK(!aborted, what << " on " << where() << ": the communicator was aborted after an earlier failure ("
                                   << abort_reason << ")");
     PARTRAIN_CHECK(comm != nullptr, what << " on " << where() << ": the NCCL communicator was destroyed");
     ncclResult_t async = ncclSuccess;
@@ -65,7 +66,7 @@ struct NcclState {
     if (last && *last) reason << " (" << last << ")";
     const std::string text = reason.str();
     abort(text);
-    PARTRAIN_FAIL(what << " failed on " << where() << ": " << text
+    PARTRAIN_DEVICE_CHECK(false, what << " failed on " << where() << ": " << text
                        << "; the communicator was aborted (a peer may have failed)");
   }
 };
@@ -76,7 +77,7 @@ namespace {
 
 using detail::NcclState;
 
-/// Aborts the communicator after a failed NCCL call and throws an Error naming the call and rank.
+/// Aborts the communicator after a failed NCCL call and throws a cuda::CudaError naming the call and rank.
 [[noreturn]] void fail_nccl_call(const char* file, int line, NcclState& state, const char* call,
                                  ncclResult_t result) {
   std::string name(call);
@@ -86,8 +87,8 @@ using detail::NcclState;
   const char* last = state.comm ? ncclGetLastError(state.comm) : nullptr;
   if (last && *last) message << " (" << last << ")";
   state.abort(message.str());
-  message << "; the communicator was aborted";
-  throw Error(file, line, message.str());
+  message << "; the communicator was aborted [" << file << ":" << line << "]";
+  throw cuda::CudaError(file, line, message.str());
 }
 
 // An NCCL operation of this communicator: on failure the communicator is aborted (the ranks are out
@@ -159,6 +160,8 @@ class RecordedEvent {
   RecordedEvent(const RecordedEvent&) = delete;
   RecordedEvent& operator=(const RecordedEvent&) = delete;
 
+  cudaEvent_t get() const { return event_; }
+
   /// cudaSuccess when the work before the event is done, cudaErrorNotReady while it is pending,
   /// another code on a failure of that work.
   cudaError_t query() const {
@@ -182,7 +185,7 @@ void watch(NcclState& state, const RecordedEvent& event, const std::string& what
   for (std::uint64_t poll = 0;; ++poll) {
     const cudaError_t status = event.query();
     if (status == cudaSuccess) return;
-    PARTRAIN_CHECK(status == cudaErrorNotReady, what << " failed on " << state.where() << ": "
+    PARTRAIN_DEVICE_CHECK(status == cudaErrorNotReady, what << " failed on " << state.where() << ": "
                                                      << cudaGetErrorName(status) << " ("
                                                      << cudaGetErrorString(status) << ")");
     state.check_health(what);
@@ -190,7 +193,7 @@ void watch(NcclState& state, const RecordedEvent& event, const std::string& what
       std::ostringstream reason;
       reason << what << " did not complete within " << state.timeout.count() << " ms";
       state.abort(reason.str());
-      PARTRAIN_FAIL(reason.str() << " on " << state.where()
+      PARTRAIN_DEVICE_CHECK(false, reason.str() << " on " << state.where()
                                  << " (a peer may have failed, or the ranks posted different operations); the "
                                     "communicator was aborted");
     }
@@ -203,15 +206,27 @@ void watch(NcclState& state, const RecordedEvent& event, const std::string& what
   }
 }
 
-/// The request of NCCL work queued on the communicator's stream: an event recorded after it. Keeps
-/// the tensors the work reads or writes alive until it has completed.
+/// The request of NCCL work queued on the communication stream: an event recorded after it. Keeps
+/// the tensors the work reads or writes alive until it has completed, or until the compute stream
+/// is ordered after it (then a block the caching allocator hands out again is reused after it).
 class NcclRequest final : public Request::Impl {
  public:
-  NcclRequest(std::shared_ptr<NcclState> state, cudaStream_t stream, std::string what, std::vector<Tensor> tensors)
-      : state_(std::move(state)), what_(std::move(what)), tensors_(std::move(tensors)), event_(stream) {}
+  /// `compute`: the stream whose later work must see the result; equal to `communication` under
+  /// plain ordering.
+  NcclRequest(std::shared_ptr<NcclState> state, cudaStream_t communication, cudaStream_t compute, std::string what,
+              std::vector<Tensor> tensors)
+      : state_(std::move(state)), what_(std::move(what)), tensors_(std::move(tensors)), event_(communication),
+        compute_(compute), overlapped_(compute != communication) {}
 
+  /// Overlap ordering: the compute stream waits for the event on the device, the host does not.
+  /// Plain ordering: the host waits, watching NCCL's error state and the timeout.
   void wait() override {
-    watch(*state_, event_, what_);
+    if (overlapped_) {
+      state_->check_health(what_);
+      PARTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute_, event_.get(), 0));
+    } else {
+      watch(*state_, event_, what_);
+    }
     finish();
   }
 
@@ -221,7 +236,7 @@ class NcclRequest final : public Request::Impl {
       state_->check_health(what_);
       return false;
     }
-    PARTRAIN_CHECK(status == cudaSuccess, what_ << " failed on " << state_->where() << ": " << cudaGetErrorName(status)
+    PARTRAIN_DEVICE_CHECK(status == cudaSuccess, what_ << " failed on " << state_->where() << ": " << cudaGetErrorName(status)
                                                 << " (" << cudaGetErrorString(status) << ")");
     finish();
     return true;
@@ -230,7 +245,7 @@ class NcclRequest final : public Request::Impl {
  private:
   void finish() {
     // An abort stops NCCL's kernels, so the event completes without the data having arrived.
-    PARTRAIN_CHECK(!state_->aborted, what_ << " on " << state_->where() << ": the communicator was aborted ("
+    PARTRAIN_DEVICE_CHECK(!state_->aborted, what_ << " on " << state_->where() << ": the communicator was aborted ("
                                            << state_->abort_reason << "); the result is undefined");
     tensors_.clear();
   }
@@ -239,7 +254,17 @@ class NcclRequest final : public Request::Impl {
   std::string what_;
   std::vector<Tensor> tensors_;
   RecordedEvent event_;
+  cudaStream_t compute_;
+  bool overlapped_;
 };
+
+/// Makes `waiting` wait, on the device, for the work queued on `producer` so far (nothing when they
+/// are the same stream).
+void order_after(cudaStream_t waiting, cudaStream_t producer) {
+  if (waiting == producer) return;
+  const RecordedEvent produced(producer);
+  PARTRAIN_CUDA_CHECK(cudaStreamWaitEvent(waiting, produced.get(), 0));
+}
 
 /// Several requests finished together (the host part of an exchange through the control
 /// communicator and its device part through NCCL).
@@ -372,7 +397,8 @@ NcclCommunicator::~NcclCommunicator() {
   }
   try {
     DeviceGuard guard(state.device);
-    const RecordedEvent drained(backend_.stream());
+    order_after(backend_.communication_stream(), backend_.stream());
+    const RecordedEvent drained(backend_.communication_stream());
     watch(state, drained, "the work queued before the communicator's destruction");
   } catch (const std::exception& error) {
     std::cerr << "partrain: destroying the NCCL communicator: " << error.what() << std::endl;
@@ -384,6 +410,21 @@ NcclCommunicator::~NcclCommunicator() {
   if (result != ncclSuccess)
     std::cerr << "partrain: ncclCommDestroy failed on " << state.where() << ": " << ncclGetErrorString(result)
               << std::endl;
+}
+
+cudaStream_t NcclCommunicator::enter_communication_stream() const {
+  order_after(backend_.communication_stream(), backend_.stream());
+  return backend_.communication_stream();
+}
+
+Request NcclCommunicator::finish_operation(std::string what, std::vector<Tensor> tensors, Completion completion) {
+  Request request(std::make_unique<NcclRequest>(state_, backend_.communication_stream(), backend_.stream(),
+                                                std::move(what), std::move(tensors)));
+  const bool plain = backend_.communication_stream() == backend_.stream();
+  // A blocking-API collective, or any collective under plain ordering, is waited for now: under
+  // overlap that only orders the compute stream after it, under plain the host waits.
+  if (completion == Completion::Now || (plain && completion == Completion::NowIfPlain)) request.wait();
+  return request;
 }
 
 int NcclCommunicator::rank() const { return control_->rank(); }
@@ -440,7 +481,7 @@ Request NcclCommunicator::exchange(std::span<const SendSpec> sends, std::span<co
   // The host part first: its non-blocking MPI operations cannot hold up NCCL's connection setup.
   if (!host_sends.empty() || !host_receives.empty()) parts.push_back(control_->exchange(host_sends, host_receives));
 
-  const cudaStream_t stream = backend_.stream();
+  const cudaStream_t stream = enter_communication_stream();
   std::vector<Tensor> tensors;
   PARTRAIN_NCCL_CHECK(ncclGroupStart());
   ncclResult_t result = ncclSuccess;
@@ -476,7 +517,9 @@ Request NcclCommunicator::exchange(std::span<const SendSpec> sends, std::span<co
   }
   if (result != ncclSuccess) fail_nccl_call(__FILE__, __LINE__, *state_, failed_call, result);
 
-  Request device_request(std::make_unique<NcclRequest>(state_, stream, what, std::move(tensors)));
+  // Point-to-point messages keep their request under both orderings (the host waits at wait() under
+  // plain ordering, as the MPI backend does): a send completes only when the peer receives.
+  Request device_request = finish_operation(what, std::move(tensors), Completion::Later);
   if (parts.empty()) return device_request;
   parts.push_back(std::move(device_request));
   return Request(std::make_unique<CombinedRequest>(std::move(parts)));
@@ -485,15 +528,16 @@ Request NcclCommunicator::exchange(std::span<const SendSpec> sends, std::span<co
 std::vector<Tensor> NcclCommunicator::enqueue_all_reduce(const Tensor& tensor, ReduceOp op, const char* operation) {
   state_->check_health(operation);
   if (tensor.numel() == 0) return {};
-  const cudaStream_t stream = backend_.stream();
+  const cudaStream_t stream = enter_communication_stream();
   const std::size_t count = static_cast<std::size_t>(tensor.numel());
   if (tensor.dtype() == DType::BF16 && op == ReduceOp::Sum) {
     // NCCL would add in bf16 at every step; reduce an f32 copy and round once, as the interface says.
+    // The conversions run on the communication stream with the reduction they belong to.
     const Tensor wide = backend_.empty(tensor.shape(), DType::F32);
-    backend_.convert(wide, tensor);
+    cuda::launch_convert(stream, wide, tensor);
     PARTRAIN_NCCL_OPERATION(*state_, ncclAllReduce(wide.raw_data(), wide.raw_data(), count, ncclFloat32, ncclSum,
                                                    state_->comm, stream));
-    backend_.convert(tensor, wide);
+    cuda::launch_convert(stream, tensor, wide);
     return {tensor, wide};
   }
   PARTRAIN_NCCL_OPERATION(*state_, ncclAllReduce(tensor.raw_data(), tensor.raw_data(), count, nccl_type(tensor.dtype()),
@@ -507,17 +551,16 @@ void NcclCommunicator::all_reduce(const Tensor& tensor, ReduceOp op) {
     return;
   }
   DeviceGuard guard(state_->device);
-  (void)enqueue_all_reduce(tensor, op, "all_reduce");
+  (void)finish_operation(std::string("all_reduce (") + reduce_op_name(op) + ") of " + describe(tensor),
+                         enqueue_all_reduce(tensor, op, "all_reduce"), Completion::Now);
 }
 
 Request NcclCommunicator::all_reduce_async(const Tensor& tensor, ReduceOp op) {
   if (place_of(tensor, "all_reduce_async") == Place::Host) return control_->all_reduce_async(tensor, op);
   DeviceGuard guard(state_->device);
   std::vector<Tensor> tensors = enqueue_all_reduce(tensor, op, "all_reduce_async");
-  return Request(std::make_unique<NcclRequest>(state_, backend_.stream(),
-                                               std::string("all_reduce_async (") + reduce_op_name(op) + ") of " +
-                                                   describe(tensor),
-                                               std::move(tensors)));
+  return finish_operation(std::string("all_reduce_async (") + reduce_op_name(op) + ") of " + describe(tensor),
+                          std::move(tensors), Completion::NowIfPlain);
 }
 
 void NcclCommunicator::all_reduce_coalesced(std::span<const Tensor> tensors, ReduceOp op) {
@@ -538,7 +581,8 @@ void NcclCommunicator::all_reduce_coalesced(std::span<const Tensor> tensors, Red
 void NcclCommunicator::all_reduce_device_coalesced(const std::vector<Tensor>& tensors, ReduceOp op) {
   DeviceGuard guard(state_->device);
   if (tensors.size() == 1) {
-    (void)enqueue_all_reduce(tensors.front(), op, "all_reduce_coalesced");
+    (void)finish_operation("all_reduce_coalesced of " + describe(tensors.front()),
+                           enqueue_all_reduce(tensors.front(), op, "all_reduce_coalesced"), Completion::Now);
     return;
   }
   state_->check_health("all_reduce_coalesced");
@@ -549,8 +593,8 @@ void NcclCommunicator::all_reduce_device_coalesced(const std::vector<Tensor>& te
   for (const Tensor& tensor : tensors) total += tensor.numel();
   if (total == 0) return;
   const Tensor flat = backend_.empty({total}, wire);
-  const cudaStream_t stream = backend_.stream();
-  // Pack, reduce, unpack: every step is queued on the stream, so the host does not wait.
+  const cudaStream_t stream = enter_communication_stream();
+  // Pack, reduce, unpack: every step is queued on the communication stream, so the host does not wait.
   std::int64_t offset = 0;
   for (const Tensor& tensor : tensors) {
     const std::int64_t n = tensor.numel();
@@ -560,7 +604,7 @@ void NcclCommunicator::all_reduce_device_coalesced(const std::vector<Tensor>& te
       PARTRAIN_CUDA_CHECK(cudaMemcpyAsync(segment.raw_data(), tensor.raw_data(), tensor.nbytes(),
                                           cudaMemcpyDeviceToDevice, stream));
     } else {
-      backend_.convert(segment, tensor.reshape({n}));
+      cuda::launch_convert(stream, segment, tensor.reshape({n}));
     }
     offset += n;
   }
@@ -575,11 +619,16 @@ void NcclCommunicator::all_reduce_device_coalesced(const std::vector<Tensor>& te
       PARTRAIN_CUDA_CHECK(cudaMemcpyAsync(tensor.raw_data(), segment.raw_data(), tensor.nbytes(),
                                           cudaMemcpyDeviceToDevice, stream));
     } else {
-      backend_.convert(tensor.reshape({n}), segment);
+      cuda::launch_convert(stream, tensor.reshape({n}), segment);
     }
     offset += n;
   }
-  // `flat` goes back to the caching allocator here; the stream orders its reuse after the unpacking.
+  std::vector<Tensor> used(tensors);
+  used.push_back(flat);
+  (void)finish_operation("all_reduce_coalesced of " + std::to_string(tensors.size()) + " tensors (" +
+                             std::to_string(total) + " elements)",
+                         std::move(used), Completion::Now);
+  // `flat` goes back to the caching allocator here; the compute stream now waits for the unpacking.
 }
 
 double NcclCommunicator::all_reduce_scalar(double value, ReduceOp op) { return control_->all_reduce_scalar(value, op); }
@@ -596,7 +645,8 @@ void NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& output)
   if (output.numel() == 0) return;
   PARTRAIN_NCCL_OPERATION(*state_, ncclReduceScatter(input.raw_data(), output.raw_data(),
                                                      static_cast<std::size_t>(output.numel()), ncclFloat32, ncclSum,
-                                                     state_->comm, backend_.stream()));
+                                                     state_->comm, enter_communication_stream()));
+  (void)finish_operation("reduce_scatter of " + describe(output), {input, output}, Completion::Now);
 }
 
 Request NcclCommunicator::reduce_scatter_async(const Tensor& input, const Tensor& output) {
@@ -609,9 +659,8 @@ Request NcclCommunicator::reduce_scatter_async(const Tensor& input, const Tensor
   if (output.numel() > 0)
     PARTRAIN_NCCL_OPERATION(*state_, ncclReduceScatter(input.raw_data(), output.raw_data(),
                                                        static_cast<std::size_t>(output.numel()), ncclFloat32, ncclSum,
-                                                       state_->comm, backend_.stream()));
-  return Request(std::make_unique<NcclRequest>(state_, backend_.stream(), "reduce_scatter_async of " + describe(output),
-                                               std::vector<Tensor>{input, output}));
+                                                       state_->comm, enter_communication_stream()));
+  return finish_operation("reduce_scatter_async of " + describe(output), {input, output}, Completion::NowIfPlain);
 }
 
 void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
@@ -625,7 +674,8 @@ void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   state_->check_health("all_gather");
   if (input.numel() == 0) return;
   PARTRAIN_NCCL_OPERATION(*state_, ncclAllGather(input.raw_data(), output.raw_data(), static_cast<std::size_t>(input.numel()),
-                                                 ncclFloat32, state_->comm, backend_.stream()));
+                                                 ncclFloat32, state_->comm, enter_communication_stream()));
+  (void)finish_operation("all_gather into " + describe(output), {input, output}, Completion::Now);
 }
 
 void NcclCommunicator::broadcast(const Tensor& tensor, int root) {
@@ -640,7 +690,8 @@ void NcclCommunicator::broadcast(const Tensor& tensor, int root) {
   if (tensor.numel() == 0) return;
   PARTRAIN_NCCL_OPERATION(*state_, ncclBroadcast(tensor.raw_data(), tensor.raw_data(),
                                                  static_cast<std::size_t>(tensor.numel()), nccl_type(tensor.dtype()),
-                                                 root, state_->comm, backend_.stream()));
+                                                 root, state_->comm, enter_communication_stream()));
+  (void)finish_operation("broadcast of " + describe(tensor), {tensor}, Completion::Now);
 }
 
 void NcclCommunicator::broadcast_bytes(std::string& bytes, int root) { control_->broadcast_bytes(bytes, root); }

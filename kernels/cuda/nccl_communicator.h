@@ -4,12 +4,17 @@
 // control communicator of the same ranks (an MpiCommunicator), to which this one delegates.
 //
 // Semantics that differ from the MPI backend (see comm/communicator.h for the interface):
-//  - Stream order. Every NCCL call, and every conversion or copy this class makes on the device, is
-//    queued on CudaBackend::stream(), after the kernels that produced the tensors. all_reduce() and
-//    broadcast() of a device tensor return once the operation is queued: later work on the stream
-//    (kernels, CudaBackend::copy to the host, which waits) sees the result; the host does not wait.
-//    Requests wrap a CUDA event recorded after the operation: wait() returns when the data is in
-//    place, test() polls the event.
+//  - Stream order (core/cuda_ordering.h). Every NCCL call, and every conversion or copy this class
+//    makes for it, is queued on CudaBackend::communication_stream(), after an event recorded on the
+//    compute stream (CudaBackend::stream()), so it runs after the kernels that produced the tensors.
+//    A completion event is recorded after it. Under overlap ordering (the default) the two streams
+//    differ: the blocking-API operations (all_reduce, all_reduce_coalesced, reduce_scatter,
+//    all_gather, broadcast) return once the compute stream waits for the completion event, so later
+//    kernels see the result and the host does not wait; an asynchronous operation's Request makes
+//    the compute stream wait at wait() (no host block), so the kernels queued meanwhile overlap it;
+//    test() polls the event. Requests keep the tensors alive until then. Under plain ordering both
+//    are the one compute stream and every collective, asynchronous ones included, completes (the
+//    host waits) before returning; point-to-point requests are waited for by the host at wait().
 //  - No tags. NCCL matches the messages between two ranks by their order: the n-th message that rank
 //    A posts to rank B is received by the n-th receive that B posts from A, whatever the tags. Tags
 //    are still checked to be in [0, max_tag()] so that code stays valid on the MPI backend. A message
@@ -42,6 +47,9 @@
 #include <vector>
 
 #include "comm/communicator.h"
+
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
 
 namespace partrain {
 class Backend;
@@ -77,6 +85,8 @@ class NcclCommunicator final : public Communicator {
   int size() const override;
   std::span<const int> global_ranks() const override;
   const char* backend_name() const override { return "nccl"; }
+  /// True: device work is ordered by CUDA events (see "Stream order" above).
+  bool orders_device_work() const override { return true; }
 
   /// Device tensors: ncclSend / ncclRecv on the stream (see the notes above on order and blocking).
   /// Host tensors: the control communicator's send / receive.
@@ -123,6 +133,12 @@ class NcclCommunicator final : public Communicator {
   void check_peer(int peer, int tag, const char* operation, const char* role) const;
   /// Queues the all-reduce of one device tensor; returns the tensors the queued work still uses.
   std::vector<Tensor> enqueue_all_reduce(const Tensor& tensor, ReduceOp op, const char* operation);
+  /// Orders the communication stream after the work queued on the compute stream; returns it.
+  cudaStream_t enter_communication_stream() const;
+  enum class Completion { Now, NowIfPlain, Later };
+  /// The request of the operation just queued on the communication stream, keeping `tensors` alive:
+  /// waited for before returning for Completion::Now (and NowIfPlain under plain ordering).
+  Request finish_operation(std::string what, std::vector<Tensor> tensors, Completion completion);
   void all_reduce_device_coalesced(const std::vector<Tensor>& tensors, ReduceOp op);
 
   std::unique_ptr<Communicator> control_;

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <sstream>
 #include <vector>
 
 #include "kernels/common/op_geometry.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/device_errors.cuh"
 
 namespace partrain::cuda {
 
@@ -122,57 +124,40 @@ void copy_rows(cudaStream_t stream, const char* src, char* dst, const RowCopy& c
 }
 
 // ---------------- Gather (embedding lookup) ----------------
-constexpr unsigned long long kNoBadPosition = ~0ull;
-
-// first_bad = the lowest flat position whose index is outside [0, vocabulary) (left at
-// kNoBadPosition when there is none): the CPU reports the first bad position in row-major order.
+// Flags the lowest flat position whose index is outside [0, vocabulary) in `slot`.
 template <typename Index>
 __global__ void find_bad_index_kernel(const Index* __restrict__ indices, std::int64_t count, std::int64_t vocabulary,
-                                      unsigned long long* __restrict__ first_bad) {
+                                      IndexCheckSlot* __restrict__ slot) {
   PARTRAIN_GRID_STRIDE(i, count) {
     const auto index = static_cast<std::int64_t>(indices[i]);
-    if (index < 0 || index >= vocabulary) atomicMin(first_bad, static_cast<unsigned long long>(i));
+    if (index < 0 || index >= vocabulary) flag_bad_position(slot, i);
   }
 }
 
-// Throws the CPU's error when an index is outside [0, vocabulary). The verdict has to reach the
-// host to throw, so this waits for the stream: the one host sync of Gather, accepted because
-// embedding lookups are few per step and sit at the start of the forward (end of the backward),
-// where little work is queued behind them.
-void check_indices(const CudaBackend& cuda, const Tensor& indices, std::int64_t vocabulary) {
+// Queues the check that every index is in [0, vocabulary); a bad one becomes the CPU's error at
+// the backend's next report (the step's end; at once under plain ordering). Nothing waits here:
+// the kernels below never read outside the table whatever the indices.
+void check_indices(const CudaBackend& cuda, const Tensor& indices, std::int64_t vocabulary, const char* op) {
   const std::int64_t count = indices.numel();
   if (count == 0) return;
-  cudaStream_t stream = cuda.stream();
-  const Tensor flag = cuda.scratch(sizeof(unsigned long long));
-  auto* first_bad = static_cast<unsigned long long*>(flag.raw_data());
-  PARTRAIN_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, sizeof(unsigned long long), stream));
+  const Shape shape = indices.shape();
+  IndexCheckSlot* slot = cuda.device_errors().reserve(op, [shape, vocabulary](std::int64_t index, std::int64_t position) {
+    std::ostringstream message;
+    message << "Gather index " << index << " at position " << kernels::position_string(position, shape) << " (flat "
+            << position << ") of indices " << shape_string(shape) << " is out of range [0, " << vocabulary << ")";
+    return message.str();
+  });
   dispatch_index(indices.dtype(), [&](auto tag) {
     using Index = decltype(tag);
-    find_bad_index_kernel<Index><<<blocks_for(count), kThreadsPerBlock, 0, stream>>>(device_data<Index>(indices), count,
-                                                                                     vocabulary, first_bad);
+    find_bad_index_kernel<Index><<<blocks_for(count), kThreadsPerBlock, 0, cuda.stream()>>>(
+        device_data<Index>(indices), count, vocabulary, slot);
     PARTRAIN_CUDA_CHECK_LAUNCH();
   });
-  unsigned long long host_bad = kNoBadPosition;
-  PARTRAIN_CUDA_CHECK(cudaMemcpyAsync(&host_bad, first_bad, sizeof host_bad, cudaMemcpyDeviceToHost, stream));
-  PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (host_bad == kNoBadPosition) return;
-  const auto position = static_cast<std::int64_t>(host_bad);
-  std::int64_t index = 0;
-  dispatch_index(indices.dtype(), [&](auto tag) {
-    using Index = decltype(tag);
-    Index value{};
-    PARTRAIN_CUDA_CHECK(cudaMemcpyAsync(&value, device_data<Index>(indices) + position, sizeof value,
-                                        cudaMemcpyDeviceToHost, stream));
-    PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
-    index = static_cast<std::int64_t>(value);
-  });
-  PARTRAIN_FAIL("Gather index " << index << " at position " << kernels::position_string(position, indices.shape()) << " (flat "
-                                << position << ") of indices " << shape_string(indices.shape())
-                                << " is out of range [0, " << vocabulary << ")");
+  cuda.device_errors().record_bad_value(slot, indices);
 }
 
 // out[p, u] = table[indices[p], u] in copy units (a row of H elements is row_units units). Bad
-// indices were rejected by check_indices; they still never read outside the table.
+// indices (reported by check_indices) read nothing: their rows are zero.
 template <typename Unit, typename Index>
 __global__ void gather_rows_kernel(const Unit* __restrict__ table, const Index* __restrict__ indices,
                                    Unit* __restrict__ out, std::int64_t positions, std::int64_t row_units,
@@ -194,7 +179,7 @@ void gather_forward(const KernelContext& context, std::span<const Tensor> inputs
                  "Gather kernel got weight " << shape_string(weight.shape()) << " " << dtype_name(weight.dtype())
                                              << ", indices " << shape_string(indices.shape()) << ", output "
                                              << shape_string(y.shape()) << " " << dtype_name(y.dtype()));
-  check_indices(cuda, indices, weight.dim(0));
+  check_indices(cuda, indices, weight.dim(0), "Gather forward");
   const std::int64_t positions = indices.numel();
   const auto row_bytes = static_cast<std::int64_t>(weight.dim(1) * static_cast<std::int64_t>(dtype_size(weight.dtype())));
   if (positions == 0 || row_bytes == 0) return;
@@ -247,7 +232,7 @@ void gather_backward(const KernelContext& context, std::span<const Tensor> input
                                                         << shape_string(indices.shape()) << ", output gradient "
                                                         << shape_string(dy.shape()));
   PARTRAIN_CHECK(is_floating(dweight.dtype()), "Gather backward: weight gradient of dtype " << dtype_name(dweight.dtype()));
-  check_indices(cuda, indices, dweight.dim(0));
+  check_indices(cuda, indices, dweight.dim(0), "Gather backward");
   if (dweight.numel() == 0) return;
   const std::int64_t positions = indices.numel(), hidden = dweight.dim(1);
   // fp32 accumulation target: the gradient itself, or an f32 scratch rounded to bf16 at the end

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "kernels/common/op_geometry.h"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/device_errors.cuh"
 #include "kernels/cuda/rows.cuh"
 
 namespace partrain::cuda {
@@ -214,20 +216,20 @@ __global__ void __launch_bounds__(kWarp ? kThreadsPerBlock : kRowBlockThreads)
   }
 }
 
-// One block: counts the labels that are not ignore_index, records the smallest flat index of a
-// label outside [0, classes) in *bad_index (initialised to ULLONG_MAX by the host), and with
+// One block: counts the labels that are not ignore_index, flags the smallest flat index of a
+// label outside [0, classes) in `bad_label` (kernels/cuda/device_errors.cuh), and with
 // row_loss given writes *loss = Σ row_loss / count (0 when count = 0). Fixed summation order.
 template <typename L>
 __global__ void __launch_bounds__(1024)
     label_statistics_kernel(const L* labels, std::int64_t rows, std::int64_t classes, std::int64_t ignore_index,
-                            const float* row_loss, double* count_out, float* loss, unsigned long long* bad_index) {
+                            const float* row_loss, double* count_out, float* loss, IndexCheckSlot* bad_label) {
   __shared__ double shared[32];
   double count = 0, total = 0;
   for (std::int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     const std::int64_t label = static_cast<std::int64_t>(labels[r]);
     if (label == ignore_index) continue;
     if (label < 0 || label >= classes) {
-      atomicMin(bad_index, static_cast<unsigned long long>(r));
+      flag_bad_position(bad_label, r);
       continue;
     }
     count += 1;
@@ -278,43 +280,29 @@ __global__ void __launch_bounds__(kWarp ? kThreadsPerBlock : kRowBlockThreads)
   }
 }
 
-// Device scratch of the cross-entropy kernels: [0] the smallest bad label index (ULLONG_MAX when
-// none), [1] the number of counted positions (a double).
+// Device scratch of the cross-entropy kernels: the number of counted positions (a double).
 struct LabelScratch {
   Tensor words;
-  unsigned long long* bad_index() const {
-    return reinterpret_cast<unsigned long long*>(device_data<std::int64_t>(words));
-  }
-  double* count() const { return reinterpret_cast<double*>(device_data<std::int64_t>(words) + 1); }
+  double* count() const { return reinterpret_cast<double*>(device_data<std::int64_t>(words)); }
 };
 
-LabelScratch make_label_scratch(CudaBackend& backend) {
-  LabelScratch scratch{backend.empty({2}, DType::I64)};
-  PARTRAIN_CUDA_CHECK(cudaMemsetAsync(scratch.bad_index(), 0xff, sizeof(unsigned long long), backend.stream()));
-  return scratch;
-}
+LabelScratch make_label_scratch(CudaBackend& backend) { return LabelScratch{backend.empty({1}, DType::I64)}; }
 
-// Throws the CPU backend's error when a label was outside [0, classes). This waits for the stream:
-// an invalid label must fail the call that sees it (as on the CPU), and only the device knows.
-// One small copy and a synchronisation per cross-entropy call, at the end of the forward (where
-// the loss is read anyway) and at the start of the backward.
-template <typename L>
-void check_labels(CudaBackend& backend, const LabelScratch& scratch, const Tensor& labels, std::int64_t classes,
-                  std::int64_t ignore_index) {
-  const cudaStream_t stream = backend.stream();
-  unsigned long long bad = 0;
-  PARTRAIN_CUDA_CHECK(cudaMemcpyAsync(&bad, scratch.bad_index(), sizeof bad, cudaMemcpyDeviceToHost, stream));
-  PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (bad == ULLONG_MAX) return;
-  L label{};
-  PARTRAIN_CUDA_CHECK(
-      cudaMemcpyAsync(&label, device_data<L>(labels) + bad, sizeof label, cudaMemcpyDeviceToHost, stream));
-  PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  // Position as coordinates of the labels tensor, as the CPU reports it.
-  const std::string position = kernels::position_string(static_cast<std::int64_t>(bad), labels.shape());
-  PARTRAIN_FAIL("SoftmaxCrossEntropy label " << static_cast<std::int64_t>(label) << " at position " << position
-                                             << " (flat index " << bad << ") is outside [0, " << classes
-                                             << ") and is not ignore_index " << ignore_index);
+// The device check of the labels (flagged by label_statistics_kernel): a label outside
+// [0, classes) that is not ignore_index becomes the CPU backend's error at the backend's next
+// report (the step's end; at once under plain ordering). Nothing waits here: the kernels give
+// such rows a zero loss and gradient.
+IndexCheckSlot* reserve_label_check(CudaBackend& backend, const Tensor& labels, std::int64_t classes,
+                                    std::int64_t ignore_index, const char* op) {
+  const Shape shape = labels.shape();
+  return backend.device_errors().reserve(op, [shape, classes, ignore_index](std::int64_t label, std::int64_t position) {
+    // Position as coordinates of the labels tensor, as the CPU reports it.
+    std::ostringstream message;
+    message << "SoftmaxCrossEntropy label " << label << " at position " << kernels::position_string(position, shape)
+            << " (flat index " << position << ") is outside [0, " << classes << ") and is not ignore_index "
+            << ignore_index;
+    return message.str();
+  });
 }
 
 constexpr int kStatisticsThreads = 1024;
@@ -329,6 +317,7 @@ void cross_entropy_forward(const KernelContext& context, std::span<const Tensor>
   const std::int64_t classes = dims.classes, rows = dims.rows, ignore_index = dims.ignore_index;
   float* loss = device_data<float>(outputs[0]);
   const LabelScratch scratch = make_label_scratch(backend);
+  IndexCheckSlot* bad_label = reserve_label_check(backend, labels, classes, ignore_index, "SoftmaxCrossEntropy forward");
   const Tensor row_loss = backend.empty({std::max<std::int64_t>(rows, 1)}, DType::F32);
   const RowLaunch launch = row_launch(rows, classes);
   dispatch_floating(logits.dtype(), "SoftmaxCrossEntropy", [&](auto logits_tag) {
@@ -345,9 +334,9 @@ void cross_entropy_forward(const KernelContext& context, std::span<const Tensor>
       }
       label_statistics_kernel<L><<<1, kStatisticsThreads, 0, stream>>>(device_data<L>(labels), rows, classes,
                                                                        ignore_index, device_data<float>(row_loss),
-                                                                       scratch.count(), loss, scratch.bad_index());
+                                                                       scratch.count(), loss, bad_label);
       PARTRAIN_CUDA_CHECK_LAUNCH();
-      check_labels<L>(backend, scratch, labels, classes, ignore_index);
+      backend.device_errors().record_bad_value(bad_label, labels);
     });
   });
 }
@@ -367,15 +356,16 @@ void cross_entropy_backward(const KernelContext& context, std::span<const Tensor
   const void* loss_grad = loss_grad_is_bf16 ? static_cast<const void*>(device_data<__nv_bfloat16>(output_grads[0]))
                                             : static_cast<const void*>(device_data<float>(output_grads[0]));
   const LabelScratch scratch = make_label_scratch(backend);
+  IndexCheckSlot* bad_label = reserve_label_check(backend, labels, classes, ignore_index, "SoftmaxCrossEntropy backward");
   const RowLaunch launch = row_launch(rows, classes);
   dispatch_floating(logits.dtype(), "SoftmaxCrossEntropy backward", [&](auto logits_tag) {
     using T = decltype(logits_tag);
     dispatch_labels(labels.dtype(), [&](auto label_tag) {
       using L = decltype(label_tag);
       label_statistics_kernel<L><<<1, kStatisticsThreads, 0, stream>>>(
-          device_data<L>(labels), rows, classes, ignore_index, nullptr, scratch.count(), nullptr, scratch.bad_index());
+          device_data<L>(labels), rows, classes, ignore_index, nullptr, scratch.count(), nullptr, bad_label);
       PARTRAIN_CUDA_CHECK_LAUNCH();
-      check_labels<L>(backend, scratch, labels, classes, ignore_index);
+      backend.device_errors().record_bad_value(bad_label, labels);
       if (rows == 0 || classes == 0) return;
       dispatch_rows(launch, [&](auto warp) {
         cross_entropy_backward_kernel<T, L, decltype(warp)::value><<<launch.blocks, launch.threads, 0, stream>>>(

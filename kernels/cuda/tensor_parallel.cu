@@ -7,10 +7,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <sstream>
 #include <string>
+#include <utility>
 
 #include "kernels/common/op_geometry.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/device_errors.cuh"
 #include "kernels/cuda/rows.cuh"
 
 namespace partrain::cuda {
@@ -51,27 +54,31 @@ void device_copy(const CudaBackend& cuda, const Tensor& destination, const Tenso
 // Every all-reduce of these kernels goes through here: `start` calls the group on `tensor` (f32,
 // on this backend's device).
 //
-// Why the backend's stream is synchronised first: the kernels that wrote `tensor` were queued on
-// CudaBackend::stream() and may still be running when the host gets here. TensorParallelGroup
-// promises nothing about CUDA streams, and an implementation may read the tensor outside that
+// Why the backend's stream may need a wait first: the kernels that wrote `tensor` were queued on
+// CudaBackend::stream() and may still be running when the host gets here. A group that does not
+// order device work (TensorParallelGroup::orders_device_work false) may read the tensor outside that
 // stream's order: staged through host memory (Open MPI here is not CUDA-aware), copied on the
-// legacy default stream (which does not wait for the backend's non-blocking stream), or reduced on
-// a stream of its own. After the wait the data is complete for every one of them. What the kernels
-// need in return: when the call returns, the reduction is done or queued on the backend's stream,
-// so that kernels queued next read its result (the cross-entropy's next kernels, the bf16
-// rounding below).
+// legacy default stream, or reduced on a stream of its own; for it the host waits, and the data is
+// then complete. What the kernels need in return: when the call returns, the reduction is done or
+// ordered before the work queued next on the backend's stream, so that kernels queued next read its
+// result (the cross-entropy's next kernels, the bf16 rounding below).
 //
-// For the group the runtime uses (comm::CommunicatorTensorParallelGroup over the NCCL
-// communicator, which queues ncclAllReduce on this same stream, also when started as a deferrable
-// all-reduce) the wait is not needed for correctness; it costs a host round trip per all-reduce
-// (the GPU idles while the host queues the collective and the next kernels), two per layer and
-// direction in a Megatron layer. The ops that validate indices on the device wait anyway.
+// The group the runtime uses on the GPU (comm::CommunicatorTensorParallelGroup over the NCCL
+// communicator) orders device work with CUDA events, also when started as a deferrable
+// all-reduce, so nothing waits: a wait would cost a host round trip per all-reduce (the GPU idles
+// while the host queues the collective and the next kernels), two per layer and direction in a
+// Megatron layer.
+// Waits for the backend's stream when `group` does not order device work itself (see above).
+void wait_unless_ordered(const KernelContext& context, const TensorParallelGroup& group) {
+  if (!group.orders_device_work()) PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(cuda_of(context).stream()));
+}
+
 template <typename Start>
 void reduce_over_group(const KernelContext& context, const Tensor& tensor, Start&& start) {
   TensorParallelGroup& group = group_of(context);
   PARTRAIN_CHECK(tensor.dtype() == DType::F32,
                  "tensor-parallel all-reduce of a " << dtype_name(tensor.dtype()) << " tensor");
-  cuda_of(context).synchronise();
+  wait_unless_ordered(context, group);
   start(group, tensor);
 }
 
@@ -128,8 +135,8 @@ void all_reduce_backward(const KernelContext& context, std::span<const Tensor>, 
 // ([parts, outer, chunk]); the tensors are [outer, parts, chunk] (kernels::SequenceSplit): staged
 // through an f32 buffer and rearranged by strided copies on the stream when outer > 1. bf16 tensors
 // are communicated as f32 copies (the group takes f32 only) and rounded once, as the CPU backend's
-// widening does; an all-gather of bf16 values is exact either way. The stream is synchronised before
-// each collective for the reasons given at reduce_over_group.
+// widening does; an all-gather of bf16 values is exact either way. The stream is waited for before
+// each collective only as reduce_over_group explains.
 using kernels::SequenceSplit;
 
 // Copies, for every rank r, the [outer, chunk] block r between `grouped` ([parts, outer, chunk]) and
@@ -170,7 +177,7 @@ void gather_parts(const KernelContext& context, const Tensor& part, const Tensor
   const Tensor part_f32 = as_f32(cuda, part, true);
   const Tensor whole_f32 = as_f32(cuda, whole, false);
   const Tensor gathered = split.outer == 1 ? whole_f32 : cuda.empty({whole.numel()}, DType::F32);
-  cuda.synchronise();
+  wait_unless_ordered(context, group);
   group.all_gather(part_f32, gathered);
   if (split.outer != 1) regroup(cuda, gathered.raw_data(), whole_f32.raw_data(), split, sizeof(float), false);
   if (whole.dtype() != DType::F32) cuda.convert(whole, whole_f32);
@@ -188,7 +195,7 @@ void reduce_scatter_parts(const KernelContext& context, const Tensor& whole, con
     regroup(cuda, grouped.raw_data(), whole_f32.raw_data(), split, sizeof(float), true);
   }
   const Tensor part_f32 = as_f32(cuda, part, false);
-  cuda.synchronise();
+  wait_unless_ordered(context, group);
   group.reduce_scatter(grouped, part_f32);
   if (part.dtype() != DType::F32) cuda.convert(part, part_f32);
 }
@@ -234,23 +241,20 @@ void sequence_gather_backward(const KernelContext& context, std::span<const Tens
 }
 
 // ---------------- index and label checks ----------------
-constexpr unsigned long long kNoBadPosition = ~0ull;
-
-// One pass over `indices`: *first_bad = the lowest flat position whose value is outside
-// [0, limit) (positions holding ignore_index excepted when `ignoring`), as the CPU reports the
-// first bad position in row-major order; *counted += the positions whose value is not
-// ignore_index (all of them without `ignoring`). Integer counts: the result is exact.
+// One pass over `indices`: flags the lowest flat position whose value is outside [0, limit)
+// (positions holding ignore_index excepted when `ignoring`) in `slot`, as the CPU reports the first
+// bad position in row-major order; *counted += the positions whose value is not ignore_index (all
+// of them without `ignoring`). Integer counts: the result is exact.
 template <typename Index>
 __global__ void scan_indices_kernel(const Index* __restrict__ indices, std::int64_t count, std::int64_t limit,
-                                    bool ignoring, std::int64_t ignore_index,
-                                    unsigned long long* __restrict__ first_bad,
+                                    bool ignoring, std::int64_t ignore_index, IndexCheckSlot* __restrict__ slot,
                                     unsigned long long* __restrict__ counted) {
   unsigned long long own = 0;
   PARTRAIN_GRID_STRIDE(i, count) {
     const auto value = static_cast<std::int64_t>(indices[i]);
     if (ignoring && value == ignore_index) continue;
     if (value < 0 || value >= limit) {
-      atomicMin(first_bad, static_cast<unsigned long long>(i));
+      flag_bad_position(slot, i);
       continue;
     }
     ++own;
@@ -259,75 +263,55 @@ __global__ void scan_indices_kernel(const Index* __restrict__ indices, std::int6
   if (threadIdx.x % 32 == 0 && own > 0) atomicAdd(counted, own);
 }
 
-// The scan's two device words: [0] the first bad position (kNoBadPosition when none), [1] the count.
+// The scan's count of the positions that are not ignore_index, on the device (the kernels that
+// divide by it read it there: no host round trip).
 struct IndexScan {
   Tensor words;
-  unsigned long long* first_bad() const { return reinterpret_cast<unsigned long long*>(words.raw_data()); }
-  unsigned long long* counted() const { return first_bad() + 1; }
+  unsigned long long* counted() const { return reinterpret_cast<unsigned long long*>(words.raw_data()); }
 };
 
-// Queues the scan of `indices` (i32 or i64; `what` names them in a dtype error). Nothing waits.
-IndexScan launch_index_scan(CudaBackend& cuda, const Tensor& indices, const char* what, std::int64_t limit,
-                            bool ignoring, std::int64_t ignore_index) {
+// Queues the scan of `indices` (i32 or i64; `what` names them in a dtype error) and its device
+// check: a bad value becomes the error `describe` writes at the backend's next report (the step's
+// end; at once under plain ordering), named after `op`. Nothing waits.
+IndexScan launch_index_scan(CudaBackend& cuda, const Tensor& indices, const char* what, const char* op,
+                            DeviceErrorFlags::Describe describe, std::int64_t limit, bool ignoring,
+                            std::int64_t ignore_index) {
   const cudaStream_t stream = cuda.stream();
-  IndexScan scan{cuda.empty({2}, DType::I64)};
-  PARTRAIN_CUDA_CHECK(cudaMemsetAsync(scan.first_bad(), 0xff, sizeof(unsigned long long), stream));
+  IndexScan scan{cuda.empty({1}, DType::I64)};
   PARTRAIN_CUDA_CHECK(cudaMemsetAsync(scan.counted(), 0, sizeof(unsigned long long), stream));
   const std::int64_t count = indices.numel();
   dispatch_index(indices.dtype(), what, [&](auto tag) {
     using Index = decltype(tag);
     if (count == 0) return;
+    IndexCheckSlot* slot = cuda.device_errors().reserve(op, std::move(describe));
     scan_indices_kernel<Index><<<blocks_for(count), kThreadsPerBlock, 0, stream>>>(
-        device_data<Index>(indices), count, limit, ignoring, ignore_index, scan.first_bad(), scan.counted());
+        device_data<Index>(indices), count, limit, ignoring, ignore_index, slot, scan.counted());
     PARTRAIN_CUDA_CHECK_LAUNCH();
+    cuda.device_errors().record_bad_value(slot, indices);
   });
   return scan;
 }
 
-struct IndexVerdict {
-  std::int64_t counted = 0;
-  bool bad = false;
-  std::int64_t position = 0, value = 0;  // the first bad position and its value (when bad)
-};
-
-// Waits for the stream (so for everything queued before, too) and reads the scan back: the
-// verdict has to reach the host for the kernel to throw, as the CPU kernel does.
-IndexVerdict read_index_scan(const CudaBackend& cuda, const IndexScan& scan, const Tensor& indices) {
-  const cudaStream_t stream = cuda.stream();
-  unsigned long long words[2] = {kNoBadPosition, 0};
-  PARTRAIN_CUDA_CHECK(cudaMemcpyAsync(words, scan.first_bad(), sizeof words, cudaMemcpyDeviceToHost, stream));
-  PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  IndexVerdict verdict;
-  verdict.counted = static_cast<std::int64_t>(words[1]);
-  if (words[0] == kNoBadPosition) return verdict;
-  verdict.bad = true;
-  verdict.position = static_cast<std::int64_t>(words[0]);
-  dispatch_index(indices.dtype(), "indices", [&](auto tag) {
-    using Index = decltype(tag);
-    Index value{};
-    PARTRAIN_CUDA_CHECK(cudaMemcpyAsync(&value, device_data<Index>(indices) + verdict.position, sizeof value,
-                                        cudaMemcpyDeviceToHost, stream));
-    PARTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
-    verdict.value = static_cast<std::int64_t>(value);
-  });
-  return verdict;
-}
-
 // ---------------- VocabParallelEmbedding ----------------
-// The rank's vocabulary rows are [first, first + rows); checks every index against [0, vocabulary)
-// (rows · t less the vocabulary padding; one host sync) and returns first.
-std::int64_t embedding_first_row(const KernelContext& context, const Tensor& table, const Tensor& indices) {
+// The rank's vocabulary rows are [first, first + rows); queues the check of every index against
+// [0, vocabulary) (rows · t less the vocabulary padding) and returns first.
+std::int64_t embedding_first_row(const KernelContext& context, const Tensor& table, const Tensor& indices,
+                                 const char* op) {
   TensorParallelGroup& group = group_of(context);
   CudaBackend& cuda = cuda_of(context);
   const std::int64_t rows = table.dim(0);
   const std::int64_t vocabulary =
       kernels::vocabulary_part(context.attributes, rows, group.rank(), group.size(), "VocabParallelEmbedding").vocabulary;
-  const IndexScan scan = launch_index_scan(cuda, indices, "VocabParallelEmbedding indices", vocabulary, false, 0);
-  const IndexVerdict verdict = read_index_scan(cuda, scan, indices);
-  PARTRAIN_CHECK(!verdict.bad, "VocabParallelEmbedding index "
-                                    << verdict.value << " at position "
-                                    << kernels::position_string(verdict.position, indices.shape())
-                                    << " is out of range [0, " << vocabulary << ")");
+  const Shape shape = indices.shape();
+  (void)launch_index_scan(
+      cuda, indices, "VocabParallelEmbedding indices", op,
+      [shape, vocabulary](std::int64_t index, std::int64_t position) {
+        std::ostringstream message;
+        message << "VocabParallelEmbedding index " << index << " at position "
+                << kernels::position_string(position, shape) << " is out of range [0, " << vocabulary << ")";
+        return message.str();
+      },
+      vocabulary, false, 0);
   return rows * group.rank();
 }
 
@@ -366,7 +350,7 @@ void embedding_forward(const KernelContext& context, std::span<const Tensor> in,
                      << shape_string(table.shape()) << " " << dtype_name(table.dtype()) << ", indices "
                      << shape_string(indices.shape()) << ", output " << shape_string(y.shape()) << " "
                      << dtype_name(y.dtype()));
-  const std::int64_t first = embedding_first_row(context, table, indices);
+  const std::int64_t first = embedding_first_row(context, table, indices, "VocabParallelEmbedding forward");
   const std::int64_t positions = indices.numel(), hidden = table.dim(1);
   if (positions * hidden == 0) return;
   const cudaStream_t stream = cuda_of(context).stream();
@@ -394,7 +378,7 @@ void embedding_backward(const KernelContext& context, std::span<const Tensor> in
                      << ", output gradient " << shape_string(dy.shape()));
   CudaBackend& cuda = cuda_of(context);
   const cudaStream_t stream = cuda.stream();
-  const std::int64_t first = embedding_first_row(context, in[0], indices);
+  const std::int64_t first = embedding_first_row(context, in[0], indices, "VocabParallelEmbedding backward");
   const std::int64_t positions = indices.numel(), rows = dtable.dim(0), hidden = dtable.dim(1);
   // fp32 accumulation: into the gradient itself, or into an f32 copy rounded to bf16 once at the
   // end (bf16 atomics would round after every addition; the CPU adds in fp32 too).
@@ -427,13 +411,13 @@ struct CrossEntropyRows {
   std::int64_t rows = 0;
   std::int64_t first = 0;    // the rank's first class
   std::int64_t ignore_index = -100;
-  std::int64_t counted = 0;  // rows whose label is not ignore_index
+  IndexScan scan;  // on the device: the rows whose label is not ignore_index
 };
 
-// The rank's geometry; validates and counts the labels (one host sync, which also waits for
-// everything queued before it). A label outside [0, C) that is not ignore_index throws the CPU's
-// error.
-CrossEntropyRows cross_entropy_rows(const KernelContext& context, const Tensor& logits, const Tensor& labels) {
+// The rank's geometry; queues the check and the count of the labels (nothing waits). A label
+// outside [0, C) that is not ignore_index becomes the CPU's error at the backend's next report.
+CrossEntropyRows cross_entropy_rows(const KernelContext& context, const Tensor& logits, const Tensor& labels,
+                                    const char* op) {
   TensorParallelGroup& group = group_of(context);
   CudaBackend& cuda = cuda_of(context);
   PARTRAIN_CHECK(logits.rank() >= 1, "VocabParallelCrossEntropy logits must have a class dimension");
@@ -449,14 +433,17 @@ CrossEntropyRows cross_entropy_rows(const KernelContext& context, const Tensor& 
   dims.real = part.real;
   dims.ignore_index = context.attributes.get_int("ignore_index", -100);
   const std::int64_t all_classes = part.vocabulary;
-  const IndexScan scan =
-      launch_index_scan(cuda, labels, "VocabParallelCrossEntropy labels", all_classes, true, dims.ignore_index);
-  const IndexVerdict verdict = read_index_scan(cuda, scan, labels);
-  PARTRAIN_CHECK(!verdict.bad, "VocabParallelCrossEntropy label "
-                                    << verdict.value << " at position "
-                                    << kernels::position_string(verdict.position, labels.shape()) << " is outside [0, "
-                                    << all_classes << ") and is not ignore_index");
-  dims.counted = verdict.counted;
+  const Shape shape = labels.shape();
+  dims.scan = launch_index_scan(
+      cuda, labels, "VocabParallelCrossEntropy labels", op,
+      [shape, all_classes](std::int64_t label, std::int64_t position) {
+        std::ostringstream message;
+        message << "VocabParallelCrossEntropy label " << label << " at position "
+                << kernels::position_string(position, shape) << " is outside [0, " << all_classes
+                << ") and is not ignore_index";
+        return message.str();
+      },
+      all_classes, true, dims.ignore_index);
   return dims;
 }
 
@@ -509,7 +496,8 @@ __global__ void __launch_bounds__(1024)
     cross_entropy_finish_kernel(const L* __restrict__ labels, const float* __restrict__ maximum,
                                 const float* __restrict__ sum, const float* __restrict__ target,
                                 float* __restrict__ log_sum_exp, float* __restrict__ loss, std::int64_t rows,
-                                std::int64_t ignore_index, std::int64_t counted) {
+                                std::int64_t ignore_index, const unsigned long long* __restrict__ counted_rows) {
+  const double counted = static_cast<double>(*counted_rows);
   __shared__ double shared[32];
   double total = 0;
   for (std::int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -522,7 +510,7 @@ __global__ void __launch_bounds__(1024)
     total += value - static_cast<double>(target[r]);
   }
   total = block_sum(total, shared);
-  if (threadIdx.x == 0) *loss = counted > 0 ? static_cast<float>(total / static_cast<double>(counted)) : 0.f;
+  if (threadIdx.x == 0) *loss = counted > 0 ? static_cast<float>(total / counted) : 0.f;
 }
 
 constexpr int kFinishThreads = 1024;
@@ -536,7 +524,7 @@ void vocab_cross_entropy_forward(const KernelContext& context, std::span<const T
                  "VocabParallelCrossEntropy outputs must be an f32 loss and f32 log_sum_exp of the labels' shape");
   CudaBackend& cuda = cuda_of(context);
   const cudaStream_t stream = cuda.stream();
-  const CrossEntropyRows dims = cross_entropy_rows(context, logits, labels);
+  const CrossEntropyRows dims = cross_entropy_rows(context, logits, labels, "VocabParallelCrossEntropy forward");
   const std::int64_t rows = dims.rows, classes = dims.classes;
   // [0] row maxima, [1] sums of exponentials, [2] target logits: [1] and [2] are summed over the
   // group in one all-reduce.
@@ -569,7 +557,7 @@ void vocab_cross_entropy_forward(const KernelContext& context, std::span<const T
       cross_entropy_finish_kernel<L><<<1, kFinishThreads, 0, stream>>>(device_data<L>(labels), pm, ps, pt,
                                                                        device_data<float>(out[1]),
                                                                        device_data<float>(out[0]), rows,
-                                                                       dims.ignore_index, dims.counted);
+                                                                       dims.ignore_index, dims.scan.counted());
       PARTRAIN_CUDA_CHECK_LAUNCH();
     });
   });
@@ -582,12 +570,13 @@ void vocab_cross_entropy_forward(const KernelContext& context, std::span<const T
 template <typename T, typename L>
 __global__ void vocab_cross_entropy_backward_kernel(const T* __restrict__ logits, const L* __restrict__ labels,
                                                     const float* __restrict__ log_sum_exp, const void* loss_grad,
-                                                    bool loss_grad_is_bf16, std::int64_t counted,
+                                                    bool loss_grad_is_bf16, const unsigned long long* counted_rows,
                                                     T* __restrict__ dlogits, std::int64_t rows, std::int64_t classes,
                                                     std::int64_t real, std::int64_t first, std::int64_t ignore_index) {
   const float dloss = loss_grad_is_bf16 ? to_float(*static_cast<const __nv_bfloat16*>(loss_grad))
                                         : *static_cast<const float*>(loss_grad);
-  const float scale = counted > 0 ? static_cast<float>(double(dloss) / double(counted)) : 0.f;
+  const double counted = static_cast<double>(*counted_rows);
+  const float scale = counted > 0 ? static_cast<float>(double(dloss) / counted) : 0.f;
   PARTRAIN_GRID_STRIDE(i, rows * classes) {
     const std::int64_t r = i / classes;
     const std::int64_t j = i - r * classes;
@@ -609,7 +598,7 @@ void vocab_cross_entropy_backward(const KernelContext& context, std::span<const 
   if (!din[0].defined()) return;
   const Tensor& logits = in[0];
   const Tensor& labels = in[1];
-  const CrossEntropyRows dims = cross_entropy_rows(context, logits, labels);
+  const CrossEntropyRows dims = cross_entropy_rows(context, logits, labels, "VocabParallelCrossEntropy backward");
   const Tensor& loss_grad = dout[0];
   PARTRAIN_CHECK((loss_grad.dtype() == DType::F32 || loss_grad.dtype() == DType::BF16) && loss_grad.numel() == 1,
                  "VocabParallelCrossEntropy backward: the loss gradient must be an f32 scalar, got "
@@ -623,7 +612,7 @@ void vocab_cross_entropy_backward(const KernelContext& context, std::span<const 
       using L = decltype(label_tag);
       vocab_cross_entropy_backward_kernel<T, L><<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(
           device_data<T>(logits), device_data<L>(labels), device_data<float>(out[1]), loss_grad.raw_data(),
-          loss_grad_is_bf16, dims.counted, device_data<T>(din[0]), dims.rows, dims.classes, dims.real, dims.first,
+          loss_grad_is_bf16, dims.scan.counted(), device_data<T>(din[0]), dims.rows, dims.classes, dims.real, dims.first,
           dims.ignore_index);
       PARTRAIN_CUDA_CHECK_LAUNCH();
     });

@@ -104,6 +104,10 @@ class Communicator {
   virtual std::span<const int> global_ranks() const = 0;
   /// "mpi" or "nccl".
   virtual const char* backend_name() const = 0;
+  /// True when operations on device tensors are ordered after the device work queued before the
+  /// call, and later device work sees their result, without the host waiting (NCCL on the CUDA
+  /// backend's streams). Default false: the caller waits for the device first.
+  virtual bool orders_device_work() const { return false; }
 
   // ---- point-to-point (ranks are ranks of this group; tags in [0, max_tag()]) ----
   /// Starts sending the contiguous data of `tensor` to `destination`. Throws partrain::Error for a

@@ -24,6 +24,7 @@ class CommunicatorTensorParallelGroup final : public TensorParallelGroup {
     auto request = std::make_shared<Request>(group_.all_reduce_async(tensor, ReduceOp::Sum));
     return [request] { request->wait(); };
   }
+  bool orders_device_work() const override { return group_.orders_device_work(); }
 
  private:
   Communicator& group_;

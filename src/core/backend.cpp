@@ -42,6 +42,7 @@ class CompletingGroup final : public TensorParallelGroup {
   void all_reduce(const Tensor& tensor, Reduction reduction) override { inner_.all_reduce(tensor, reduction); }
   void all_gather(const Tensor& input, const Tensor& output) override { inner_.all_gather(input, output); }
   void reduce_scatter(const Tensor& input, const Tensor& output) override { inner_.reduce_scatter(input, output); }
+  bool orders_device_work() const override { return inner_.orders_device_work(); }
 
  private:
   TensorParallelGroup& inner_;
@@ -58,11 +59,14 @@ struct WidenedContext {
 };
 }  // namespace
 
+void Backend::run_kernel(OpType, const char*, const std::function<void()>& kernel) const { kernel(); }
+
 void Backend::forward(OpType type, const KernelContext& context, std::span<const Tensor> inputs,
                       std::span<const Tensor> outputs) const {
   const OpKernels& op = kernels(type);
   PARTRAIN_CHECK(op.forward != nullptr, "backend " << name() << " has no forward kernel for " << op_name(type));
-  if (supports_bf16() || (!any_bf16(inputs) && !any_bf16(outputs))) return op.forward(context, inputs, outputs);
+  if (supports_bf16() || (!any_bf16(inputs) && !any_bf16(outputs)))
+    return run_kernel(type, "forward", [&] { op.forward(context, inputs, outputs); });
   // bf16 on a backend that computes in fp32 only: widen, compute, round once.
   Backend& self = context.backend;
   const std::vector<Tensor> wide_inputs = widened(self, inputs, true);
@@ -80,7 +84,7 @@ void Backend::backward(OpType type, const KernelContext& context, std::span<cons
   const OpKernels& op = kernels(type);
   PARTRAIN_CHECK(op.backward != nullptr, "backend " << name() << " has no backward kernel for " << op_name(type));
   if (supports_bf16() || (!any_bf16(inputs) && !any_bf16(outputs) && !any_bf16(output_grads) && !any_bf16(input_grads)))
-    return op.backward(context, inputs, outputs, output_grads, input_grads);
+    return run_kernel(type, "backward", [&] { op.backward(context, inputs, outputs, output_grads, input_grads); });
   Backend& self = context.backend;
   const std::vector<Tensor> wide_input_grads = widened(self, input_grads, false);
   const WidenedContext widened_context(context);

@@ -2,6 +2,7 @@
 // Backend: one device's memory and kernels (ggml's idea: the CPU backend is the reference, every
 // other backend is tested op by op against it). Kernels are registered per OpType.
 #include <array>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -89,6 +90,12 @@ class Backend {
   /// One SGD update; `momentum_buffer` is undefined when momentum is 0.
   virtual void sgd_update(const Tensor& parameter, const Tensor& gradient, const Tensor& momentum_buffer,
                           const SgdUpdate& update) = 0;
+  /// Raises the first error a kernel flagged on the device since the last call (an index or label
+  /// out of range, checked without waiting for the device) as a partrain::Error naming the op, the
+  /// bad value and the limit; clears the flags. Waits for the device when checks are pending. The
+  /// runtime calls it once a step, where the loss reaches the host. A no-op on backends whose
+  /// kernels check on the host (CPU).
+  virtual void check_device_errors() {}
   /// True when the kernels read and write bf16 tensors themselves. Otherwise forward()/backward()
   /// run them in fp32 on converted copies and round the results to bf16 (the CPU reference of
   /// "bf16 storage, fp32 compute").
@@ -113,6 +120,12 @@ class Backend {
   /// Installs the kernels of an op (kernels/<backend>/<family> files call this).
   void set_kernels(OpType type, OpKernels kernels) { kernels_[static_cast<std::size_t>(type)] = kernels; }
   const OpKernels& kernels(OpType type) const { return kernels_[static_cast<std::size_t>(type)]; }
+
+ protected:
+  /// Runs one op's kernel (`direction`: "forward" or "backward") for forward()/backward(): the
+  /// place where a device backend names the op in a kernel's error and, under plain ordering, waits
+  /// for the device after every op. The CPU backend runs the kernel as it is.
+  virtual void run_kernel(OpType type, const char* direction, const std::function<void()>& kernel) const;
 
  private:
   std::array<OpKernels, kOpTypeCount> kernels_{};

@@ -38,6 +38,11 @@ class TensorParallelGroup {
   /// sub-pipelined TMP the interpreter's group starts it and completes it before the next task of
   /// the same sub-microbatch runs, so the other sub-microbatch computes meanwhile. Default: blocking.
   virtual void all_reduce_deferrable(const Tensor& tensor) { all_reduce(tensor, Reduction::Sum); }
+  /// True when the collectives on device tensors are ordered after the device work the caller
+  /// queued before the call, and the work queued after them sees their result (stream-ordered, as
+  /// NCCL over the CUDA backend): then GPU kernels need not wait for the device before calling.
+  /// Default false: the caller waits first (an implementation may stage through host memory).
+  virtual bool orders_device_work() const { return false; }
 };
 
 }  // namespace partrain

@@ -173,6 +173,7 @@ class OverlappingGroup final : public TensorParallelGroup {
     complete();
     pending_ = inner_.start_all_reduce(tensor);
   }
+  bool orders_device_work() const override { return inner_.orders_device_work(); }
   bool pending() const { return static_cast<bool>(pending_); }
   void complete() {
     if (!pending_) return;

@@ -512,12 +512,13 @@ void PipelineExecutor::load_inputs(const StageProgram& program, MicrobatchState&
 
 void PipelineExecutor::add_losses(const StageProgram& program, const MicrobatchState& state, Pass& pass) {
   const int pieces = sub_pipelined_ ? 2 : 1;  // each sub-microbatch is its own loss piece
-  if (program.loss >= 0 && placement_.tensor_rank == 0) {  // the t ranks of a group share one loss
+  // The t ranks of a group share one loss. An evaluation reports its own terms (below), not these.
+  if (program.loss >= 0 && placement_.tensor_rank == 0 && evaluation_ == nullptr) {
     for (int h = 0; h < pieces; ++h) {
       const std::int64_t piece = sub_pipelined_ ? half_rows(h).second - half_rows(h).first : rows();
       const TensorMap& values = sub_pipelined_ ? state.halves[h] : state.values;
-      pass.loss_sum += static_cast<double>(piece) / plan_.global_batch *
-                       to_host(values.at(program.loss), backend_).to_float_vector().at(0);
+      // A copy: the value itself may be released or reused before the step's end reads it.
+      pass.loss_pieces.push_back({static_cast<double>(piece) / plan_.global_batch, copy_to(values.at(program.loss), backend_)});
     }
   }
   if (evaluation_ != nullptr)  // per loss piece: the rank's rows, or each sub-microbatch
@@ -526,6 +527,26 @@ void PipelineExecutor::add_losses(const StageProgram& program, const MicrobatchS
         if (std::find(program.subgraph.tasks.begin(), program.subgraph.tasks.end(), task) != program.subgraph.tasks.end())
           accumulate_loss_term(graph_, task, sub_pipelined_ ? state.halves[h] : state.values, backend_,
                                evaluation_top1_, evaluation_->terms[term]);
+}
+
+double PipelineExecutor::loss_sum(const Pass& pass) const {
+  if (pass.loss_pieces.empty()) return 0;
+  // Gathered on the device first, so that the host waits for the device once, not once a piece.
+  const auto count = static_cast<std::int64_t>(pass.loss_pieces.size());
+  const DType dtype = pass.loss_pieces.front().loss.dtype();
+  const Tensor gathered = backend_.empty({count}, dtype);
+  for (std::int64_t i = 0; i < count; ++i) {
+    const Tensor& loss = pass.loss_pieces[static_cast<std::size_t>(i)].loss;
+    PARTRAIN_CHECK(loss.numel() == 1 && loss.dtype() == dtype,
+                   "executor: loss piece " << i << " is " << shape_string(loss.shape()) << " " << dtype_name(loss.dtype())
+                                           << ", expected one " << dtype_name(dtype) << " element");
+    backend_.copy(gathered.slice_rows(i, i + 1), loss);
+  }
+  const std::vector<float> losses = to_host(gathered, backend_).to_float_vector();
+  double sum = 0;  // the pieces' order: the same sum as adding each when it was computed
+  for (std::int64_t i = 0; i < count; ++i)
+    sum += pass.loss_pieces[static_cast<std::size_t>(i)].weight * losses[static_cast<std::size_t>(i)];
+  return sum;
 }
 
 void PipelineExecutor::recompute(const Action& action, Pass& pass) {
@@ -638,6 +659,9 @@ void PipelineExecutor::optimizer_step(Pass& pass) {
   // The step's last action: its sends must have completed first (every rank's list ends with it).
   comm::wait_all(pass.pending);
   pass.sending.clear();
+  // Index and label checks of the step's kernels ran on the device without waiting; their verdict
+  // reaches the host here, once a step, before the gradient norm needs the host anyway.
+  backend_.check_device_errors();
 
   // Tied parameters, global-norm clipping, optimizer.
   const double step_start = now_us();
@@ -736,10 +760,11 @@ EvaluationResult PipelineExecutor::evaluate(const io::BatchSource& heldout, std:
   };
   try {
     for (std::int64_t batch = 0; batch < batches; ++batch) {
-      // The pass's loss sum is the training loss's per-piece weighting: not what evaluation reports.
+      // The pass keeps no loss pieces: evaluation reports its own terms, not the training weighting.
       Pass pass = new_pass(batch);
       for (const Action& action : evaluation_actions_) run_action(action, pass);
       comm::wait_all(pass.pending);
+      backend_.check_device_errors();  // once a batch, as once a training step
     }
   } catch (...) {
     restore();
@@ -777,7 +802,7 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
 
   StepResult result;
   result.step = step;
-  result.loss = world_.all_reduce_scalar(pass.loss_sum);
+  result.loss = world_.all_reduce_scalar(loss_sum(pass));
   result.grad_norm = pass.grad_norm;
   result.lr = pass.lr;
   result.seconds = world_.all_reduce_scalar((now_us() - start) * 1e-6, comm::ReduceOp::Max);

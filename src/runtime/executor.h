@@ -14,7 +14,7 @@
 // Structure (as torch.distributed.pipelining's stage methods): run_action dispatches each action
 // of the rank's list (plan/schedule.h) to one method per action kind — forward, backward,
 // recompute, send, receive, all_reduce_gradients, optimizer_step — which share the state of the
-// running pass (Pass: the microbatches, pending sends, loss sum).
+// running pass (Pass: the microbatches, pending sends, loss pieces).
 #include <array>
 #include <cstdint>
 #include <map>
@@ -140,7 +140,13 @@ class PipelineExecutor {
     std::int64_t step = 0;                      // training step or evaluation batch: which samples, which dropout masks
     std::vector<MicrobatchState> microbatches;  // by state_index: chunk-major, then microbatch
     std::vector<comm::Request> pending;         // the pass's non-blocking sends
-    double loss_sum = 0;                        // this rank's Σ (piece samples / global batch) × piece mean loss
+    // This rank's loss pieces of a training step, kept on the backend and read once a step by
+    // loss_sum(): reading each on the host would stop a GPU at every microbatch.
+    struct LossPiece {
+      double weight = 0;  // piece samples / global batch
+      Tensor loss;        // a copy of the piece's mean loss (one element), on the backend's device
+    };
+    std::vector<LossPiece> loss_pieces;
     bool in_last_backward = false;              // the action running is the step's last Backward
     // A stage's outputs that its backward does not read are dropped once they have been sent
     // (Korthikanti et al. 2022 §4: only the saved tensors wait for the backward). Per microbatch
@@ -162,6 +168,9 @@ class PipelineExecutor {
   /// Runs one action of the rank's list on `pass`: dispatches to the action kind's method. train_step
   /// and evaluate run their lists through it; tests run single actions of a one-stage plan.
   void run_action(const Action& action, Pass& pass);
+  /// This rank's Σ (piece samples / global batch) × piece mean loss over the loss pieces `pass` has
+  /// computed so far, summed in the order they were computed; one copy to the host for all of them.
+  double loss_sum(const Pass& pass) const;
 
  private:
   const Graph& graph_;

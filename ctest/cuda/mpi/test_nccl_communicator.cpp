@@ -8,8 +8,11 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -20,6 +23,7 @@
 #include "comm/mpi_communicator.h"
 #include "kernels/cuda/nccl_communicator.h"
 #include "core/backend.h"
+#include "core/cuda_ordering.h"
 #include "core/tensor.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.cuh"
@@ -462,7 +466,10 @@ TEST_F(NcclCommunicatorTest, AsyncAllReduceCompletesOnWaitAndTest) {
   Request f32_request = nccl().all_reduce_async(f32);
   Request bf16_request = nccl().all_reduce_async(bf16);
   Request i64_request = nccl().all_reduce_async(i64, ReduceOp::Min);
-  EXPECT_FALSE(f32_request.done());
+  // Under plain ordering an asynchronous collective completes before it returns (by design).
+  if (gpu().ordering() == CudaOrdering::Overlap) {
+    EXPECT_FALSE(f32_request.done());
+  }
   // Poll one request with test() (bounded), wait for the others.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!f32_request.test() && std::chrono::steady_clock::now() < deadline)
@@ -481,6 +488,110 @@ TEST_F(NcclCommunicatorTest, AsyncAllReduceCompletesOnWaitAndTest) {
   EXPECT_EQ(floats(bf16), rounded_to_bf16({100.0f * n + static_cast<float>(n * (n - 1) / 2), 1.0f * n,
                                            -3.0f * static_cast<float>(n * (n - 1) / 2)}));
   EXPECT_EQ(values<std::int64_t>(i64), (std::vector<std::int64_t>{0, 5 - (n - 1)}));
+}
+
+// Positions where `a` and `b` differ in their bits (or all of the longer one's extra positions).
+std::int64_t differing_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  std::int64_t differing = static_cast<std::int64_t>(a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) differing += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return differing;
+}
+
+// Positions where `got` is further than 1e-5 (relative, 1e-6 absolute) from the host reference.
+std::int64_t far_from(const std::vector<float>& got, const std::vector<double>& expected) {
+  std::int64_t far = static_cast<std::int64_t>(got.size() != expected.size());
+  for (std::size_t i = 0; i < std::min(got.size(), expected.size()); ++i)
+    far += !(std::abs(got[i] - expected[i]) <= 1e-6 + 1e-5 * std::abs(expected[i]));
+  return far;
+}
+
+// The orderings (core/cuda_ordering.h) change when the work runs, never what it computes: the same
+// collectives give the same bits under plain ordering (one stream, the host waits) and overlap
+// ordering (NCCL on a communication stream ordered by events). Each collective's input is written
+// by kernels queued just before it on the compute stream and its result read by a kernel queued
+// just after: an overlap ordering that missed either event would reduce or read stale values (the
+// tensors are large enough for the race to show). Both are also checked against sums computed on
+// the host, so that a shared mistake fails too.
+TEST_F(NcclCommunicatorTest, OverlapAndPlainOrderingsGiveBitIdenticalResults) {
+  const int n = nccl().size(), r = nccl().rank();
+  const std::int64_t count = (std::int64_t{1} << 20) + 3;
+  // Fractional values, different on every rank: their sums round.
+  auto value = [](int rank, std::int64_t i) {
+    return static_cast<float>(std::sin(0.001 * static_cast<double>(i) * (rank + 1)) * 3.0 + 0.25 * rank);
+  };
+  std::vector<float> own(static_cast<std::size_t>(count));
+  std::vector<double> sum(static_cast<std::size_t>(count), 0.0);
+  for (std::int64_t i = 0; i < count; ++i) {
+    own[static_cast<std::size_t>(i)] = value(r, i);
+    for (int rank = 0; rank < n; ++rank) sum[static_cast<std::size_t>(i)] += value(rank, i);
+  }
+  const Tensor host = Tensor::from_vector<float>({count}, own);
+  constexpr std::int64_t kSmall = 1000;  // the coalesced pair: [0, kSmall) and [kSmall, 3 kSmall)
+
+  struct Results {
+    std::vector<float> blocking, asynchronous, coalesced_first, coalesced_second;
+  };
+  auto run = [&](CudaOrdering ordering) {
+    gpu().set_ordering(ordering);
+    Results results;
+    const Tensor source = on_gpu(host);
+    // Blocking all-reduce of half the values, then own values added: Σ v / 2 + v_own.
+    const Tensor a = gpu().empty({count});
+    gpu().copy(a, source);
+    gpu().scale(a, 0.5);
+    nccl().all_reduce(a);
+    gpu().accumulate(a, source);
+    results.blocking = floats(a);
+    // Asynchronous all-reduce with independent work queued before its wait: Σ v + 2 v_own.
+    const Tensor b = gpu().empty({count});
+    gpu().copy(b, source);
+    Request request = nccl().all_reduce_async(b);
+    const Tensor doubled = gpu().empty({count});
+    gpu().copy(doubled, source);
+    gpu().scale(doubled, 2.0);
+    request.wait();
+    gpu().accumulate(b, doubled);
+    results.asynchronous = floats(b);
+    // Coalesced all-reduce of two tensors (packed, reduced and unpacked on the communication
+    // stream under overlap), then each doubled: 2 Σ v.
+    const Tensor first = gpu().empty({kSmall}), second = gpu().empty({2 * kSmall});
+    gpu().copy(first, source.slice_rows(0, kSmall));
+    gpu().copy(second, source.slice_rows(kSmall, 3 * kSmall));
+    nccl().all_reduce_coalesced(std::vector<Tensor>{first, second});
+    gpu().scale(first, 2.0);
+    gpu().scale(second, 2.0);
+    results.coalesced_first = floats(first);
+    results.coalesced_second = floats(second);
+    return results;
+  };
+  const CudaOrdering original = gpu().ordering();
+  const Results plain = run(CudaOrdering::Plain);
+  const Results overlap = run(CudaOrdering::Overlap);
+  gpu().set_ordering(original);
+
+  EXPECT_EQ(differing_bits(overlap.blocking, plain.blocking), 0);
+  EXPECT_EQ(differing_bits(overlap.asynchronous, plain.asynchronous), 0);
+  EXPECT_EQ(differing_bits(overlap.coalesced_first, plain.coalesced_first), 0);
+  EXPECT_EQ(differing_bits(overlap.coalesced_second, plain.coalesced_second), 0);
+
+  std::vector<double> blocking(sum.size()), asynchronous(sum.size());
+  for (std::size_t i = 0; i < sum.size(); ++i) {
+    blocking[i] = 0.5 * sum[i] + own[i];
+    asynchronous[i] = sum[i] + 2.0 * own[i];
+  }
+  const std::vector<double> coalesced_first(sum.begin(), sum.begin() + kSmall),
+      coalesced_second(sum.begin() + kSmall, sum.begin() + 3 * kSmall);
+  auto doubled = [](std::vector<double> values) {
+    for (double& v : values) v *= 2.0;
+    return values;
+  };
+  for (const Results* results : {&plain, &overlap}) {
+    SCOPED_TRACE(results == &plain ? "plain" : "overlap");
+    EXPECT_EQ(far_from(results->blocking, blocking), 0);
+    EXPECT_EQ(far_from(results->asynchronous, asynchronous), 0);
+    EXPECT_EQ(far_from(results->coalesced_first, doubled(coalesced_first)), 0);
+    EXPECT_EQ(far_from(results->coalesced_second, doubled(coalesced_second)), 0);
+  }
 }
 
 TEST_F(NcclCommunicatorTest, SubGroupsAreNcclCommunicators) {
