@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <cstring>
+#include <utility>
 
 namespace partrain::io {
 namespace {
@@ -143,6 +144,46 @@ std::vector<std::int64_t> Hdf5File::dataset_shape(const std::string& name) const
   std::vector<hsize_t> dimensions(static_cast<std::size_t>(rank));
   H5Sget_simple_extent_dims(space.get(), dimensions.data(), nullptr);
   return std::vector<std::int64_t>(dimensions.begin(), dimensions.end());
+}
+
+namespace {
+// The type class and size of an open dataset's stored elements.
+std::pair<H5T_class_t, std::size_t> stored_type(hid_t dataset) {
+  Hdf5Handle type(H5Dget_type(dataset));
+  if (!type.valid()) return {H5T_NO_CLASS, 0};
+  return {H5Tget_class(type.get()), H5Tget_size(type.get())};
+}
+}  // namespace
+
+bool Hdf5File::dataset_is_integer(const std::string& name) const {
+  return stored_type(open_dataset(name).get()).first == H5T_INTEGER;
+}
+
+bool Hdf5File::dataset_is_float(const std::string& name) const {
+  return stored_type(open_dataset(name).get()).first == H5T_FLOAT;
+}
+
+std::string Hdf5File::dataset_type_name(const std::string& name) const {
+  Hdf5Handle dataset = open_dataset(name);
+  const auto [type_class, size] = stored_type(dataset.get());
+  const std::string bits = std::to_string(8 * size);
+  switch (type_class) {
+    case H5T_INTEGER: {
+      Hdf5Handle type(H5Dget_type(dataset.get()));
+      return (H5Tget_sign(type.get()) == H5T_SGN_NONE ? "uint" : "int") + bits;
+    }
+    case H5T_FLOAT: return "float" + bits;
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return "enum";
+    case H5T_ARRAY: return "array";
+    case H5T_VLEN: return "variable-length";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_REFERENCE: return "reference";
+    case H5T_TIME: return "time";
+    default: return "unknown type";
+  }
 }
 
 void Hdf5File::read_raw(const std::string& name, hid_t memory_type, void* buffer, std::int64_t count,

@@ -54,6 +54,15 @@ class Hdf5File {
   std::vector<std::string> dataset_names(const std::string& group) const;
   /// Dimensions of dataset `name`; throws if it does not exist.
   std::vector<std::int64_t> dataset_shape(const std::string& name) const;
+  /// Whether dataset `name` stores integers (HDF5 type class H5T_INTEGER, any width or sign);
+  /// throws if it does not exist. Readers check this before reading integer fields, which HDF5
+  /// would otherwise fill from floats by silent truncation.
+  bool dataset_is_integer(const std::string& name) const;
+  /// Whether dataset `name` stores floating-point numbers (H5T_FLOAT); throws if it does not exist.
+  bool dataset_is_float(const std::string& name) const;
+  /// The stored element type of dataset `name` for messages: "int64", "uint8", "float32",
+  /// "string", ...; throws if it does not exist.
+  std::string dataset_type_name(const std::string& name) const;
 
   /// Reads a whole dataset converted to T (int32, int64, uint8 or float); returns the elements in
   /// row-major order and, through `shape` if non-null, its dimensions.
