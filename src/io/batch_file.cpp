@@ -25,13 +25,13 @@ BatchFile::BatchFile(const std::string& path, const std::vector<BatchField>& fie
     PARTRAIN_CHECK(tensors_.empty() || shape[0] == rows_, path << ": dataset /" << dataset << " has " << shape[0]
                                                                 << " rows, the others " << rows_);
     rows_ = shape[0];
-    Tensor tensor = Tensor::empty(Shape(shape.begin(), shape.end()), field.dtype == DType::I64 ? DType::I64 : DType::F32);
     // HDF5 converts between classes silently (float32 token ids truncated to integers): refuse it.
-    const bool integer_field = tensor.dtype() == DType::I64;
+    const bool integer_field = field.dtype == DType::I64;
     PARTRAIN_CHECK(integer_field ? file.dataset_is_integer(dataset) : file.dataset_is_float(dataset),
                    path << ": dataset /" << dataset << " stores " << file.dataset_type_name(dataset) << ", the model reads "
                         << field.name << " as " << (integer_field ? "integers (write it as int64)" : "floats (write it as float32)"));
     const std::int64_t row_size = numel(field.sample_shape);
+    Tensor tensor;
     if (integer_field) {
       const std::vector<std::int64_t> values = file.read<std::int64_t>(dataset);
       if (field.upper_bound) {
@@ -44,6 +44,7 @@ BatchFile::BatchFile(const std::string& path, const std::vector<BatchField>& fie
                              << (field.bound_source.empty() ? "" : " (" + field.bound_source + ")"));
         }
       }
+      tensor = Tensor::empty(Shape(shape.begin(), shape.end()), DType::I64);  // after the read checked the size
       std::memcpy(tensor.raw_data(), values.data(), values.size() * sizeof(std::int64_t));
     } else {
       const std::vector<float> values = file.read<float>(dataset);
@@ -51,6 +52,7 @@ BatchFile::BatchFile(const std::string& path, const std::vector<BatchField>& fie
         PARTRAIN_CHECK(std::isfinite(values[i]), path << ": dataset /" << dataset << " row "
                                                       << static_cast<std::int64_t>(i) / std::max<std::int64_t>(row_size, 1)
                                                       << " holds " << values[i] << " (not a finite number)");
+      tensor = Tensor::empty(Shape(shape.begin(), shape.end()), DType::F32);
       std::memcpy(tensor.raw_data(), values.data(), values.size() * sizeof(float));
     }
     if (field.name == "input_ids" && !field.sample_shape.empty()) tokens_per_sample_ = field.sample_shape.back();

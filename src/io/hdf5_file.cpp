@@ -43,6 +43,11 @@ std::int64_t element_count(const std::vector<std::int64_t>& shape) {
   return count;
 }
 
+// Deflate (gzip) compresses at most 1032:1: a dataset declaring more bytes than that times the
+// file's size cannot be stored in it (a damaged or hostile file), and reading it would allocate
+// the declared size first.
+constexpr double kMaximumCompressionRatio = 1032;
+
 }  // namespace
 
 Hdf5Handle& Hdf5Handle::operator=(Hdf5Handle&& other) noexcept {
@@ -208,9 +213,21 @@ void Hdf5File::read_raw(const std::string& name, hid_t memory_type, void* buffer
   (void)shape;
 }
 
+void Hdf5File::check_declared_size(const std::string& name, const std::vector<std::int64_t>& dimensions,
+                                   std::size_t element_bytes) const {
+  double bytes = static_cast<double>(element_bytes);
+  for (std::int64_t dimension : dimensions) bytes *= static_cast<double>(dimension);
+  hsize_t file_bytes = 0;
+  H5Fget_filesize(handle_.get(), &file_bytes);
+  PARTRAIN_CHECK(bytes <= kMaximumCompressionRatio * static_cast<double>(file_bytes) + 65536.0,
+                 "dataset '" << name << "' in '" << path_ << "' declares " << bytes << " bytes, more than the file of "
+                             << file_bytes << " bytes can hold even compressed (damaged file?)");
+}
+
 template <typename T>
 std::vector<T> Hdf5File::read(const std::string& name, std::vector<std::int64_t>* shape) const {
   const std::vector<std::int64_t> dimensions = dataset_shape(name);
+  check_declared_size(name, dimensions, sizeof(T));
   std::vector<T> values(static_cast<std::size_t>(element_count(dimensions)));
   if (!values.empty()) read_raw(name, native_type<T>(), values.data(), values.size(), -1, -1, nullptr);
   if (shape) *shape = dimensions;
@@ -225,6 +242,7 @@ std::vector<T> Hdf5File::read_range(const std::string& name, std::int64_t begin,
   PARTRAIN_CHECK(0 <= begin && begin <= end && end <= dimensions[0],
                  "read_range: [" << begin << ", " << end << ") outside dataset '" << name << "' of length "
                                  << dimensions[0] << " in '" << path_ << "'");
+  check_declared_size(name, {end - begin}, sizeof(T));
   std::vector<T> values(static_cast<std::size_t>(end - begin));
   if (!values.empty()) read_raw(name, native_type<T>(), values.data(), end - begin, begin, end, nullptr);
   return values;
