@@ -43,9 +43,8 @@ std::int64_t element_count(const std::vector<std::int64_t>& shape) {
   return count;
 }
 
-// Deflate (gzip) compresses at most 1032:1: a dataset declaring more bytes than that times the
-// file's size cannot be stored in it (a damaged or hostile file), and reading it would allocate
-// the declared size first.
+// Deflate (gzip) compresses at most 1032:1: a dataset declaring more bytes than that times what it
+// stores is damaged (or hostile), and reading it would allocate the declared size first.
 constexpr double kMaximumCompressionRatio = 1032;
 
 }  // namespace
@@ -215,13 +214,39 @@ void Hdf5File::read_raw(const std::string& name, hid_t memory_type, void* buffer
 
 void Hdf5File::check_declared_size(const std::string& name, const std::vector<std::int64_t>& dimensions,
                                    std::size_t element_bytes) const {
-  double bytes = static_cast<double>(element_bytes);
-  for (std::int64_t dimension : dimensions) bytes *= static_cast<double>(dimension);
   hsize_t file_bytes = 0;
   H5Fget_filesize(handle_.get(), &file_bytes);
-  PARTRAIN_CHECK(bytes <= kMaximumCompressionRatio * static_cast<double>(file_bytes) + 65536.0,
-                 "dataset '" << name << "' in '" << path_ << "' declares " << bytes << " bytes, more than the file of "
-                             << file_bytes << " bytes can hold even compressed (damaged file?)");
+  Hdf5Handle dataset = open_dataset(name);
+  // HDF5 converts through buffers of the stored element size, which a damaged header may declare
+  // absurdly large (a 1.6 GB "integer": found by fuzz_prepared_data).
+  Hdf5Handle type(H5Dget_type(dataset.get()));
+  const std::size_t stored_element_bytes = type.valid() ? H5Tget_size(type.get()) : 0;
+  PARTRAIN_CHECK(stored_element_bytes > 0 && stored_element_bytes <= 16,
+                 "dataset '" << name << "' in '" << path_ << "' stores elements of " << stored_element_bytes
+                             << " bytes, not numbers (damaged file?)");
+  element_bytes = std::max(element_bytes, stored_element_bytes);
+  double bytes = static_cast<double>(element_bytes);
+  for (std::int64_t dimension : dimensions) bytes *= static_cast<double>(dimension);
+  // What the dataset stores (partrain's writers write every element: no unwritten fill-value chunks).
+  const double stored_bytes =
+      std::min(static_cast<double>(H5Dget_storage_size(dataset.get())), static_cast<double>(file_bytes));
+  const double limit = kMaximumCompressionRatio * stored_bytes + 65536.0;
+  PARTRAIN_CHECK(bytes <= limit, "dataset '" << name << "' in '" << path_ << "' declares " << bytes
+                                             << " bytes but stores " << stored_bytes
+                                             << ", too few even compressed (damaged file?)");
+  // HDF5 allocates whole chunks (and each chunk's stored bytes) to read any part of a chunked
+  // dataset: a damaged header may declare chunks far beyond the dataset (found by fuzz_prepared_data).
+  Hdf5Handle creation(H5Dget_create_plist(dataset.get()));
+  if (creation.valid() && H5Pget_layout(creation.get()) == H5D_CHUNKED) {
+    std::vector<hsize_t> chunk(std::max<std::size_t>(1, dimensions.size()), 0);
+    const int rank = H5Pget_chunk(creation.get(), static_cast<int>(chunk.size()), chunk.data());
+    double chunk_bytes = static_cast<double>(element_bytes);
+    for (int axis = 0; axis < rank; ++axis) chunk_bytes *= static_cast<double>(chunk[axis]);
+    PARTRAIN_CHECK(rank >= 0 && chunk_bytes <= limit && H5Dget_storage_size(dataset.get()) <= file_bytes,
+                   "dataset '" << name << "' in '" << path_ << "' declares chunks of " << chunk_bytes
+                               << " bytes stored in " << stored_bytes << ", more than the file of " << file_bytes
+                               << " bytes can hold (damaged file?)");
+  }
 }
 
 template <typename T>

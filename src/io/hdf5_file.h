@@ -66,7 +66,7 @@ class Hdf5File {
 
   /// Reads a whole dataset converted to T (int32, int64, uint8 or float); returns the elements in
   /// row-major order and, through `shape` if non-null, its dimensions. Throws partrain::Error when
-  /// it declares more bytes than the file could hold compressed (a damaged file).
+  /// it declares more bytes than it stores could hold compressed (a damaged file).
   template <typename T>
   std::vector<T> read(const std::string& name, std::vector<std::int64_t>* shape = nullptr) const;
   /// Reads elements [begin, end) of a one-dimensional dataset converted to T.
@@ -92,8 +92,8 @@ class Hdf5File {
   Hdf5File(std::string path, Hdf5Handle handle) : path_(std::move(path)), handle_(std::move(handle)) {}
   Hdf5Handle open_dataset(const std::string& name) const;
   Hdf5Handle open_object(const std::string& object) const;
-  /// Throws partrain::Error naming the dataset when `dimensions` × `element_bytes` exceeds what the
-  /// file could hold even at deflate's best ratio (checked before allocating for a read).
+  /// Throws partrain::Error naming the dataset when `dimensions` × `element_bytes`, or its chunk
+  /// size, exceeds what the dataset stores times deflate's best ratio (checked before allocating).
   void check_declared_size(const std::string& name, const std::vector<std::int64_t>& dimensions,
                            std::size_t element_bytes) const;
   void read_raw(const std::string& name, hid_t memory_type, void* buffer, std::int64_t count,
