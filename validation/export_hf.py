@@ -32,6 +32,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models  # noqa: E402
+from script_errors import fail, open_hdf5, require_file, require_output_directory  # noqa: E402
 
 # One-rank plan for `partrain eval` on the checkpoint's own config (which may name a plan for more ranks).
 ONE_RANK = ["parallel.world_size=0", "parallel.planner=manual", "parallel.stages=1", "parallel.replicas=[1]",
@@ -84,14 +85,14 @@ def compare_with_partrain(arguments, net, config, config_text):
     with tempfile.TemporaryDirectory() as tmp:
         if arguments.eval_loss is not None:
             if not arguments.data:
-                raise SystemExit("export_hf: --eval-loss needs --data (the batch file it was measured on)")
+                fail("--eval-loss needs --data (the batch file it was measured on)")
             partrain, batch_file = {"eval_loss": arguments.eval_loss}, arguments.data
         elif arguments.partrain:
             partrain, batch_file = run_partrain_eval(arguments, config_text, tmp)
         else:
             print("export_hf: give --partrain BINARY or --eval-loss X to compare with partrain eval")
             return 0
-        batch = hf_models.read_batches(batch_file)
+        batch = hf_models.read_batches(batch_file, hf_models.BATCH_FIELDS.get(model, ()))
         batch_size = config["train"].get("global_batch", 1)
         rows = len(next(iter(batch.values())))
         batches = int(partrain["samples"]) // batch_size if "samples" in partrain else (arguments.batches or rows // batch_size)
@@ -129,6 +130,15 @@ def main() -> int:
     arguments = parser.parse_args()
     if arguments.batches is not None and arguments.batches <= 0:
         parser.error(f"--batches must be positive, not {arguments.batches}")
+    # Paths first (one line, exit 2), before the libraries: a wrong path is reported everywhere.
+    require_file(arguments.checkpoint, "CHECKPOINT")
+    require_output_directory(arguments.output, "OUT")
+    if arguments.data:
+        require_file(arguments.data, "--data")
+    if arguments.config:
+        require_file(arguments.config, "--config")
+    if arguments.partrain and not (os.path.isfile(arguments.partrain) and os.access(arguments.partrain, os.X_OK)):
+        fail(f"--partrain {arguments.partrain}: no such executable")
     try:
         import h5py
         import numpy
@@ -142,10 +152,9 @@ def main() -> int:
         return 0
 
     state = {}
-    with h5py.File(arguments.checkpoint, "r") as file:
-        if "model" not in file or "step" not in file.attrs:
-            print(f"export_hf: {arguments.checkpoint}: not a partrain checkpoint (no /model or step)", file=sys.stderr)
-            return 1
+    with open_hdf5(h5py, arguments.checkpoint, "CHECKPOINT") as file:
+        if "model" not in file or not isinstance(file["model"], h5py.Group) or "step" not in file.attrs:
+            fail(f"CHECKPOINT {arguments.checkpoint}: not a partrain checkpoint (no /model group or step attribute)")
 
         def visit(name, item):
             if isinstance(item, h5py.Dataset):
@@ -177,7 +186,12 @@ def main() -> int:
         print("export_hf: the checkpoint has no config_toml; no library model to load it into")
         return 1 if arguments.save_pretrained else 0
     import tomllib
-    config = tomllib.loads(config_text)
+    try:
+        config = tomllib.loads(config_text)
+    except tomllib.TOMLDecodeError as error:
+        fail(f"CHECKPOINT {arguments.checkpoint}: its config_toml attribute is not TOML: {error}")
+    if not isinstance(config.get("model"), dict) or "type" not in config["model"]:
+        fail(f"CHECKPOINT {arguments.checkpoint}: its config_toml has no [model] type")
     net = library_model(torch.load(arguments.output), config)  # what a user loads: the file
     if net is None:
         return 1 if arguments.save_pretrained else 0

@@ -78,13 +78,30 @@ def partrain_tensors(net):
     return tensors
 
 
-def read_batches(path):
-    """{name: numpy array} of the /batch group of a batch file (see README "Evaluating a checkpoint")."""
+# The /batch datasets evaluate() reads, per model type (BERT's nsp_labels only with [model] nsp).
+BATCH_FIELDS = {"bert": ("input_ids", "token_type_ids", "attention_mask", "mlm_labels"),
+                "gpt": ("input_ids", "labels"), "resnet": ("images", "labels")}
+
+
+def read_batches(path, required=()):
+    """{name: numpy array} of the /batch group of a batch file (see README "Evaluating a checkpoint").
+    A file that is not HDF5, has no /batch group, lacks one of `required` or whose datasets' row
+    counts differ is one error line naming the file and dataset (exit 2)."""
     import h5py
-    with h5py.File(path, "r") as f:
-        if "batch" not in f:
-            raise SystemExit(f"{path}: not a batch file (no /batch group)")
-        return {name: f["batch"][name][()] for name in f["batch"]}
+    from script_errors import fail, open_hdf5
+    with open_hdf5(h5py, path, "batch file") as f:
+        if "batch" not in f or not isinstance(f["batch"], h5py.Group):
+            fail(f"batch file {path}: not a batch file (no /batch group)")
+        for name in required:
+            if name not in f["batch"]:
+                fail(f"batch file {path}: no dataset /batch/{name}")
+        batch = {name: f["batch"][name][()] for name in f["batch"] if isinstance(f["batch"][name], h5py.Dataset)}
+    if not batch:
+        fail(f"batch file {path}: /batch holds no datasets")
+    rows = {name: (len(value) if value.ndim else 0) for name, value in batch.items()}
+    if len(set(rows.values())) != 1:
+        fail(f"batch file {path}: the /batch datasets' row counts differ: {rows}")
+    return batch
 
 
 def evaluate(model, net, batch, batch_size, batches):

@@ -27,6 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models  # noqa: E402
+from script_errors import fail, read_toml, require_output_directory  # noqa: E402
 
 PREFIXES = {"bert": ("bert.", ("embeddings.", "encoder.", "pooler.")), "gpt": ("transformer.", ("wte.", "wpe.", "h.", "ln_f."))}
 
@@ -34,13 +35,12 @@ PREFIXES = {"bert": ("bert.", ("embeddings.", "encoder.", "pooler.")), "gpt": ("
 def load_config(path, settings):
     """partrain's experiment file as a dict, with section.key=value settings applied."""
     import tomllib
-    with open(path, "rb") as f:
-        config = tomllib.load(f)
+    config = read_toml(path, "--config")
     for setting in settings:
         key, _, value = setting.partition("=")
         section, _, name = key.partition(".")
-        if not name:
-            raise SystemExit(f"import_hf: --set {setting}: expected section.key=value")
+        if not name or not section:
+            fail(f"--set {setting}: expected section.key=value")
         try:
             parsed = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError:
@@ -54,18 +54,27 @@ def source_state(source, model, config):
     import torch
     if os.path.isdir(source):
         if model == "resnet":
-            raise SystemExit(f"import_hf: {source}: a directory is a Hugging Face model; give torchvision's state dict file")
+            fail(f"SOURCE {source}: a directory is a Hugging Face model; give torchvision's state dict file")
         from transformers import BertForPreTraining, GPT2LMHeadModel
         cls = BertForPreTraining if model == "bert" else GPT2LMHeadModel
-        return cls.from_pretrained(source, local_files_only=True).state_dict()
+        try:
+            return cls.from_pretrained(source, local_files_only=True).state_dict()
+        except (OSError, ValueError) as error:
+            fail(f"SOURCE {source}: not a Hugging Face model directory ({error})")
     if not os.path.isfile(source):
-        raise SystemExit(f"import_hf: {source}: no such file or directory")
+        fail(f"SOURCE {source}: no such file or directory")
     if source.endswith(".safetensors"):
         from safetensors.torch import load_file
-        return load_file(source)
-    state = torch.load(source, map_location="cpu", weights_only=True)
+        try:
+            return load_file(source)
+        except Exception as error:  # safetensors raises its own error types
+            fail(f"SOURCE {source}: not a safetensors file ({error})")
+    try:
+        state = torch.load(source, map_location="cpu", weights_only=True)
+    except Exception as error:  # pickle, zip and torch's own errors: all mean "not a state dict file"
+        fail(f"SOURCE {source}: not a torch.save state dict file ({type(error).__name__}: {error})")
     if not isinstance(state, dict):
-        raise SystemExit(f"import_hf: {source}: not a state dict (a {type(state).__name__})")
+        fail(f"SOURCE {source}: not a state dict (a {type(state).__name__})")
     if isinstance(state.get("state_dict"), dict):  # a training framework's checkpoint around the state dict
         state = state["state_dict"]
     return state
@@ -127,6 +136,11 @@ def main() -> int:
     arguments = parser.parse_args()
     if (arguments.source is None) == (not arguments.from_config):
         parser.error("give either SOURCE or --from-config")
+    # Paths first (one line, exit 2), before the libraries: a wrong path is reported everywhere.
+    config = load_config(arguments.config, arguments.set)
+    if arguments.source is not None and not os.path.exists(arguments.source):
+        fail(f"SOURCE {arguments.source}: no such file or directory")
+    require_output_directory(arguments.output, "OUT.h5")
     try:
         import h5py  # noqa: F401
         import torch  # noqa: F401
@@ -134,10 +148,9 @@ def main() -> int:
         print(f"import_hf: {error.name} is not installed (validation/golden/.venv has it: "
               f"validation/golden/make_golden.py makes it)", file=sys.stderr)
         return 2
-    config = load_config(arguments.config, arguments.set)
-    model = config.get("model", {}).get("type")
+    model = config["model"].get("type") if isinstance(config.get("model"), dict) else None
     if model not in ("bert", "gpt", "resnet"):
-        raise SystemExit(f"import_hf: {arguments.config}: [model] type must be bert, gpt or resnet, not {model!r}")
+        fail(f"--config {arguments.config}: [model] type must be bert, gpt or resnet, not {model!r}")
     net = hf_models.build_model(model, config)
     if not arguments.from_config:
         state = with_model_prefix(source_state(arguments.source, model, config), model)

@@ -22,6 +22,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from script_errors import fail, require_file  # noqa: E402
 
 
 def read_metrics(path):
@@ -33,9 +35,9 @@ def read_metrics(path):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                raise SystemExit(f"plot_run: {path}:{number}: not JSON: {error}")
+                fail(f"{path}:{number}: not JSON: {error}")
             if not isinstance(record, dict) or "step" not in record:
-                raise SystemExit(f"plot_run: {path}:{number}: not an object with a step")
+                fail(f"{path}:{number}: not an object with a step")
             records.append(record)
     return records
 
@@ -77,6 +79,21 @@ KIND_COLOURS = {
 KIND_LEGEND = [("forward", "Forward"), ("backward", "Backward"), ("recompute", "Recompute"),
                ("send", "SendActivation"), ("receive (wait)", "ReceiveActivation"),
                ("all-reduce", "AllReduce"), ("optimizer step", "Step")]
+
+
+def read_trace(path):
+    """The complete events of the Chrome trace file `path`; one error line when it is not one."""
+    try:
+        with open(path) as file:
+            trace = json.load(file)
+    except (OSError, UnicodeDecodeError) as error:
+        fail(f"{path}: cannot read it ({error})")
+    except json.JSONDecodeError as error:
+        fail(f"{path}: not JSON: {error}")
+    events = trace.get("traceEvents") if isinstance(trace, dict) else trace
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        fail(f"{path}: not a Chrome trace (a list of event objects, or an object with traceEvents)")
+    return trace_events(trace)
 
 
 def trace_events(trace):
@@ -188,6 +205,13 @@ def main():
     parser.add_argument("--partrain", default=os.path.join(ROOT, "build/cpu/bin/partrain"),
                         help="partrain binary for the simulation (default: build/cpu/bin/partrain)")
     args = parser.parse_args()
+    # Paths first (one line, exit 2), before matplotlib: a wrong path is reported everywhere.
+    if not os.path.isdir(args.run_dir):
+        fail(f"RUN_DIR {args.run_dir}: no such directory")
+    if not os.path.exists(os.path.join(args.run_dir, "metrics.jsonl")) and not os.path.exists(os.path.join(args.run_dir, args.trace)):
+        fail(f"RUN_DIR {args.run_dir} has neither metrics.jsonl nor {args.trace}")
+    if args.predicted:
+        require_file(args.predicted, "--predicted")
 
     try:
         import matplotlib
@@ -222,8 +246,7 @@ def main():
     if not os.path.exists(trace_path):
         print(f"plot_run: no {trace_path} (set [log] trace = \"trace.json\"); no timeline")
         return 0
-    with open(trace_path) as file:
-        events = trace_events(json.load(file))
+    events = read_trace(trace_path)
     trace_steps = sorted({e.get("args", {}).get("step") for e in events} - {None})
     if not trace_steps:
         print("plot_run: the trace has no complete events to draw")
@@ -245,8 +268,7 @@ def main():
         else:
             print(f"plot_run: no partrain binary at {args.partrain} (--partrain); no predicted timeline")
     if predicted_path:
-        with open(predicted_path) as file:
-            predicted_events = trace_events(json.load(file))
+        predicted_events = read_trace(predicted_path)
         predicted_steps = sorted({e.get("args", {}).get("step") for e in predicted_events} - {None})
         if predicted_steps:
             predicted = step_events(predicted_events, predicted_steps[0])

@@ -192,7 +192,34 @@ TEST(Evaluation, BadInputsAreOneLineErrors) {
     std::string message;
   };
   const std::string latest = " --resume latest --set log.dir=" + run;
+  // Batch files with one bad value each (issue 30): float token ids (HDF5 would truncate them), a
+  // token id equal to the vocabulary size, a label that is neither a class nor the ignore index.
+  const auto bad_batch_file = [&](const std::string& name, bool float_ids, std::int64_t id, std::int64_t label) {
+    const io::Hdf5File golden = io::Hdf5File::open_read(golden_path("gpt"));
+    std::vector<std::int64_t> shape;
+    std::vector<std::int64_t> ids = golden.read<std::int64_t>("batch/input_ids", &shape);
+    std::vector<std::int64_t> labels = golden.read<std::int64_t>("batch/labels");
+    ids[shape[1] + 2] = id;  // row 1
+    labels[shape[1] + 3] = label;
+    const std::string path = run + "/" + name;
+    io::Hdf5File file = io::Hdf5File::create(path);
+    if (float_ids) {
+      std::vector<float> values(ids.begin(), ids.end());
+      values[shape[1] + 2] += 0.5f;
+      file.write("batch/input_ids", shape, values);
+    } else {
+      file.write("batch/input_ids", shape, ids);
+    }
+    file.write("batch/labels", shape, labels);
+    return path;
+  };
+  const std::string float_ids = bad_batch_file("float-ids.h5", true, 7, 7);
+  const std::string big_id = bad_batch_file("big-id.h5", false, 8000, 7);
+  const std::string bad_label = bad_batch_file("bad-label.h5", false, 7, -1);
   const std::vector<Case> cases = {
+      {latest + " --data " + float_ids, "partrain: error: " + float_ids + ": dataset /batch/input_ids stores float32, the model reads input_ids as integers"},
+      {latest + " --data " + big_id, "partrain: error: " + big_id + ": dataset /batch/input_ids row 1 holds 8000, outside [0, 8000) ([model] vocab = 8000 in " + config_path("gpt") + ")"},
+      {latest + " --data " + bad_label, "partrain: error: " + bad_label + ": dataset /batch/labels row 1 holds -1, outside [0, 8000) and not the ignored label -100"},
       {" --resume " + run + "/no-such.h5", "partrain: error: --resume " + run + "/no-such.h5: no such readable checkpoint file"},
       {" --resume latest --set log.dir=" + run + "-missing", "partrain: error: no checkpoint (step_*.h5) in '" + run + "-missing/checkpoints'"},
       {" --resume " + golden_path("gpt"), "partrain: error: " + golden_path("gpt") + ": missing attribute"},

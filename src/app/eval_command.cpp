@@ -71,6 +71,31 @@ void check_checkpoint_model(const std::string& checkpoint, const ExperimentConfi
   });
 }
 
+// The values a batch file's integer field may hold, checked before evaluation (an id outside the
+// vocabulary would fail only inside the embedding kernel, naming neither file nor dataset): token
+// ids below [model] vocab, token types below [model] type_vocab, labels below the class count of
+// the cross-entropy that reads them (its logits' last dimension) or equal to its ignore_index.
+void set_field_bounds(io::BatchField& field, const Value& value, const ExperimentConfig& config, const Graph& graph) {
+  const std::string where = " in " + config.path;
+  if (value.name == "input_ids") {
+    field.upper_bound = config.model.vocab;
+    field.bound_source = "[model] vocab = " + std::to_string(config.model.vocab) + where;
+  } else if (value.name == "token_type_ids") {
+    field.upper_bound = config.model.type_vocab;
+    field.bound_source = "[model] type_vocab = " + std::to_string(config.model.type_vocab) + where;
+  }
+  if (value.kind != ValueKind::Label) return;
+  for (int consumer : value.consumers) {
+    const Task& task = graph.task(consumer);
+    if (task.op != OpType::SoftmaxCrossEntropy || task.inputs.size() != 2 || task.inputs[1] != value.id) continue;
+    const Shape& logits = graph.value(task.inputs[0]).type.shape;
+    if (logits.empty()) continue;
+    field.upper_bound = logits.back();
+    field.ignore_value = task.attributes.get_int("ignore_index", -100);
+    field.bound_source = "the classes of " + task.name + ", whose ignore_index is " + std::to_string(*field.ignore_value);
+  }
+}
+
 // The samples to evaluate: `path` empty: the held-out split of the config's data; a batch file
 // (a /batch group): its rows in order; else a data/prepare.sh data set: its held-out split.
 std::unique_ptr<io::BatchSource> evaluation_data(const ExperimentConfig& config, const Graph& graph,
@@ -81,7 +106,12 @@ std::unique_ptr<io::BatchSource> evaluation_data(const ExperimentConfig& config,
     for (const Value& value : graph.values()) {
       if (value.kind != ValueKind::Input && value.kind != ValueKind::Label) continue;
       const Shape& shape = value.type.shape;
-      fields.push_back({value.name, Shape(shape.begin() + (has_batch_dim(shape) ? 1 : 0), shape.end()), value.type.dtype});
+      io::BatchField field;
+      field.name = value.name;
+      field.sample_shape = Shape(shape.begin() + (has_batch_dim(shape) ? 1 : 0), shape.end());
+      field.dtype = value.type.dtype;
+      set_field_bounds(field, value, config, graph);
+      fields.push_back(std::move(field));
     }
     return std::make_unique<io::BatchFile>(path, fields);
   }

@@ -1,5 +1,7 @@
 #include "io/batch_file.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -23,12 +25,34 @@ BatchFile::BatchFile(const std::string& path, const std::vector<BatchField>& fie
     PARTRAIN_CHECK(tensors_.empty() || shape[0] == rows_, path << ": dataset /" << dataset << " has " << shape[0]
                                                                 << " rows, the others " << rows_);
     rows_ = shape[0];
-    Tensor tensor = Tensor::empty(Shape(shape.begin(), shape.end()), field.dtype == DType::I64 ? DType::I64 : DType::F32);
-    if (tensor.dtype() == DType::I64) {
+    // HDF5 converts between classes silently (float32 token ids truncated to integers): refuse it.
+    const bool integer_field = field.dtype == DType::I64;
+    PARTRAIN_CHECK(integer_field ? file.dataset_is_integer(dataset) : file.dataset_is_float(dataset),
+                   path << ": dataset /" << dataset << " stores " << file.dataset_type_name(dataset) << ", the model reads "
+                        << field.name << " as " << (integer_field ? "integers (write it as int64)" : "floats (write it as float32)"));
+    const std::int64_t row_size = numel(field.sample_shape);
+    Tensor tensor;
+    if (integer_field) {
       const std::vector<std::int64_t> values = file.read<std::int64_t>(dataset);
+      if (field.upper_bound) {
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          const std::int64_t value = values[i];
+          if ((value >= 0 && value < *field.upper_bound) || (field.ignore_value && value == *field.ignore_value)) continue;
+          PARTRAIN_FAIL(path << ": dataset /" << dataset << " row " << static_cast<std::int64_t>(i) / std::max<std::int64_t>(row_size, 1)
+                             << " holds " << value << ", outside [0, " << *field.upper_bound << ")"
+                             << (field.ignore_value ? " and not the ignored label " + std::to_string(*field.ignore_value) : std::string())
+                             << (field.bound_source.empty() ? "" : " (" + field.bound_source + ")"));
+        }
+      }
+      tensor = Tensor::empty(Shape(shape.begin(), shape.end()), DType::I64);  // after the read checked the size
       std::memcpy(tensor.raw_data(), values.data(), values.size() * sizeof(std::int64_t));
     } else {
       const std::vector<float> values = file.read<float>(dataset);
+      for (std::size_t i = 0; i < values.size(); ++i)
+        PARTRAIN_CHECK(std::isfinite(values[i]), path << ": dataset /" << dataset << " row "
+                                                      << static_cast<std::int64_t>(i) / std::max<std::int64_t>(row_size, 1)
+                                                      << " holds " << values[i] << " (not a finite number)");
+      tensor = Tensor::empty(Shape(shape.begin(), shape.end()), DType::F32);
       std::memcpy(tensor.raw_data(), values.data(), values.size() * sizeof(float));
     }
     if (field.name == "input_ids" && !field.sample_shape.empty()) tokens_per_sample_ = field.sample_shape.back();

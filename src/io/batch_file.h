@@ -8,6 +8,7 @@
 // log.save_initial=true` writes every step's batch in this layout (initial_parameters.h5), so do the
 // golden files (validation/golden/*.h5) and `partrain eval --save-batches`.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,13 @@ struct BatchField {
   std::string name;
   Shape sample_shape;  ///< without the batch dimension
   DType dtype = DType::F32;
+  /// Integer fields: every value must lie in [0, upper_bound) (token ids: the vocabulary; labels:
+  /// the classes); unset: not checked.
+  std::optional<std::int64_t> upper_bound;
+  /// Integer fields: one more accepted value outside the bound (a loss's ignore_index, -100).
+  std::optional<std::int64_t> ignore_value;
+  /// Where the bound comes from, for messages ("[model] vocab = 30522 in bert.toml").
+  std::string bound_source;
 };
 
 /// A BatchSource over a batch file, read whole into memory.
@@ -29,7 +37,9 @@ class BatchFile : public BatchSource {
  public:
   /// Reads /batch/<name> of every field. Throws partrain::Error naming the file and the dataset
   /// when the file is not HDF5, a dataset is missing, has another per-sample shape than its field,
-  /// or the datasets' row counts differ or are 0.
+  /// stores floats for an integer field (or integers for a float field), holds a value outside the
+  /// field's bound (naming the row and the value) or a non-finite float, or the datasets' row
+  /// counts differ or are 0.
   BatchFile(const std::string& path, const std::vector<BatchField>& fields);
 
   /// Rows [first, first + count). Throws partrain::Error naming the file when the range goes past

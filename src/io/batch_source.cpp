@@ -130,6 +130,9 @@ class ImageSource : public BatchSource {
                         << ", but [model] expects " << config.model.channels << " x " << config.model.image_size
                         << " x " << config.model.image_size);
     PARTRAIN_CHECK(config.model.classes >= 10, path << ": 10 classes, but [model] classes = " << config.model.classes);
+    PARTRAIN_CHECK(dataset_.max_label() < config.model.classes,
+                   path << ": dataset " << dataset_.labels_dataset() << " holds label " << dataset_.max_label()
+                        << ", outside [0, " << config.model.classes << ") ([model] classes in " << config.path << ")");
   }
   NamedTensors samples(std::int64_t first, std::int64_t count) const override {
     std::vector<std::pair<NamedTensors, std::vector<std::int64_t>>> parts;

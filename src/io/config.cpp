@@ -270,7 +270,8 @@ void SectionReader::read_memory_size(std::string_view key, double& bytes) {
   if (bytes <= 0) fail(key, "must be positive");
 }
 
-void SectionReader::read_integer_or_auto(std::string_view key, std::int64_t& value, std::int64_t auto_value) {
+void SectionReader::read_integer_or_auto(std::string_view key, std::int64_t& value, std::int64_t auto_value,
+                                         std::string_view accepted) {
   const toml::node* node = find_key(document_, section_, key, read_keys_);
   if (!node) return;
   if (node->is_string()) {
@@ -279,6 +280,8 @@ void SectionReader::read_integer_or_auto(std::string_view key, std::int64_t& val
     return;
   }
   if (!node->is_integer()) fail(key, std::string("must be an integer or \"auto\", not ") + node_type_name(*node));
+  if (node->as_integer()->get() == auto_value)
+    fail(key, "= " + std::to_string(auto_value) + " is not a value it accepts; accepted: " + std::string(accepted));
   value = node->as_integer()->get();
 }
 
@@ -460,7 +463,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("memory_margin", config.memory_margin);
   reader.read("devices_per_node", config.devices_per_node);
   reader.read_choice("schedule", config.schedule, {"gpipe", "1f1b", "scp", "interleaved"});
-  reader.read_integer_or_auto("virtual_stages", config.virtual_stages, 0);
+  reader.read_integer_or_auto("virtual_stages", config.virtual_stages, 0, "an integer >= 1 or \"auto\"");
   reader.read_choice("recompute", config.recompute, {"auto", "none", "boundaries", "stage_aware", "layers", "selective"});
   reader.read("recompute_layers", config.recompute_layers);
   config.blocks_given = reader.has("blocks");
@@ -473,8 +476,8 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("stages", config.stages);
   config.tensor_parallel_given = reader.has("tensor_parallel");
   config.zero_given = reader.has("zero");
-  reader.read_integer_or_auto("tensor_parallel", config.tensor_parallel, 0);
-  reader.read_integer_or_auto("zero", config.zero, -1);
+  reader.read_integer_or_auto("tensor_parallel", config.tensor_parallel, 0, "1..devices_per_node or \"auto\"");
+  reader.read_integer_or_auto("zero", config.zero, -1, "0, 1 or \"auto\"");
   reader.read("sub_pipelined_tmp", config.sub_pipelined_tmp);
   reader.read_bool_or_auto("sequence_parallel", config.sequence_parallel, config.choose_sequence_parallel);
   reader.read("bucket_mb", config.bucket_mb);
@@ -500,11 +503,11 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   if (!(config.bucket_mb > 0))
     reader.fail("bucket_mb", "must be positive (MiB of gradients per all-reduce bucket; e.g. 25 as PyTorch DDP)");
   if (config.zero < -1 || config.zero > 1)
-    reader.fail("zero", "must be 0 or 1 (ZeRO stage 1: sharded optimizer state), or \"auto\" / -1 (the planner chooses)");
+    reader.fail("zero", "must be 0 or 1 (ZeRO stage 1: sharded optimizer state), or \"auto\" (the planner chooses)");
   if (config.tensor_parallel < 0 || config.tensor_parallel > config.devices_per_node)
     reader.fail("tensor_parallel", "must be between 1 and devices_per_node (" + std::to_string(config.devices_per_node) +
                                        "): a tensor-parallel group all-reduces in every layer and stays inside a node; "
-                                       "or \"auto\" / 0 (the planner chooses)");
+                                       "or \"auto\" (the planner chooses)");
   for (std::int64_t replicas : config.replicas)
     if (replicas <= 0) reader.fail("replicas", "must hold positive counts");
   if (!config.replicas.empty() && config.stages != 0 && static_cast<std::int64_t>(config.replicas.size()) != config.stages)
@@ -514,7 +517,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
     reader.fail("sequence_parallel", "= true needs tensor_parallel > 1 (or \"auto\"): it splits the sequence over the "
                                      "tensor-parallel group");
   if (config.virtual_stages < 0)
-    reader.fail("virtual_stages", "must be at least 1 (model chunks per pipeline rank; 1: plain 1f1b), or \"auto\" / 0");
+    reader.fail("virtual_stages", "must be at least 1 (model chunks per pipeline rank; 1: plain 1f1b), or \"auto\"");
   if (config.virtual_stages == 0 && config.schedule != "interleaved")
     reader.fail("virtual_stages", "= \"auto\" needs schedule = \"interleaved\", not \"" + config.schedule + "\"");
   if (config.virtual_stages > 1 && config.schedule != "interleaved")

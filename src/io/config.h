@@ -74,8 +74,11 @@ class SectionReader {
   void read_memory_size(std::string_view key, double& bytes);
   /// Reads a boolean, or the string "auto" (then `automatic` is set and `value` left alone).
   void read_bool_or_auto(std::string_view key, bool& value, bool& automatic);
-  /// Reads an integer, or the string "auto" as `auto_value` (another string is an error).
-  void read_integer_or_auto(std::string_view key, std::int64_t& value, std::int64_t auto_value);
+  /// Reads an integer, or the string "auto" as `auto_value` (another string is an error). The
+  /// integer `auto_value` itself is an error naming `accepted` (the documented values): it is the
+  /// internal code for "auto", not a value a file may give.
+  void read_integer_or_auto(std::string_view key, std::int64_t& value, std::int64_t auto_value,
+                            std::string_view accepted);
   /// Throws partrain::Error "file:line: [section] key 'key' <message>" (the section's line when
   /// the key is absent).
   [[noreturn]] void fail(std::string_view key, const std::string& message) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <cstring>
+#include <utility>
 
 namespace partrain::io {
 namespace {
@@ -41,6 +42,10 @@ std::int64_t element_count(const std::vector<std::int64_t>& shape) {
   for (std::int64_t dimension : shape) count *= dimension;
   return count;
 }
+
+// Deflate (gzip) compresses at most 1032:1: a dataset declaring more bytes than that times what it
+// stores is damaged (or hostile), and reading it would allocate the declared size first.
+constexpr double kMaximumCompressionRatio = 1032;
 
 }  // namespace
 
@@ -145,6 +150,46 @@ std::vector<std::int64_t> Hdf5File::dataset_shape(const std::string& name) const
   return std::vector<std::int64_t>(dimensions.begin(), dimensions.end());
 }
 
+namespace {
+// The type class and size of an open dataset's stored elements.
+std::pair<H5T_class_t, std::size_t> stored_type(hid_t dataset) {
+  Hdf5Handle type(H5Dget_type(dataset));
+  if (!type.valid()) return {H5T_NO_CLASS, 0};
+  return {H5Tget_class(type.get()), H5Tget_size(type.get())};
+}
+}  // namespace
+
+bool Hdf5File::dataset_is_integer(const std::string& name) const {
+  return stored_type(open_dataset(name).get()).first == H5T_INTEGER;
+}
+
+bool Hdf5File::dataset_is_float(const std::string& name) const {
+  return stored_type(open_dataset(name).get()).first == H5T_FLOAT;
+}
+
+std::string Hdf5File::dataset_type_name(const std::string& name) const {
+  Hdf5Handle dataset = open_dataset(name);
+  const auto [type_class, size] = stored_type(dataset.get());
+  const std::string bits = std::to_string(8 * size);
+  switch (type_class) {
+    case H5T_INTEGER: {
+      Hdf5Handle type(H5Dget_type(dataset.get()));
+      return (H5Tget_sign(type.get()) == H5T_SGN_NONE ? "uint" : "int") + bits;
+    }
+    case H5T_FLOAT: return "float" + bits;
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return "enum";
+    case H5T_ARRAY: return "array";
+    case H5T_VLEN: return "variable-length";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_REFERENCE: return "reference";
+    case H5T_TIME: return "time";
+    default: return "unknown type";
+  }
+}
+
 void Hdf5File::read_raw(const std::string& name, hid_t memory_type, void* buffer, std::int64_t count,
                         std::int64_t begin, std::int64_t end, std::vector<std::int64_t>* shape) const {
   Hdf5Handle dataset = open_dataset(name);
@@ -167,9 +212,47 @@ void Hdf5File::read_raw(const std::string& name, hid_t memory_type, void* buffer
   (void)shape;
 }
 
+void Hdf5File::check_declared_size(const std::string& name, const std::vector<std::int64_t>& dimensions,
+                                   std::size_t element_bytes) const {
+  hsize_t file_bytes = 0;
+  H5Fget_filesize(handle_.get(), &file_bytes);
+  Hdf5Handle dataset = open_dataset(name);
+  // HDF5 converts through buffers of the stored element size, which a damaged header may declare
+  // absurdly large (a 1.6 GB "integer": found by fuzz_prepared_data).
+  Hdf5Handle type(H5Dget_type(dataset.get()));
+  const std::size_t stored_element_bytes = type.valid() ? H5Tget_size(type.get()) : 0;
+  PARTRAIN_CHECK(stored_element_bytes > 0 && stored_element_bytes <= 16,
+                 "dataset '" << name << "' in '" << path_ << "' stores elements of " << stored_element_bytes
+                             << " bytes, not numbers (damaged file?)");
+  element_bytes = std::max(element_bytes, stored_element_bytes);
+  double bytes = static_cast<double>(element_bytes);
+  for (std::int64_t dimension : dimensions) bytes *= static_cast<double>(dimension);
+  // What the dataset stores (partrain's writers write every element: no unwritten fill-value chunks).
+  const double stored_bytes =
+      std::min(static_cast<double>(H5Dget_storage_size(dataset.get())), static_cast<double>(file_bytes));
+  const double limit = kMaximumCompressionRatio * stored_bytes + 65536.0;
+  PARTRAIN_CHECK(bytes <= limit, "dataset '" << name << "' in '" << path_ << "' declares " << bytes
+                                             << " bytes but stores " << stored_bytes
+                                             << ", too few even compressed (damaged file?)");
+  // HDF5 allocates whole chunks (and each chunk's stored bytes) to read any part of a chunked
+  // dataset: a damaged header may declare chunks far beyond the dataset (found by fuzz_prepared_data).
+  Hdf5Handle creation(H5Dget_create_plist(dataset.get()));
+  if (creation.valid() && H5Pget_layout(creation.get()) == H5D_CHUNKED) {
+    std::vector<hsize_t> chunk(std::max<std::size_t>(1, dimensions.size()), 0);
+    const int rank = H5Pget_chunk(creation.get(), static_cast<int>(chunk.size()), chunk.data());
+    double chunk_bytes = static_cast<double>(element_bytes);
+    for (int axis = 0; axis < rank; ++axis) chunk_bytes *= static_cast<double>(chunk[axis]);
+    PARTRAIN_CHECK(rank >= 0 && chunk_bytes <= limit && H5Dget_storage_size(dataset.get()) <= file_bytes,
+                   "dataset '" << name << "' in '" << path_ << "' declares chunks of " << chunk_bytes
+                               << " bytes stored in " << stored_bytes << ", more than the file of " << file_bytes
+                               << " bytes can hold (damaged file?)");
+  }
+}
+
 template <typename T>
 std::vector<T> Hdf5File::read(const std::string& name, std::vector<std::int64_t>* shape) const {
   const std::vector<std::int64_t> dimensions = dataset_shape(name);
+  check_declared_size(name, dimensions, sizeof(T));
   std::vector<T> values(static_cast<std::size_t>(element_count(dimensions)));
   if (!values.empty()) read_raw(name, native_type<T>(), values.data(), values.size(), -1, -1, nullptr);
   if (shape) *shape = dimensions;
@@ -184,6 +267,7 @@ std::vector<T> Hdf5File::read_range(const std::string& name, std::int64_t begin,
   PARTRAIN_CHECK(0 <= begin && begin <= end && end <= dimensions[0],
                  "read_range: [" << begin << ", " << end << ") outside dataset '" << name << "' of length "
                                  << dimensions[0] << " in '" << path_ << "'");
+  check_declared_size(name, {end - begin}, sizeof(T));
   std::vector<T> values(static_cast<std::size_t>(end - begin));
   if (!values.empty()) read_raw(name, native_type<T>(), values.data(), end - begin, begin, end, nullptr);
   return values;

@@ -54,9 +54,19 @@ class Hdf5File {
   std::vector<std::string> dataset_names(const std::string& group) const;
   /// Dimensions of dataset `name`; throws if it does not exist.
   std::vector<std::int64_t> dataset_shape(const std::string& name) const;
+  /// Whether dataset `name` stores integers (HDF5 type class H5T_INTEGER, any width or sign);
+  /// throws if it does not exist. Readers check this before reading integer fields, which HDF5
+  /// would otherwise fill from floats by silent truncation.
+  bool dataset_is_integer(const std::string& name) const;
+  /// Whether dataset `name` stores floating-point numbers (H5T_FLOAT); throws if it does not exist.
+  bool dataset_is_float(const std::string& name) const;
+  /// The stored element type of dataset `name` for messages: "int64", "uint8", "float32",
+  /// "string", ...; throws if it does not exist.
+  std::string dataset_type_name(const std::string& name) const;
 
   /// Reads a whole dataset converted to T (int32, int64, uint8 or float); returns the elements in
-  /// row-major order and, through `shape` if non-null, its dimensions.
+  /// row-major order and, through `shape` if non-null, its dimensions. Throws partrain::Error when
+  /// it declares more bytes than it stores could hold compressed (a damaged file).
   template <typename T>
   std::vector<T> read(const std::string& name, std::vector<std::int64_t>* shape = nullptr) const;
   /// Reads elements [begin, end) of a one-dimensional dataset converted to T.
@@ -82,6 +92,10 @@ class Hdf5File {
   Hdf5File(std::string path, Hdf5Handle handle) : path_(std::move(path)), handle_(std::move(handle)) {}
   Hdf5Handle open_dataset(const std::string& name) const;
   Hdf5Handle open_object(const std::string& object) const;
+  /// Throws partrain::Error naming the dataset when `dimensions` × `element_bytes`, or its chunk
+  /// size, exceeds what the dataset stores times deflate's best ratio (checked before allocating).
+  void check_declared_size(const std::string& name, const std::vector<std::int64_t>& dimensions,
+                           std::size_t element_bytes) const;
   void read_raw(const std::string& name, hid_t memory_type, void* buffer, std::int64_t count,
                 std::int64_t begin, std::int64_t end, std::vector<std::int64_t>* shape) const;
 

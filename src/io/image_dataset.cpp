@@ -1,5 +1,7 @@
 #include "io/image_dataset.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "io/hdf5_file.h"
 #include "io/text_dataset.h"
@@ -10,15 +12,28 @@ ImageDataset::ImageDataset(const std::string& path, ImageSplit split) : path_(pa
   const Hdf5File file = Hdf5File::open_read(path);
   const std::string prefix = split == ImageSplit::Train ? "train" : "test";
   std::vector<std::int64_t> shape, label_shape;
+  // Integer datasets only: HDF5 would convert floats (pixels in [0, 1], say) to uint8 silently.
+  for (const std::string& dataset : {prefix + "/images", prefix + "/labels"}) {
+    PARTRAIN_CHECK(file.has_dataset(dataset), "'" << path << "': no dataset /" << dataset
+                                                   << " (not a data/prepare.sh image file?)");
+    PARTRAIN_CHECK(file.dataset_is_integer(dataset), "'" << path << "': dataset /" << dataset << " stores "
+                                                         << file.dataset_type_name(dataset)
+                                                         << ", expected integers (uint8)");
+  }
   pixels_ = file.read<std::uint8_t>(prefix + "/images", &shape);
   labels_ = file.read<std::uint8_t>(prefix + "/labels", &label_shape);
   PARTRAIN_CHECK(shape.size() == 3, "'" << path << "': /" << prefix << "/images has rank " << shape.size()
                                         << ", expected [N, height, width]");
   PARTRAIN_CHECK(label_shape.size() == 1 && label_shape[0] == shape[0],
                  "'" << path << "': /" << prefix << "/labels must be [" << shape[0] << "]");
+  PARTRAIN_CHECK(shape[0] > 0 && shape[1] > 0 && shape[2] > 0,
+                 "'" << path << "': dataset /" << prefix << "/images has shape [" << shape[0] << ", " << shape[1]
+                     << ", " << shape[2] << "]: no images");
   count_ = shape[0];
   height_ = shape[1];
   width_ = shape[2];
+  for (std::uint8_t label : labels_) max_label_ = std::max<std::int64_t>(max_label_, label);
+  labels_dataset_ = "/" + prefix + "/labels";
 }
 
 std::int64_t ImageDataset::label(std::int64_t index) const {

@@ -25,7 +25,8 @@ class ImageDataset {
   static constexpr float kMean = 0.2860f, kStd = 0.3530f;
 
   /// Reads one split of an images .h5 file into memory. Throws partrain::Error naming the file and
-  /// dataset when missing or malformed (images not [N,H,W] uint8-convertible, label count mismatch).
+  /// dataset when missing or malformed (images or labels not integers, images not [N,H,W] with
+  /// N > 0, label count mismatch).
   ImageDataset(const std::string& path, ImageSplit split);
 
   std::int64_t size() const { return count_; }
@@ -33,6 +34,10 @@ class ImageDataset {
   std::int64_t width() const { return width_; }
   /// Raw label of sample `index` (unshuffled).
   std::int64_t label(std::int64_t index) const;
+  /// The largest label of the split (readers check it against [model] classes before training).
+  std::int64_t max_label() const { return max_label_; }
+  /// The labels' dataset ("/train/labels"), for messages.
+  const std::string& labels_dataset() const { return labels_dataset_; }
 
   /// Samples by index (unshuffled). Throws on an index outside [0, size()).
   ImageBatch samples(const std::vector<std::int64_t>& indices) const;
@@ -42,6 +47,8 @@ class ImageDataset {
  private:
   std::string path_;
   std::int64_t count_ = 0, height_ = 0, width_ = 0;
+  std::int64_t max_label_ = 0;
+  std::string labels_dataset_;
   std::vector<std::uint8_t> pixels_;
   std::vector<std::uint8_t> labels_;
   mutable std::vector<std::int64_t> order_;  // cache of the last epoch's order (not thread-safe)

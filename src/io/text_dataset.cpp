@@ -56,10 +56,20 @@ float sample_uniform(std::uint64_t seed, std::int64_t epoch, std::int64_t sample
 
 TextDataset::TextDataset(const std::string& path, TextSplit split) : path_(path) {
   const Hdf5File file = Hdf5File::open_read(path);
+  const char* split_name = split == TextSplit::Train ? "split/train" : "split/heldout";
+  // Integer one-dimensional datasets only: HDF5 would truncate floats to integers silently.
+  for (const char* dataset : {"tokens", "sentence_offsets", "document_offsets", split_name}) {
+    PARTRAIN_CHECK(file.has_dataset(dataset), "'" << path << "': no dataset /" << dataset
+                                                   << " (not a data/prepare.sh text file?)");
+    PARTRAIN_CHECK(file.dataset_is_integer(dataset), "'" << path << "': dataset /" << dataset << " stores "
+                                                         << file.dataset_type_name(dataset) << ", expected integers");
+    PARTRAIN_CHECK(file.dataset_shape(dataset).size() == 1,
+                   "'" << path << "': dataset /" << dataset << " has rank " << file.dataset_shape(dataset).size()
+                       << ", expected 1");
+  }
   tokens_ = file.read<std::int32_t>("tokens");
   sentence_offsets_ = file.read<std::int64_t>("sentence_offsets");
   document_offsets_ = file.read<std::int64_t>("document_offsets");
-  const char* split_name = split == TextSplit::Train ? "split/train" : "split/heldout";
   documents_ = file.read<std::int64_t>(split_name);
   vocab_size_ = static_cast<std::int32_t>(file.read_int_attribute("/", "vocab_size"));
   special_.pad = static_cast<std::int32_t>(file.read_int_attribute("/", "pad_id"));
@@ -77,9 +87,11 @@ TextDataset::TextDataset(const std::string& path, TextSplit split) : path_(path)
   PARTRAIN_CHECK(document_offsets_.size() >= 2 && document_offsets_.front() == 0 &&
                      document_offsets_.back() == token_total,
                  "'" << path << "': /document_offsets must run from 0 to the token count " << token_total);
-  PARTRAIN_CHECK(std::is_sorted(sentence_offsets_.begin(), sentence_offsets_.end()) &&
-                     std::is_sorted(document_offsets_.begin(), document_offsets_.end()),
-                 "'" << path << "': offsets must be non-decreasing");
+  for (const auto& [name, offsets] : {std::pair{"sentence_offsets", &sentence_offsets_}, std::pair{"document_offsets", &document_offsets_}}) {
+    const auto descent = std::is_sorted_until(offsets->begin(), offsets->end());
+    PARTRAIN_CHECK(descent == offsets->end(), "'" << path << "': dataset /" << name << " must be non-decreasing, but entry "
+                                                  << descent - offsets->begin() << " (" << *descent << ") is below the one before");
+  }
   PARTRAIN_CHECK(!documents_.empty(), "'" << path << "': /" << split_name << " holds no document");
   for (std::int32_t token : tokens_) {
     PARTRAIN_CHECK(token >= 0 && token < vocab_size_,

@@ -58,8 +58,13 @@ nlohmann::json CommunicationProfile::to_json() const {
 
 CommunicationProfile CommunicationProfile::from_json(const nlohmann::json& document, const std::string& source_name) {
   try {
-    auto link = [](const nlohmann::json& entry) {
-      return LinkFit{entry.at("latency_seconds").get<double>(), entry.at("bytes_per_second").get<double>()};
+    auto link = [&](const nlohmann::json& entry) {
+      const LinkFit fit{entry.at("latency_seconds").get<double>(), entry.at("bytes_per_second").get<double>()};
+      // A negative latency or bandwidth would price communication below free (bandwidth 0: not measured).
+      PARTRAIN_CHECK(fit.latency_seconds >= 0 && fit.bytes_per_second >= 0,
+                     source_name << ": communication profile link " << entry.dump()
+                                 << ": latency_seconds and bytes_per_second must be non-negative");
+      return fit;
     };
     CommunicationProfile profile;
     profile.communicator = document.value("communicator", std::string());

@@ -99,22 +99,49 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
                    source_name << ": ProfileDB version " << document.at("version") << " is not supported");
     ProfileDB db(std::stoull(document.at("graph_hash").get<std::string>(), nullptr, 16),
                  document.at("backend").get<std::string>(), document.at("dtype").get<std::string>());
-    for (const nlohmann::json& entry : document.at("measurements")) {
+    const nlohmann::json& measurements = document.at("measurements");
+    PARTRAIN_CHECK(measurements.is_array(), source_name << ": key 'measurements' must be an array");
+    for (std::size_t index = 0; index < measurements.size(); ++index) {
+      const nlohmann::json& entry = measurements[index];
+      const std::string where = "measurements[" + std::to_string(index) + "]";
+      PARTRAIN_CHECK(entry.is_object(), source_name << ": " << where << " must be an object");
+      // Times and sizes are never negative: a negative one would make the planner prefer that stage.
+      const auto amount = [&](const char* key) {
+        PARTRAIN_CHECK(entry.contains(key), source_name << ": " << where << " has no key '" << key << "'");
+        const nlohmann::json& value = entry.at(key);
+        PARTRAIN_CHECK(value.is_number() && value.get<double>() >= 0,
+                       source_name << ": " << where << "." << key << " = " << value.dump()
+                                   << " must be a non-negative number");
+        return value.get<double>();
+      };
       Measurement m;
-      m.forward_seconds = entry.at("forward_seconds").get<double>();
-      m.backward_seconds = entry.at("backward_seconds").get<double>();
-      m.parameter_bytes = entry.at("parameter_bytes").get<double>();
-      m.activation_bytes = entry.at("activation_bytes").get<double>();
-      m.boundary_input_bytes = entry.at("boundary_input_bytes").get<double>();
-      m.boundary_output_bytes = entry.at("boundary_output_bytes").get<double>();
-      m.peak_bytes = entry.at("peak_bytes").get<double>();
-      db.entries_[{entry.at("tasks").get<std::string>(), entry.at("batch").get<std::int64_t>()}] = m;
+      m.forward_seconds = amount("forward_seconds");
+      m.backward_seconds = amount("backward_seconds");
+      m.parameter_bytes = amount("parameter_bytes");
+      m.activation_bytes = amount("activation_bytes");
+      m.boundary_input_bytes = amount("boundary_input_bytes");
+      m.boundary_output_bytes = amount("boundary_output_bytes");
+      m.peak_bytes = amount("peak_bytes");
+      const nlohmann::json& batch = entry.at("batch");
+      PARTRAIN_CHECK(batch.is_number_integer() && batch.get<std::int64_t>() > 0,
+                     source_name << ": " << where << ".batch = " << batch.dump() << " must be a positive integer");
+      db.entries_[{entry.at("tasks").get<std::string>(), batch.get<std::int64_t>()}] = m;
     }
+    // Per-byte and per-stage figures: non-negative numbers by name.
+    const auto amounts = [&](const char* key) {
+      std::map<std::string, double> result = document.at(key).get<std::map<std::string, double>>();
+      for (const auto& [name, value] : result)
+        PARTRAIN_CHECK(value >= 0, source_name << ": " << key << "[\"" << name << "\"] = " << value
+                                               << " must be non-negative");
+      return result;
+    };
     if (document.contains("optimizer_seconds_per_byte"))
-      db.optimizer_seconds_per_byte_ = document.at("optimizer_seconds_per_byte").get<std::map<std::string, double>>();
+      db.optimizer_seconds_per_byte_ = amounts("optimizer_seconds_per_byte");
     if (document.contains("stage_peak_bytes"))  // older caches hold none: measured when needed
-      db.stage_peak_bytes_ = document.at("stage_peak_bytes").get<std::map<std::string, double>>();
+      db.stage_peak_bytes_ = amounts("stage_peak_bytes");
     db.calibration_seconds_ = document.value("calibration_seconds", 0.0);  // older caches: none
+    PARTRAIN_CHECK(db.calibration_seconds_ >= 0, source_name << ": calibration_seconds = " << db.calibration_seconds_
+                                                             << " must be non-negative");
     if (document.contains("communication"))  // older caches hold none: measured again
       db.communication_ = CommunicationProfile::from_json(document.at("communication"), source_name);
     return db;

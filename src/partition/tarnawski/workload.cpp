@@ -1,6 +1,8 @@
 #include "partition/tarnawski/workload.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -31,9 +33,19 @@ bool flag_of(const json& value, const char* key, const std::string& where) {
 
 long integer_of(const json& value, const char* key, const std::string& where) {
   const double number = number_of(value, key, where);
+  // Range first: casting a double outside long's range is undefined behaviour.
+  PARTRAIN_CHECK(std::abs(number) <= 9007199254740992.0,  // 2^53: every integer up to it is exact
+                 where << ": key '" << key << "' must be an integer of magnitude at most 2^53, got " << value.dump());
   PARTRAIN_CHECK(number == static_cast<double>(static_cast<long>(number)),
                  where << ": key '" << key << "' must be an integer, got " << value.dump());
   return static_cast<long>(number);
+}
+
+// A device count: an integer that fits an int (a larger one would wrap when narrowed).
+int device_count_of(const json& value, const char* key, const std::string& where) {
+  const long count = integer_of(value, key, where);
+  PARTRAIN_CHECK(count <= std::numeric_limits<int>::max(), where << ": key '" << key << "' = " << count << " is too large");
+  return static_cast<int>(count);
 }
 
 }  // namespace
@@ -43,10 +55,12 @@ Workload parse_workload(const json& document, const std::string& source_name) {
   workload.source = source_name;
   workload.accelerator_memory_bytes =
       number_of(require_key(document, "maxSizePerFPGA", source_name), "maxSizePerFPGA", source_name);
-  workload.accelerators = static_cast<int>(integer_of(require_key(document, "maxFPGAs", source_name), "maxFPGAs", source_name));
-  workload.cpus = static_cast<int>(integer_of(require_key(document, "maxCPUs", source_name), "maxCPUs", source_name));
+  workload.accelerators = device_count_of(require_key(document, "maxFPGAs", source_name), "maxFPGAs", source_name);
+  workload.cpus = device_count_of(require_key(document, "maxCPUs", source_name), "maxCPUs", source_name);
   PARTRAIN_CHECK(workload.accelerators >= 0 && workload.cpus >= 0,
                  source_name << ": maxFPGAs and maxCPUs must be non-negative");
+  PARTRAIN_CHECK(workload.accelerator_memory_bytes >= 0,
+                 source_name << ": key 'maxSizePerFPGA' must be non-negative, got " << workload.accelerator_memory_bytes);
   const json& nodes = require_key(document, "nodes", source_name);
   PARTRAIN_CHECK(nodes.is_array(), source_name << ": key 'nodes' must be an array");
   std::unordered_map<long, std::size_t> index_of_id;
