@@ -138,13 +138,7 @@ void HostStagedCommunicator::all_reduce_coalesced(std::span<const Tensor> tensor
 }
 
 void HostStagedCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
-  check_scatter_gather(input, output, size(), "reduce_scatter");
-  std::vector<CopyBack> copy_back;
-  const Tensor host_input = host_copy(input, "reduce_scatter");
-  const Tensor host_output = host_target(output, "reduce_scatter", copy_back);
-  if (staged(input, "reduce_scatter")) backend_.synchronise();
-  host_->reduce_scatter(host_input, host_output);
-  finish(backend_, copy_back);
+  reduce_scatter_async(input, output).wait();  // staging and copying back as the async form does
 }
 
 Request HostStagedCommunicator::reduce_scatter_async(const Tensor& input, const Tensor& output) {
