@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "graph/interpreter.h"
+#include "io/batch_file.h"
 #include "io/config.h"
 #include "io/hdf5_file.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -226,24 +227,22 @@ TEST_P(GoldenFiles, StepOneLogitsMatchLibraryModel) {
   for (auto& [value, tensor] :
        initialize_parameters(graph, static_cast<std::uint64_t>(config.train.seed), config.model.initializer_range))
     values[value] = tensor;
+  // Step 1's samples: the first global batch of the golden file's /batch (a batch file).
   const std::int64_t batch = config.train.global_batch;
+  std::vector<io::BatchField> fields;
+  std::vector<int> field_values;
   for (const Value& value : graph.values()) {
     if (value.kind != ValueKind::Input && value.kind != ValueKind::Label) continue;
-    std::vector<std::int64_t> shape;
-    const std::string dataset = "batch/" + value.name;
-    ASSERT_TRUE(golden.has_dataset(dataset)) << golden_path(model) << " has no " << dataset;
-    const std::vector<float> all = golden.read<float>(dataset, &shape);
-    shape[0] = batch;  // step 1: the first global batch
-    Shape step_shape(shape.begin(), shape.end());
-    const std::vector<float> rows(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(numel(step_shape)));
-    Tensor tensor = Tensor::empty(step_shape, value.type.dtype);
-    if (value.type.dtype == DType::I64) {
-      for (std::size_t i = 0; i < rows.size(); ++i) tensor.data<std::int64_t>()[i] = static_cast<std::int64_t>(rows[i]);
-    } else {
-      std::copy(rows.begin(), rows.end(), tensor.data<float>());
-    }
-    values[value.id] = tensor;
+    const Shape& shape = value.type.shape;
+    io::BatchField field;
+    field.name = value.name;
+    field.sample_shape = Shape(shape.begin() + (has_batch_dim(shape) ? 1 : 0), shape.end());
+    field.dtype = value.type.dtype;
+    fields.push_back(field);
+    field_values.push_back(value.id);
   }
+  const io::NamedTensors samples = io::BatchFile(golden_path(model), fields).samples(0, batch);
+  for (std::size_t i = 0; i < fields.size(); ++i) values[field_values[i]] = samples.at(fields[i].name);
   ExecutionOptions options;
   options.training = true;  // as the golden step (BatchNorm uses the batch's statistics)
   run_forward(graph, whole_graph(graph), values, cpu_backend(), options);
