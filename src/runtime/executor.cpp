@@ -11,11 +11,32 @@
 #include "core/allocator.h"
 #include "comm/tensor_parallel_group.h"
 #include "core/error.h"
+#include "graph/op_schema.h"
 #include "graph/saved_tensors.h"
 #include "plan/schedule_topology.h"
 
 namespace partrain::runtime {
 namespace {
+// Per value id, the dtype the value has at run time: the data inputs and the parameters' working
+// copies in the compute dtype (bf16 under mixed precision), buffers and constants as declared, and
+// each task's outputs what the op computes from those (a loss stays f32 under mixed precision).
+// A stage receiving a value (or its gradient) from another allocates it in this dtype.
+std::vector<DType> value_dtypes(const Graph& graph, bool mixed_precision) {
+  std::vector<DType> dtypes(graph.values().size());
+  for (const Value& value : graph.values()) {
+    const bool converted = value.kind == ValueKind::Input || value.kind == ValueKind::Label || value.kind == ValueKind::Param;
+    dtypes[static_cast<std::size_t>(value.id)] =
+        mixed_precision && converted && value.type.dtype == DType::F32 ? DType::BF16 : value.type.dtype;
+  }
+  for (const Task& task : graph.tasks()) {  // id order is topological
+    std::vector<TensorType> inputs;
+    for (int input : task.inputs) inputs.push_back({graph.value(input).type.shape, dtypes[static_cast<std::size_t>(input)]});
+    const std::vector<TensorType> outputs = infer_output_types(task.op, task.attributes, inputs);
+    for (std::size_t k = 0; k < outputs.size(); ++k) dtypes[static_cast<std::size_t>(task.outputs[k])] = outputs[k].dtype;
+  }
+  return dtypes;
+}
+
 
 double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -159,6 +180,7 @@ void PipelineExecutor::load_initial_values(const std::unordered_map<int, Tensor>
     state_[value] = copy_to(found->second, backend_);
   }
   mixed_precision_ = plan_.precision == Precision::Bf16;
+  value_dtypes_ = value_dtypes(graph_, mixed_precision_);
   refresh_working_parameters();
   // Merak's sub-pipelined TMP splits the rank's rows of a microbatch in two; values that cross the
   // stage's boundary whole (a loss piece) cannot be split, so such a stage runs microbatches whole.
@@ -431,7 +453,7 @@ void PipelineExecutor::receive(const Action& action, Pass& pass) {
   for (int value : values) {
     Tensor& tensor = into[value];
     if (!tensor.defined())
-      tensor = backend_.empty(with_batch(graph_.value(value).type.shape, rows()), compute_dtype(graph_.value(value).type.dtype));
+      tensor = backend_.empty(with_batch(graph_.value(value).type.shape, rows()), run_dtype(value));
     requests.push_back(world_.receive(transferred_part(tensor, value, action), action.peer,
                                       message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
   }
@@ -634,7 +656,7 @@ void PipelineExecutor::collect_outgoing_gradients(const StageProgram& program, M
       }
     }
     if (!gradient.defined())
-      gradient = backend_.zeros(with_batch(graph_.value(value).type.shape, rows()), compute_dtype(graph_.value(value).type.dtype));
+      gradient = backend_.zeros(with_batch(graph_.value(value).type.shape, rows()), run_dtype(value));
     state.outgoing_gradients[value] = gradient;
   }
 }

@@ -194,6 +194,7 @@ class PipelineExecutor {
   std::unordered_map<int, Tensor> working_;     // what forward/backward read: bf16 params under mixed precision
   std::unordered_map<int, Tensor> constants_;   // the graph's Const values on the backend's device
   bool mixed_precision_ = false;                // the plan's precision is bf16
+  std::vector<DType> value_dtypes_;             // per value id: its dtype at run time (see value_dtypes)
   bool sub_pipelined_ = false;                  // Merak's sub-pipelined TMP on this rank's stage
   std::unordered_map<int, Tensor> gradients_;   // param value id -> accumulated gradient
   std::vector<int> parameter_order_;            // optimizer order (param value ids): the rank's chunks' parameters, each once
@@ -257,6 +258,10 @@ class PipelineExecutor {
   Pass new_pass(std::int64_t step) const;
   /// The dtype a value of graph dtype `dtype` has at run time (f32 -> bf16 under mixed precision).
   DType compute_dtype(DType dtype) const;
+  /// The dtype value `value` has at run time: what its producer computes it in (under mixed precision
+  /// bf16 for most activations, f32 for a loss), the dtype a receiving stage allocates for it and
+  /// for its gradient.
+  DType run_dtype(int value) const { return value_dtypes_.at(static_cast<std::size_t>(value)); }
   /// A host data tensor on the device in its compute dtype.
   Tensor to_compute(const Tensor& host) const;
   // Rows of this replica's part of a microbatch.
