@@ -23,7 +23,6 @@ Usage (makes its own venv with torch, transformers, torchvision and h5py on firs
 need it, the golden files are committed):
     validation/golden/make_golden.py [--partrain build/cpu/bin/partrain] [bert gpt resnet]
 """
-import argparse
 import os
 import subprocess
 import sys
@@ -33,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 from hf_models import build_model  # noqa: E402  (validation/hf_models.py: the library models)
+from script_errors import ArgumentParser, fail, require_directory, require_executable, require_file  # noqa: E402
 VENV = os.path.join(HERE, ".venv")
 STEPS = 3
 
@@ -73,7 +73,9 @@ def run_partrain(binary, model, directory):
     command = [binary, "train", os.path.join(ROOT, "configs", f"{model}-tiny.toml")]
     for setting in overrides + ["log.save_initial=true", f"log.dir={directory}"]:
         command += ["--set", setting]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    result = subprocess.run(command, stdout=subprocess.DEVNULL)
+    if result.returncode != 0:  # partrain printed its own error line above
+        fail(f"partrain train for {model} exited with status {result.returncode}: {' '.join(command)}")
     with open(os.path.join(directory, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f], overrides
 
@@ -221,17 +223,33 @@ def golden(model, binary, out_dir):
 
 
 def main():
-    ensure_venv()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # The command line and the files are checked before the venv is made (a download of torch).
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("models", nargs="*", help="bert, gpt, resnet (default: all)")
     parser.add_argument("--partrain", default=os.path.join(ROOT, "build", "cpu", "bin", "partrain"))
     parser.add_argument("--out", default=HERE)
     args = parser.parse_args()
-    os.chdir(ROOT)  # partrain's default data path (data/prepared) is relative
-    for model in args.models or ["bert", "gpt", "resnet"]:
+    models = args.models or ["bert", "gpt", "resnet"]
+    for model in models:
         if model not in GOLDEN_SETTINGS:
-            parser.error(f"unknown model {model!r}")
-        golden(model, os.path.abspath(args.partrain), args.out)
+            fail(f"unknown model {model!r} (expected bert, gpt or resnet)")
+    require_directory(args.out, "--out")
+    require_executable(args.partrain, "--partrain")
+    try:  # a partrain binary, before the venv (a download of torch) is made for it
+        version = subprocess.run([args.partrain, "--version"], capture_output=True, text=True, timeout=60,
+                                 stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.TimeoutExpired) as error:
+        fail(f"--partrain {args.partrain}: cannot run it ({error})")
+    if not version.startswith("partrain"):
+        fail(f"--partrain {args.partrain}: not a partrain binary (its --version says {version.strip()[:60]!r})")
+    for model in models:  # partrain's default data path (data/prepared), relative to the source tree
+        data = "fashion_mnist.h5" if model == "resnet" else "text.h5"
+        require_file(os.path.join(ROOT, "data", "prepared", data), f"{model}'s data (run data/prepare.sh):")
+    ensure_venv()
+    binary, out = os.path.abspath(args.partrain), os.path.abspath(args.out)  # before the chdir
+    os.chdir(ROOT)
+    for model in models:
+        golden(model, binary, out)
 
 
 if __name__ == "__main__":

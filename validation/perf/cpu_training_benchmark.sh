@@ -48,6 +48,9 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../jobscripts/mpi-env.sh"
 
+# Bad input (an argument, a setting, a missing file): one line "cpu_training_benchmark.sh: error: ..."
+# and exit status 2 (as the validation scripts), before any venv is made or run started.
+fail() { echo "cpu_training_benchmark.sh: error: $*" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root" || exit 2
@@ -57,7 +60,7 @@ for argument in "$@"; do
   case $argument in
     --quick) quick=1 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "cpu_training_benchmark: unknown argument '$argument' (see --help)" >&2; exit 2 ;;
+    *) fail "unknown argument '$argument' (see --help)" ;;
   esac
 done
 if [ "$quick" = 1 ]; then
@@ -82,16 +85,18 @@ DEBIAN_TORCH=${DEBIAN_TORCH:-0}
 BASELINE=${BASELINE:-}
 read -r -a partrain_extra <<<"${PARTRAIN_SETS:-}"
 
-if [ ! -x "$PARTRAIN" ]; then
-  echo "cpu_training_benchmark: $PARTRAIN not found: build it (cmake --build --preset cpu)" >&2
-  exit 2
-fi
-if [ -n "$BASELINE" ] && [ ! -x "$BASELINE" ]; then
-  echo "cpu_training_benchmark: BASELINE=$BASELINE is not an executable" >&2
-  exit 2
-fi
+for name in $CASES $DDP_CASES; do
+  case $name in bert-s | bert-m | gpt-s | gpt-m | resnet18 | resnet34) ;; *) fail "unknown case '$name' in CASES or DDP_CASES (bert-s bert-m gpt-s gpt-m resnet18 resnet34)" ;; esac
+done
+for threads in $THREADS; do [[ $threads =~ ^[1-9][0-9]*$ ]] || fail "THREADS=$THREADS: expected positive integers"; done
+[[ $STEPS =~ ^[1-9][0-9]*$ ]] || fail "STEPS=$STEPS: expected a positive integer"
+[[ $WARMUP =~ ^[0-9]+$ ]] || fail "WARMUP=$WARMUP: expected a non-negative integer"
+[[ $DDP_RANKS =~ ^[1-9][0-9]*$ ]] || fail "DDP_RANKS=$DDP_RANKS: expected a positive integer"
+[[ $RUN_TIMEOUT =~ ^[1-9][0-9]*$ ]] || fail "RUN_TIMEOUT=$RUN_TIMEOUT: expected positive seconds"
+[ -x "$PARTRAIN" ] && [ -f "$PARTRAIN" ] || fail "PARTRAIN=$PARTRAIN not found: build it (cmake --build --preset cpu)"
+if [ -n "$BASELINE" ] && ! { [ -x "$BASELINE" ] && [ -f "$BASELINE" ]; }; then fail "BASELINE=$BASELINE is not an executable"; fi
 for data in data/prepared/text.h5 data/prepared/fashion_mnist.h5; do
-  [ -f "$data" ] || { echo "cpu_training_benchmark: $data missing: run data/prepare.sh" >&2; exit 2; }
+  [ -f "$data" ] || fail "$data missing: run data/prepare.sh"
 done
 
 # ---- the PyTorch side: a venv with the current CPU wheels (made once, reused) ----

@@ -41,6 +41,14 @@
 # Exit code: 0 when every run gave a figure, 1 when some failed, 2 on a bad setup.
 set -uo pipefail
 
+# Bad input (an argument, a setting): one line "gpu_training_benchmark.sh: error: ..." and exit
+# status 2 (as the validation scripts), before anything runs; a missing binary is a failed run instead.
+fail() { echo "gpu_training_benchmark.sh: error: $*" >&2; exit 2; }
+case ${1-} in
+  "") ;;
+  -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) fail "unknown argument '$1': the settings are environment variables (see --help)" ;;
+esac
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root" || exit 2
@@ -78,6 +86,14 @@ read -r -a torch_extra <<<"${TORCH_ARGS:-}"
 read -r -a partrain_extra <<<"${PARTRAIN_SETS:-}"
 PEAK_BF16=989e12
 PEAK_FP32=67e12
+for case in $CASES; do case $case in bert128 | bert512 | gpt1024) ;; *) fail "CASES: unknown case '$case' (bert128 bert512 gpt1024)" ;; esac; done
+for precision in $PRECISIONS; do case $precision in fp32 | bf16) ;; *) fail "PRECISIONS: unknown precision '$precision' (fp32 bf16)" ;; esac; done
+for mode in $MODES; do case $mode in eager | compile) ;; *) fail "MODES: unknown mode '$mode' (eager compile)" ;; esac; done
+[[ $DEVICE =~ ^(cpu|cuda(:[0-9]+)?)$ ]] || fail "DEVICE=$DEVICE: expected cuda, cuda:N or cpu"
+for setting in STEPS RUN_TIMEOUT BATCH_BERT128 BATCH_BERT512 BATCH_GPT1024; do
+  [[ ${!setting} =~ ^[1-9][0-9]*$ ]] || fail "$setting=${!setting}: expected a positive integer"
+done
+[[ $WARMUP =~ ^[0-9]+$ ]] || fail "WARMUP=$WARMUP: expected a non-negative integer"
 
 # Python and torch must not see the carried MPI/HDF5 libraries that .devdeps/env.sh puts first on
 # LD_LIBRARY_PATH: run Python with the library path from before env.sh.
@@ -104,8 +120,7 @@ if [ -z "${PARTRAIN:-}" ]; then
   fi
 fi
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
-  echo "gpu_training_benchmark: PYTHON=$PYTHON not found" >&2
-  exit 2
+  fail "PYTHON=$PYTHON not found"
 fi
 
 mkdir -p "$RESULTS_DIR" || exit 2

@@ -9,6 +9,9 @@
 #   validation/perf/ip_table1.sh [--time-limit S] [--threads N] [--binary PATH] [--only REGEX]
 set -euo pipefail
 
+# Bad input: one line "ip_table1.sh: error: ..." and exit status 2 (as the validation scripts).
+fail() { echo "ip_table1.sh: error: $*" >&2; exit 2; }
+value_of() { [ $# -ge 2 ] || fail "$1 needs a value (see --help)"; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 binary=$root/build/cpu/bin/partrain
 time_limit=600
@@ -16,15 +19,17 @@ threads=1
 only=.
 while [ $# -gt 0 ]; do
   case "$1" in
-    --time-limit) time_limit=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
-    --binary) binary=$2; shift 2 ;;
-    --only) only=$2; shift 2 ;;
+    --time-limit) value_of "$@"; time_limit=$2; shift 2 ;;
+    --threads) value_of "$@"; threads=$2; shift 2 ;;
+    --binary) value_of "$@"; binary=$2; shift 2 ;;
+    --only) value_of "$@"; only=$2; shift 2 ;;
     -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    *) echo "ip_table1.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) fail "unknown option $1 (see --help)" ;;
   esac
 done
-[ -x "$binary" ] || { echo "ip_table1.sh: no partrain binary at $binary (build it, or pass --binary)" >&2; exit 1; }
+[[ $time_limit =~ ^[0-9]+([.][0-9]+)?$ ]] && [ "$time_limit" != 0 ] || fail "--time-limit $time_limit: expected positive seconds"
+[[ $threads =~ ^[1-9][0-9]*$ ]] || fail "--threads $threads: expected a positive integer"
+[ -x "$binary" ] && [ -f "$binary" ] || fail "--binary $binary: no partrain binary there (build it, or pass --binary)"
 data=$root/ctest/data/dnn-partitioning/throughput-inputs
 
 # file | published DP (contiguous) | published IP non-contiguous (Table 1, "TPS" columns)

@@ -19,7 +19,6 @@ The "load" column is the 1-minute load average after the run: on a shared machin
 inflate the measured times (and the profiled costs, when the cache is cold) — compare with nproc.
 Exit code 0 when every run finished, 1 when one failed (its log is named), 2 on a bad command line.
 """
-import argparse
 import json
 import os
 import re
@@ -30,6 +29,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # validation/: script_errors
+from script_errors import ArgumentParser, fail, read_json, require_output_directory  # noqa: E402
 
 # Per model: config, boundaries for 2, 3 and 4 stages (ctest/validation/distributed_training.cpp).
 MODELS = {
@@ -241,7 +242,7 @@ def print_summary(results):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=2, help="MPI ranks (default 2; 4 oversubscribes a 2-core machine)")
     parser.add_argument("--steps", type=int, default=12, help="training steps per plan (default 12; the first is not counted)")
     parser.add_argument("--models", default="bert,gpt,resnet", help="comma-separated subset of bert,gpt,resnet")
@@ -256,8 +257,9 @@ def main():
     parser.add_argument("--report", metavar="JSON", help="only print the tables of a --json file written before")
     args = parser.parse_args()
     if args.report:
-        with open(args.report) as file:
-            saved = json.load(file)
+        saved = read_json(args.report, "--report")
+        if not isinstance(saved, dict) or not {"environment", "results"} <= saved.keys():
+            fail(f"--report {args.report}: not a --json file of plan_accuracy.py (no environment and results)")
         print(f"plan_accuracy: {saved['environment']}\n")
         print_table(saved["results"])
         print_summary(saved["results"])
@@ -266,10 +268,15 @@ def main():
     if args.ranks not in (2, 4) or args.steps < 2 or any(m not in MODELS for m in models):
         parser.error("--ranks must be 2 or 4, --steps at least 2, --models from bert,gpt,resnet")
     if not os.access(args.binary, os.X_OK):
-        parser.error(f"{args.binary} is not an executable; build it: cmake --build --preset cpu --target partrain")
+        parser.error(f"--binary {args.binary}: not an executable; build it: cmake --build --preset cpu --target partrain")
+    if args.json:
+        require_output_directory(args.json, "--json")
     if args.cold:
         shutil.rmtree(args.profile_cache, ignore_errors=True)
-    os.makedirs(args.out, exist_ok=True)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as error:
+        fail(f"--out {args.out}: cannot make the directory ({error.strerror})")
     env_note = f"{args.ranks} ranks on {os.cpu_count()} cores, {args.steps} steps per plan, load average before " + \
                " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"plan_accuracy: {env_note}", flush=True)

@@ -45,12 +45,15 @@ Prints ONE JSON line on stdout (everything else goes to stderr): tokens_per_seco
 --count-only prints the parameter counts and FLOPs per token without importing torch.
 """
 
-import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # validation/: script_errors
+from script_errors import ArgumentParser, fail  # noqa: E402
 
 DEFAULTS = {
     # hidden, layers, heads, intermediate (0: 4 * hidden), vocab, max_position, layer-norm eps, as
@@ -65,7 +68,7 @@ def log(message):
 
 
 def parse_arguments(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=["bert", "gpt2", "resnet"], required=True)
     parser.add_argument("--seq", type=int, default=0, help="tokens per sample (bert, gpt2: required)")
     # ResNet shape (the Fashion-MNIST shape of configs/resnet-tiny.toml).
@@ -481,7 +484,7 @@ def main():
     args = parse_arguments()
     if args.count_only:
         if args.model == "resnet":
-            raise SystemExit("pytorch_reference: --count-only has no analytic count for resnet")
+            fail("--count-only has no analytic count for resnet")
         result = dict(model=args.model, seq=args.seq, **analytic_counts(args))
     else:
         result = run(args)

@@ -14,7 +14,6 @@ none. The goal it reports against (issue 24): selective costs ≤ 5 % of a step 
 recomputation costs about a quarter (one more forward pass).
 Exit code 0 when every run finished, 1 when one failed (its log is named), 2 on a bad command line.
 """
-import argparse
 import json
 import os
 import shutil
@@ -23,6 +22,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # validation/: script_errors
+from script_errors import ArgumentParser, fail  # noqa: E402
 CONFIGS = {"gpt": "configs/gpt-tiny.toml", "bert": "configs/bert-tiny.toml"}
 POLICIES = ["none", "selective", "layers", "boundaries"]
 
@@ -49,7 +50,7 @@ def step_seconds(args, model, policy, directory):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="gpt,bert", help="comma-separated subset of gpt,bert")
     parser.add_argument("--rounds", type=int, default=3, help="rounds over the policies (default 3)")
     parser.add_argument("--steps", type=int, default=20, help="training steps per run (default 20; the first is not counted)")
@@ -61,7 +62,11 @@ def main():
     if args.rounds < 1 or args.steps < 2 or any(m not in CONFIGS for m in models):
         parser.error("--rounds at least 1, --steps at least 2, --models from gpt,bert")
     if not os.access(args.binary, os.X_OK):
-        parser.error(f"{args.binary} is not an executable; build it: cmake --build --preset cpu --target partrain")
+        parser.error(f"--binary {args.binary}: not an executable; build it: cmake --build --preset cpu --target partrain")
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as error:
+        fail(f"--out {args.out}: cannot make the directory ({error.strerror})")
     print(f"recompute_benchmark: 1 rank, {args.steps} steps x {args.rounds} rounds per policy, load average before "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
     failed = 0

@@ -26,6 +26,8 @@
 # Exit codes: 0 done (and, with --check, the checks held); 1 a check failed; 2 a command failed.
 set -euo pipefail
 
+# Bad input: one line "scale_benchmark.sh: error: ..." and exit status 2 (as the validation scripts).
+fail() { echo "scale_benchmark.sh: error: $*" >&2; exit 2; }
 check=0
 quick=0
 trillion=0
@@ -36,13 +38,14 @@ for argument in "$@"; do
     --quick) quick=1 ;;
     --trillion) trillion=1 ;;
     -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
-    -*) echo "scale_benchmark.sh: unknown option $argument" >&2; exit 2 ;;
-    *) binary="$argument" ;;
+    -*) fail "unknown option $argument (see --help)" ;;
+    *) [ -z "$binary" ] || fail "two binaries given: $binary and $argument"; binary="$argument" ;;
   esac
 done
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 binary="${binary:-$root/build/cpu/bin/partrain}"
-[ -x "$binary" ] || { echo "scale_benchmark.sh: no partrain binary at $binary (build the partrain target)" >&2; exit 2; }
+[ "$quick$trillion" != 11 ] || fail "--quick and --trillion exclude each other"
+[ -x "$binary" ] && [ -f "$binary" ] || fail "PARTRAIN_BINARY $binary: no partrain binary there (build the partrain target)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
