@@ -140,18 +140,24 @@ bool loss_stage_can_sub_pipeline(const TrainingCase& c, const std::string& distr
   return runtime::can_sub_pipeline(graph, held);
 }
 
-// bf16 runs (plan.json's precision) against the single-rank bf16 run: bf16 keeps 8 significant bits
-// (7 stored), so one rounding moves a value by up to 2^-8 relative and two values that round apart
-// differ by a spacing, up to 2^-7. The runs differ only in fp32 summation order (gradient
-// all-reduces, tensor-parallel partial sums), which decides a bf16 rounding only where a value lies
-// within a few fp32 ulps of a rounding midpoint; where it does, that activation, loss piece or working
-// parameter differs by one bf16 spacing. A step's loss is the weighted mean of its pieces' bf16
-// losses (weights summing to 1), so even if every piece rounded the other way it would move by at
-// most 2^-7 ≈ 7.8e-3 relative: the loss tolerance is half that, 2^-8 ≈ 3.9e-3 (a few pieces flipping,
-// not all), and the same for the held-out losses. Parameters (fp32 master weights) by relative L2
-// distance over the model, as the bf16-vs-fp32 test does, within 2^-8 as well: the elements whose
-// gradients flip a rounding are few, and an update moves a parameter by about lr (2e-3) per step.
-constexpr double kBf16LossTolerance = 0x1p-8, kBf16ParameterTolerance = 0x1p-8;
+// bf16 runs (plan.json's precision) against the single-rank bf16 run. bf16 keeps 8 significant bits
+// (7 stored and the implicit one), so its unit roundoff is u = 2^-8 ≈ 3.9e-3: one rounding moves a
+// value by up to u relative, and two neighbouring bf16 values are one spacing, up to 2u = 2^-7, apart.
+// The two runs differ only in the order of fp32 sums (gradient all-reduces, tensor-parallel partial
+// sums, gradients accumulated across a pipeline cut), which changes a bf16 result only where the
+// value lies within a few fp32 ulps of a rounding midpoint; that activation, gradient or working
+// parameter then differs by one spacing. So the runs agree to bf16's resolution and no better:
+// - every step's loss (an fp32 mean over the pieces' token losses, computed from bf16 logits) and
+//   held-out loss within u relative: a bf16 computation knows no value more closely than that, and
+//   a difference beyond it is not rounding;
+// - the fp32 master weights by relative L2 distance over the model (as the bf16-vs-fp32 test
+//   measures them) within one spacing, 2u: AdamW normalises each element's update, so an element
+//   whose gradient is at bf16 rounding level gets steps of up to ±lr whose sign the rounding
+//   decides, and the distance grows past a single rounding, but the bf16 copies the forward reads
+//   stay within one spacing of the reference's on aggregate. A plan computing another gradient (a
+//   piece dropped or counted twice) changes the updates of whole tensors, not of a few elements.
+// Measured on seeds 1–14 (bf16 on 1, 2, 4, 5, 7, 8, 10, 11, 14): losses to 1.1e-4, parameters to 2.2e-3.
+constexpr double kBf16LossTolerance = 0x1p-8, kBf16ParameterTolerance = 0x1p-7;
 
 // Compares the run in `distributed` (its plan.json says how it split the batch) with the single-rank
 // run over the same loss pieces: every step's loss within 1e-5 relative, the held-out losses, and the
@@ -818,11 +824,11 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
     } catch (const Error&) {
       continue;  // e.g. a loss piece across stages of different replica counts
     }
-    // Every third seed (1, 4, 7, ...: one case per model in the default run) trains in bf16, against
-    // the single-rank bf16 run (see kBf16LossTolerance). Not drawn: bf16 on the CPU is emulated (each
-    // op widened to fp32 and rounded back, about 6x the fp32 step time), so the rule bounds the
-    // default run's cost; the layout, drawn before, varies freely with the seed.
-    if (seed % 3 == 1) {
+    // Every third seed (2, 5, 8, ...: one case per model in the default run, seeds 1 and 2) trains in
+    // bf16, against the single-rank bf16 run (see kBf16LossTolerance). A rule, not a draw: bf16 on
+    // the CPU is emulated (each op widened to fp32 and rounded back, about 6x the fp32 step time),
+    // so the rule bounds the default run's cost; the layout, drawn before, varies with the seed.
+    if (seed % 3 == 2) {
       plan.precision = Precision::Bf16;
       drawn.description += ", bf16";
     }
