@@ -156,7 +156,8 @@ bool loss_stage_can_sub_pipeline(const TrainingCase& c, const std::string& distr
 //   decides, and the distance grows past a single rounding, but the bf16 copies the forward reads
 //   stay within one spacing of the reference's on aggregate. A plan computing another gradient (a
 //   piece dropped or counted twice) changes the updates of whole tensors, not of a few elements.
-// Measured on seeds 1–14 (bf16 on 1, 2, 4, 5, 7, 8, 10, 11, 14): losses to 1.1e-4, parameters to 2.2e-3.
+// Measured on 27 plans (seeds 1, 2, 4, 5, 7, 8, 10, 11 and 14 of each model, all trained in bf16):
+// losses to 1.3e-4, parameters to 2.2e-3 (ResNet, with SGD: bitwise equal).
 constexpr double kBf16LossTolerance = 0x1p-8, kBf16ParameterTolerance = 0x1p-7;
 
 // Compares the run in `distributed` (its plan.json says how it split the batch) with the single-rank
@@ -824,11 +825,13 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
     } catch (const Error&) {
       continue;  // e.g. a loss piece across stages of different replica counts
     }
-    // Every third seed (2, 5, 8, ...: one case per model in the default run, seeds 1 and 2) trains in
+    // Every third seed (1, 4, 7, ...: one case per model in the default run, seeds 1 and 2) trains in
     // bf16, against the single-rank bf16 run (see kBf16LossTolerance). A rule, not a draw: bf16 on
     // the CPU is emulated (each op widened to fp32 and rounded back, about 6x the fp32 step time),
     // so the rule bounds the default run's cost; the layout, drawn before, varies with the seed.
-    if (seed % 3 == 2) {
+    // BERT's seed 1 cuts between the masked-LM loss and the NSP head: an f32 loss crosses a bf16
+    // pipeline (received as bf16 before the executor's value_dtypes, a truncated message).
+    if (seed % 3 == 1) {
       plan.precision = Precision::Bf16;
       drawn.description += ", bf16";
     }

@@ -37,7 +37,6 @@ std::vector<DType> value_dtypes(const Graph& graph, bool mixed_precision) {
   return dtypes;
 }
 
-
 double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
