@@ -826,9 +826,10 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
       continue;  // e.g. a loss piece across stages of different replica counts
     }
     // Every third seed (1, 4, 7, ...: one case per model in the default run, seeds 1 and 2) trains in
-    // bf16, against the single-rank bf16 run (see kBf16LossTolerance). A rule, not a draw: bf16 on
-    // the CPU is emulated (each op widened to fp32 and rounded back, about 6x the fp32 step time),
-    // so the rule bounds the default run's cost; the layout, drawn before, varies with the seed.
+    // bf16, against the single-rank bf16 run (see kBf16LossTolerance). A rule, not a draw: a bf16
+    // case needs a reference run of its own, and bf16 on the CPU is emulated (each op widened to
+    // fp32 and rounded back, about 1.7x the fp32 step time), so the rule bounds the default run's
+    // cost (about 5 s); the layout, drawn before, varies with the seed.
     // BERT's seed 1 cuts between the masked-LM loss and the NSP head: an f32 loss crosses a bf16
     // pipeline (received as bf16 before the executor's value_dtypes, a truncated message).
     if (seed % 3 == 1) {
