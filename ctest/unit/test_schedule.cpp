@@ -70,7 +70,7 @@ std::size_t find_action(const std::vector<Action>& list, ActionKind kind, int mi
 const std::vector<std::vector<int>> kReplicaSets = {
     {1}, {2}, {1, 1}, {2, 2}, {1, 3}, {3, 1}, {2, 3}, {1, 1, 1}, {2, 1, 1}, {1, 2, 3}, {1, 1, 1, 1}, {2, 1, 3, 1}};
 const std::vector<ScheduleKind> kKinds = {ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward,
-                                          ScheduleKind::ShiftedCriticalPath};
+                                          ScheduleKind::ShiftedCriticalPath, ScheduleKind::ZeroBubbleH1};
 const std::vector<RecomputePolicy> kPolicies = {RecomputePolicy::None, RecomputePolicy::StageBoundaries,
                                                 RecomputePolicy::StageAware};
 
@@ -87,7 +87,7 @@ TEST(Schedule, EveryGeneratedScheduleIsCompleteAndDeadlockFree) {
             EXPECT_EQ(error_of(plan, schedule), "") << describe(replicas, copies, M, kind, policy);
             ++checked;
           }
-  EXPECT_EQ(checked, 12 * 2 * 8 * 3 * 3);
+  EXPECT_EQ(checked, 12 * 2 * 8 * 4 * 3);
 }
 
 TEST(Schedule, UnevenMicrobatchSplitsPass) {
@@ -433,6 +433,84 @@ TEST(Schedule, GPipeBubbleFractionWithEqualStageTimes) {
         EXPECT_DOUBLE_EQ(prediction.step_seconds, prediction.pipeline_seconds);
         for (double busy : prediction.rank_compute_seconds) EXPECT_DOUBLE_EQ(busy, 3.0 * M);
       }
+}
+
+// ZB-H1 (Qi et al. 2024 §2.1) with F = B = W = 1 (a whole backward 2): every stage holds min(S, M)
+// microbatches between Forward and BackwardWeight, and for M ≥ S the step takes 3M + S − 1 where
+// 1F1B takes 3(M + S − 1): the bubble (S − 1)/(3M + S − 1), a third of 1F1B's idle time.
+TEST(Schedule, ZeroBubbleH1TakesAThirdOfTheBubble) {
+  for (int S = 1; S <= 6; ++S)
+    for (int M = 1; M <= 12; ++M) {
+      const Plan plan = make_plan(std::vector<int>(S, 1), 1, M, ScheduleKind::ZeroBubbleH1);
+      const Schedule schedule = partrain::generate_schedule(plan);
+      for (int s = 0; s < S; ++s) EXPECT_EQ(partrain::peak_in_flight(schedule[s]), std::min(S, M)) << S << " " << M;
+      EXPECT_EQ(partrain::microbatches_in_flight(ScheduleKind::ZeroBubbleH1, S - 1, S, M, false), std::min(S, M));
+      partrain::TimelineCosts costs;
+      costs.forward_seconds.assign(S, 1.0);
+      costs.backward_seconds.assign(S, 2.0);
+      costs.recompute_seconds.assign(S, 0.0);
+      costs.weight_gradient_seconds.assign(S, 1.0);
+      const auto prediction = partrain::simulate_schedule(plan, schedule, costs);
+      for (double busy : prediction.rank_compute_seconds) EXPECT_DOUBLE_EQ(busy, 3.0 * M);
+      if (M >= S) {
+        EXPECT_DOUBLE_EQ(prediction.pipeline_seconds, 3.0 * M + S - 1) << S << " " << M;
+        EXPECT_NEAR(prediction.bubble_fraction, static_cast<double>(S - 1) / (3 * M + S - 1), 1e-12);
+      }
+      // Never slower than 1F1B on the same costs (a whole Backward costs B + W).
+      const Plan one_f_one_b = make_plan(std::vector<int>(S, 1), 1, M, ScheduleKind::OneForwardOneBackward);
+      const auto baseline = partrain::simulate_schedule(one_f_one_b, partrain::generate_schedule(one_f_one_b), costs);
+      EXPECT_DOUBLE_EQ(baseline.pipeline_seconds, 3.0 * (M + S - 1));
+      EXPECT_LE(prediction.pipeline_seconds, baseline.pipeline_seconds) << S << " " << M;
+    }
+}
+
+// The lists and the timeline of S = 2, M = 3, derived by hand (F = B = W = 1, free transfers):
+// stage 0: F0 0-1, F1 1-2, B0 3-4 (after stage 1's B0 2-3), W0 4-5, F2 5-6, B1 6-7, W1 7-8, B2 8-9,
+//          W2 9-10;
+// stage 1: F0 1-2, B0 2-3, F1 3-4, B1 4-5, W0 5-6, F2 6-7, B2 7-8, W1 8-9, W2 9-10.
+TEST(Schedule, ZeroBubbleH1HandDerivedTimeline) {
+  const Plan plan = make_plan({1, 1}, 1, 3, ScheduleKind::ZeroBubbleH1);
+  const Schedule schedule = partrain::generate_schedule(plan);
+  partrain::TimelineCosts costs;
+  costs.forward_seconds = {1, 1};
+  costs.backward_seconds = {2, 2};
+  costs.recompute_seconds = {0, 0};
+  costs.weight_gradient_seconds = {1, 1};
+  const auto prediction = partrain::simulate_schedule(plan, schedule, costs);
+  const std::vector<std::vector<std::string>> expected = {
+      {"F0 0-1", "F1 1-2", "B0 3-4", "W0 4-5", "F2 5-6", "B1 6-7", "W1 7-8", "B2 8-9", "W2 9-10"},
+      {"F0 1-2", "B0 2-3", "F1 3-4", "B1 4-5", "W0 5-6", "F2 6-7", "B2 7-8", "W1 8-9", "W2 9-10"}};
+  for (int s = 0; s < 2; ++s) {
+    std::vector<std::string> timeline;
+    for (std::size_t k = 0; k < schedule[s].size(); ++k) {
+      const Action& action = schedule[s][k];
+      const char* letter = action.kind == ActionKind::Forward         ? "F"
+                           : action.kind == ActionKind::BackwardInput  ? "B"
+                           : action.kind == ActionKind::BackwardWeight ? "W"
+                                                                       : nullptr;
+      if (letter == nullptr) continue;
+      const auto& t = prediction.timing[s][k];
+      timeline.push_back(letter + std::to_string(action.microbatch) + " " + std::to_string(static_cast<int>(t.start)) +
+                         "-" + std::to_string(static_cast<int>(t.end)));
+    }
+    EXPECT_EQ(timeline, expected[s]) << "stage " << s;
+  }
+  EXPECT_DOUBLE_EQ(prediction.step_seconds, 10.0);
+}
+
+TEST(Schedule, CheckerRequiresEachBackwardWeightAfterItsBackwardInput) {
+  const Plan plan = make_plan({1, 1}, 1, 3, ScheduleKind::ZeroBubbleH1);
+  const Schedule good = partrain::generate_schedule(plan);
+  Schedule missing = good;  // stage 0 without W of microbatch 1
+  missing[0].erase(missing[0].begin() + static_cast<std::ptrdiff_t>(find_action(missing[0], ActionKind::BackwardWeight, 1)));
+  EXPECT_NE(error_of(plan, missing).find("never runs BackwardWeight of microbatch 1"), std::string::npos) << error_of(plan, missing);
+  Schedule early = good;  // W of microbatch 0 moved before its B
+  auto& list = early[1];
+  const std::size_t weight = find_action(list, ActionKind::BackwardWeight, 0);
+  const Action moved = list[weight];
+  list.erase(list.begin() + static_cast<std::ptrdiff_t>(weight));
+  list.insert(list.begin() + static_cast<std::ptrdiff_t>(find_action(list, ActionKind::BackwardInput, 0)), moved);
+  EXPECT_NE(error_of(plan, early).find("before its BackwardInput"), std::string::npos) << error_of(plan, early);
 }
 
 // Why predictions simulate instead of using (M + S − 1) · max(f + b): a stage slow in forward before

@@ -43,6 +43,7 @@ const char* schedule_name(ScheduleKind kind) {
     case ScheduleKind::OneForwardOneBackward: return "1f1b";
     case ScheduleKind::ShiftedCriticalPath: return "scp";
     case ScheduleKind::Interleaved: return "interleaved";
+    case ScheduleKind::ZeroBubbleH1: return "zb_h1";
   }
   return "?";
 }
@@ -52,7 +53,8 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "1f1b") return ScheduleKind::OneForwardOneBackward;
   if (name == "scp") return ScheduleKind::ShiftedCriticalPath;
   if (name == "interleaved") return ScheduleKind::Interleaved;
-  PARTRAIN_FAIL("unknown schedule '" << name << "' (expected gpipe, 1f1b, scp or interleaved)");
+  if (name == "zb_h1") return ScheduleKind::ZeroBubbleH1;
+  PARTRAIN_FAIL("unknown schedule '" << name << "' (expected gpipe, 1f1b, scp, interleaved or zb_h1)");
 }
 
 const char* recompute_name(RecomputePolicy policy) {
@@ -363,6 +365,7 @@ nlohmann::json Plan::to_json() const {
     if (stage.recompute == RecomputePolicy::StageAware) stage_list.back()["recompute_until_task"] = stage.recompute_until_task;
     if (stage.recompute == RecomputePolicy::Layers) stage_list.back()["recompute_layers"] = stage.recompute_layers;
     if (stage.recompute_seconds > 0) stage_list.back()["recompute_seconds"] = stage.recompute_seconds;
+    if (stage.weight_gradient_seconds > 0) stage_list.back()["weight_gradient_seconds"] = stage.weight_gradient_seconds;
   }
   return {{"format", "partrain-plan"},
           {"version", 2},
@@ -426,6 +429,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
       stage.recompute_until_task = entry.value("recompute_until_task", -1);
       stage.recompute_layers = entry.value("recompute_layers", 1);
       stage.recompute_seconds = entry.value("recompute_seconds", 0.0);
+      stage.weight_gradient_seconds = entry.value("weight_gradient_seconds", 0.0);
       stage.forward_seconds = entry.value("forward_seconds", 0.0);
       stage.backward_seconds = entry.value("backward_seconds", 0.0);
       stage.memory_bytes = entry.value("memory_bytes", 0.0);

@@ -16,8 +16,10 @@
 namespace partrain {
 
 /// Pipeline schedules: GPipe (fill-drain), 1F1B (PipeDream-flush), Merak's shifted critical path,
-/// Megatron's interleaved 1F1B (Narayanan et al. SC'21 §2.2: v model chunks per rank).
-enum class ScheduleKind { GPipe, OneForwardOneBackward, ShiftedCriticalPath, Interleaved };
+/// Megatron's interleaved 1F1B (Narayanan et al. SC'21 §2.2: v model chunks per rank), and the
+/// zero-bubble ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024 §2.1: each backward
+/// split into its input-gradient and weight-gradient halves, the latter deferred into the bubbles).
+enum class ScheduleKind { GPipe, OneForwardOneBackward, ShiftedCriticalPath, Interleaved, ZeroBubbleH1 };
 /// Activation recomputation of a stage (docs/parallelism.md §Activation recomputation): none; the
 /// whole stage from its inputs (RaNNC's stage boundaries: only the inputs are kept per microbatch);
 /// Merak's stage-aware policy (a prefix of the stage recomputed); per-layer checkpointing (Chen et
@@ -44,7 +46,7 @@ Precision parse_precision(const std::string& name);      // throws partrain::Err
 /// fp32 state tensors per parameter `optimizer` keeps: "adamw" 2 (exp_avg, exp_avg_sq), "sgd" 1
 /// (momentum buffer). Throws partrain::Error for another name.
 int state_copies_of_optimizer(const std::string& optimizer);
-const char* schedule_name(ScheduleKind kind);            // "gpipe", "1f1b", "scp", "interleaved"
+const char* schedule_name(ScheduleKind kind);            // "gpipe", "1f1b", "scp", "interleaved", "zb_h1"
 ScheduleKind parse_schedule(const std::string& name);    // throws partrain::Error on an unknown name
 /// "none", "boundaries", "stage_aware", "layers", "selective".
 const char* recompute_name(RecomputePolicy policy);
@@ -72,6 +74,9 @@ struct PlanStage {
   double forward_seconds = 0;   // predicted: one microbatch on one replica
   double backward_seconds = 0;  // predicted: one microbatch on one replica (incl. recomputation)
   double recompute_seconds = 0; // predicted: the part of backward_seconds that repeats forward work
+  /// Predicted: the part of backward_seconds that computes parameter gradients (the weight-gradient
+  /// half a zero-bubble schedule defers; stage_weight_gradient_share).
+  double weight_gradient_seconds = 0;
   double memory_bytes = 0;      // predicted peak bytes per device
   double allreduce_seconds = 0; // predicted: the stage's gradient all-reduce over its data-parallel group
   /// Predicted: the part of allreduce_seconds that runs during the stage's last backward (the

@@ -16,6 +16,8 @@ const char* action_kind_name(ActionKind kind) {
     case ActionKind::Forward: return "Forward";
     case ActionKind::Backward: return "Backward";
     case ActionKind::Recompute: return "Recompute";
+    case ActionKind::BackwardInput: return "BackwardInput";
+    case ActionKind::BackwardWeight: return "BackwardWeight";
     case ActionKind::SendActivation: return "SendActivation";
     case ActionKind::ReceiveActivation: return "ReceiveActivation";
     case ActionKind::SendGradient: return "SendGradient";
@@ -48,6 +50,18 @@ Action Action::recompute(int microbatch, std::int64_t begin, std::int64_t end) {
   return action;
 }
 
+Action Action::backward_input(int microbatch, std::int64_t begin, std::int64_t end) {
+  Action action = forward(microbatch, begin, end, false);
+  action.kind = ActionKind::BackwardInput;
+  return action;
+}
+
+Action Action::backward_weight(int microbatch, std::int64_t begin, std::int64_t end) {
+  Action action = forward(microbatch, begin, end, false);
+  action.kind = ActionKind::BackwardWeight;
+  return action;
+}
+
 Action Action::transfer(ActionKind kind, int microbatch, int peer, std::int64_t begin, std::int64_t end) {
   Action action = forward(microbatch, begin, end, false);
   action.kind = kind;
@@ -67,7 +81,11 @@ Action Action::all_reduce(std::vector<int> group) {
 Action Action::step() { return Action{}; }
 
 bool Action::is_compute() const {
-  return kind == ActionKind::Forward || kind == ActionKind::Backward || kind == ActionKind::Recompute;
+  return kind == ActionKind::Forward || kind == ActionKind::Backward || kind == ActionKind::Recompute ||
+         kind == ActionKind::BackwardInput || kind == ActionKind::BackwardWeight;
+}
+bool Action::produces_input_gradients() const {
+  return kind == ActionKind::Backward || kind == ActionKind::BackwardInput;
 }
 bool Action::is_send() const { return kind == ActionKind::SendActivation || kind == ActionKind::SendGradient; }
 bool Action::is_receive() const {
@@ -110,6 +128,7 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
   const std::vector<Link> next = links_to(plan, place, s + 1, begin, end);
   const ScheduleKind kind = plan.schedule;
   const bool scp = kind == ScheduleKind::ShiftedCriticalPath;
+  const bool zero_bubble = kind == ScheduleKind::ZeroBubbleH1;
   const bool recompute =
       recomputes_before_backward(plan.stages[s].recompute) && !(scp && s == S - 1);
 
@@ -126,7 +145,7 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
     for (const Link& link : next)
       list.push_back(Action::transfer(ActionKind::ReceiveGradient, mb, link.rank, link.begin, link.end));
     if (recompute && !scp) list.push_back(Action::recompute(mb, begin, end));
-    list.push_back(Action::backward(mb, begin, end));
+    list.push_back(zero_bubble ? Action::backward_input(mb, begin, end) : Action::backward(mb, begin, end));
     for (const Link& link : previous)
       list.push_back(Action::transfer(ActionKind::SendGradient, mb, link.rank, link.begin, link.end));
   };
@@ -135,13 +154,23 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
     for (int mb = 0; mb < M; ++mb) emit_forward(mb);
     for (int mb = M - 1; mb >= 0; --mb) emit_backward(mb);
   } else {
-    const int warmup = microbatches_in_flight(kind, s, S, M, recompute) - 1;
+    // zb_h1 runs 1F1B's forwards; W(k − s) follows B(k) (ZB-H1's delay of s microbatches on stage s).
+    const int warmup = zero_bubble ? std::min(S - s, M) - 1 : microbatches_in_flight(kind, s, S, M, recompute) - 1;
+    int weights = 0;  // BackwardWeight actions emitted, in microbatch order
+    auto emit_weight_up_to = [&](int last) {
+      for (; zero_bubble && weights <= last && weights < M; ++weights) list.push_back(Action::backward_weight(weights, begin, end));
+    };
     for (int mb = 0; mb < warmup; ++mb) emit_forward(mb);
     for (int k = 0; k < M - warmup; ++k) {
       emit_forward(warmup + k);
       emit_backward(k);
+      emit_weight_up_to(k - s);
     }
-    for (int mb = M - warmup; mb < M; ++mb) emit_backward(mb);
+    for (int mb = M - warmup; mb < M; ++mb) {
+      emit_backward(mb);
+      emit_weight_up_to(mb - s);
+    }
+    emit_weight_up_to(M - 1);
   }
 
   std::vector<int> group = stage_group(plan, s, place.tensor_rank);
@@ -227,6 +256,7 @@ int microbatches_in_flight(ScheduleKind kind, int stage, int stages, int microba
   PARTRAIN_CHECK(stage >= 0 && stage < stages, "stage " << stage << " outside [0, " << stages << ")");
   if (kind == ScheduleKind::GPipe) return microbatches;
   // scp (Merak §6.1): a recomputing stage before the last runs one forward more ahead.
+  if (kind == ScheduleKind::ZeroBubbleH1) return std::min(stages, microbatches);
   const int ahead = kind == ScheduleKind::ShiftedCriticalPath && recompute && stage < stages - 1 ? 1 : 0;
   return std::min(stages - stage + ahead, microbatches);
 }
@@ -235,7 +265,7 @@ int peak_in_flight(const std::vector<Action>& actions) {
   int in_flight = 0, peak = 0;
   for (const Action& action : actions) {
     if (action.kind == ActionKind::Forward) peak = std::max(peak, ++in_flight);
-    if (action.kind == ActionKind::Backward) --in_flight;
+    if (action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardWeight) --in_flight;
   }
   return peak;
 }

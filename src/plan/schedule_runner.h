@@ -50,6 +50,10 @@ struct Runner {
 
   int stage_of(int rank) const { return plan.placement_of(rank).stage; }
 
+  double weight_seconds(int stage) const {
+    return costs->weight_gradient_seconds.empty() ? 0.0 : costs->weight_gradient_seconds[stage];
+  }
+
   double compute_cost(int rank, std::size_t index, const Action& action) const {
     if (!costs) return 0;
     if (costs->action_seconds) return costs->action_seconds(rank, index);
@@ -57,6 +61,8 @@ struct Runner {
     switch (action.kind) {
       case ActionKind::Forward: return costs->forward_seconds[s];
       case ActionKind::Backward: return costs->backward_seconds[s];
+      case ActionKind::BackwardInput: return costs->backward_seconds[s] - weight_seconds(s);
+      case ActionKind::BackwardWeight: return weight_seconds(s);
       case ActionKind::Recompute: return costs->recompute_seconds[s];
       case ActionKind::Step: {
         if (costs->stage_step_seconds.empty()) return costs->step_seconds;
