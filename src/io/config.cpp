@@ -462,7 +462,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read_memory_size("device_memory", config.device_memory_bytes);
   reader.read("memory_margin", config.memory_margin);
   reader.read("devices_per_node", config.devices_per_node);
-  reader.read_choice("schedule", config.schedule, {"gpipe", "1f1b", "scp", "interleaved"});
+  reader.read_choice("schedule", config.schedule, {"gpipe", "1f1b", "scp", "interleaved", "zb_h1", "auto"});
   reader.read_integer_or_auto("virtual_stages", config.virtual_stages, 0, "an integer >= 1 or \"auto\"");
   reader.read_choice("recompute", config.recompute, {"auto", "none", "boundaries", "stage_aware", "layers", "selective"});
   reader.read("recompute_layers", config.recompute_layers);

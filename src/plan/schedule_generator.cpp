@@ -1,4 +1,4 @@
-// The schedule IR's actions and the generators of gpipe, 1f1b, scp and interleaved action lists
+// The schedule IR's actions and the generators of gpipe, 1f1b, scp, zb_h1 and interleaved action lists
 // (plan/schedule.h).
 #include <algorithm>
 #include <sstream>

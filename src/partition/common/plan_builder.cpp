@@ -1,3 +1,4 @@
+#include "partition/common/weight_gradient_share.h"
 #include "partition/common/plan_builder.h"
 
 #include <algorithm>
@@ -332,6 +333,10 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
     stage.forward_seconds = m.forward_seconds + cost.transfer_seconds(m.boundary_output_bytes, across_nodes);
     stage.backward_seconds = m.backward_seconds + cost.transfer_seconds(m.boundary_input_bytes, across_nodes) +
                              recompute_seconds;
+    // Recomputed segments keep their weight gradients in the input half (runtime/stage_program.h).
+    const bool segmented = stage.recompute == RecomputePolicy::Layers || stage.recompute == RecomputePolicy::Selective;
+    stage.weight_gradient_seconds =
+        m.backward_seconds * weight_gradient_share(graph, stage.tasks, segmented ? recomputed_tasks(graph, stage) : std::vector<int>{});
     stage.memory_bytes = profile::stage_memory_bytes(m, policy);
     if (stage.summary.empty()) stage.summary = summarize_tasks(graph, stage.tasks);
     // ZeRO-1's reduce-scatter + all-gather move what the all-reduce moves (ring: 2 (n − 1)/n of the
