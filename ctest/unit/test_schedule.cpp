@@ -498,6 +498,60 @@ TEST(Schedule, ZeroBubbleH1HandDerivedTimeline) {
   EXPECT_DOUBLE_EQ(prediction.step_seconds, 10.0);
 }
 
+// A zb_v plan: 2S model chunks, chunk c on stage c (c < S) or 2S − 1 − c, with its stage's replicas.
+Plan make_v_plan(const std::vector<int>& replicas, int copies, int microbatches,
+                 RecomputePolicy recompute = RecomputePolicy::None) {
+  const int S = static_cast<int>(replicas.size());
+  std::vector<int> chunk_replicas;
+  for (int c = 0; c < 2 * S; ++c) chunk_replicas.push_back(replicas[partrain::stage_of_chunk(ScheduleKind::ZeroBubbleV, c, S)]);
+  Plan plan = make_plan(chunk_replicas, copies, microbatches, ScheduleKind::ZeroBubbleV, recompute);
+  plan.virtual_stages = 2;
+  plan.world_size /= 2;  // make_plan counted every chunk's replicas as devices
+  return plan;
+}
+
+TEST(Schedule, ZeroBubbleVIsCompleteAndDeadlockFree) {
+  int checked = 0;
+  for (const auto& replicas : std::vector<std::vector<int>>{{1}, {2}, {1, 1}, {2, 2}, {1, 3}, {1, 1, 1}, {2, 1, 3, 1}})
+    for (int copies = 1; copies <= 2; ++copies)
+      for (int M = 1; M <= 8; ++M)
+        for (RecomputePolicy policy : kPolicies) {
+          const Plan plan = make_v_plan(replicas, copies, M, policy);
+          const Schedule schedule = partrain::generate_schedule(plan);
+          ASSERT_EQ(static_cast<int>(schedule.size()), plan.world_size);
+          EXPECT_EQ(error_of(plan, schedule), "") << describe(replicas, copies, M, ScheduleKind::ZeroBubbleV, policy);
+          ++checked;
+        }
+  EXPECT_EQ(checked, 7 * 2 * 8 * 3);
+}
+
+// ZB-V with F = B = W = 1 per chunk: rank S − 1 cannot start before its first input arrives at S − 1
+// and has 6M of work, so no schedule ends before 6M + S − 1; the greedy reaches that bound for M = S
+// and M ≥ 2S (within S − 2 in between), keeps at most 2S chunk-microbatches before their W (1F1B's
+// first stage's memory) and has less than half 1F1B's bubble (S − 1)/(M + S − 1).
+TEST(Schedule, ZeroBubbleVReachesTheLowerBound) {
+  for (int S = 1; S <= 6; ++S)
+    for (int M = S; M <= 12; ++M) {
+      const Plan plan = make_v_plan(std::vector<int>(S, 1), 1, M);
+      const Schedule schedule = partrain::generate_schedule(plan);
+      partrain::TimelineCosts costs;
+      costs.forward_seconds.assign(2 * S, 1.0);
+      costs.backward_seconds.assign(2 * S, 2.0);
+      costs.recompute_seconds.assign(2 * S, 0.0);
+      costs.weight_gradient_seconds.assign(2 * S, 1.0);
+      const auto prediction = partrain::simulate_schedule(plan, schedule, costs);
+      const double bound = 6.0 * M + S - 1;
+      EXPECT_GE(prediction.pipeline_seconds, bound) << "S " << S << " M " << M;
+      if (M == S || M >= 2 * S) {
+        EXPECT_DOUBLE_EQ(prediction.pipeline_seconds, bound) << "S " << S << " M " << M;
+      } else {
+        EXPECT_LE(prediction.pipeline_seconds, bound + std::max(0, S - 2)) << "S " << S << " M " << M;
+      }
+      for (int s = 0; s < S; ++s) EXPECT_LE(partrain::peak_in_flight(schedule[s]), 2 * S) << "S " << S << " M " << M;
+      EXPECT_LE(prediction.bubble_fraction, 0.5 * (S - 1) / (M + S - 1)) << "S " << S << " M " << M;
+    }
+}
+
 TEST(Schedule, CheckerRequiresEachBackwardWeightAfterItsBackwardInput) {
   const Plan plan = make_plan({1, 1}, 1, 3, ScheduleKind::ZeroBubbleH1);
   const Schedule good = partrain::generate_schedule(plan);

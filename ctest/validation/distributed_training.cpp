@@ -340,8 +340,9 @@ std::vector<TrainingCase> interleaved_cases() {
 TrainingCase manual_case(const std::string& model, const std::string& plan, std::vector<int> replicas,
                          std::vector<std::string> boundaries, int tensor_parallel = 1);
 
-// The zero-bubble ZB-H1 schedule (Qi et al. 2024 §2.1, each backward split into BackwardInput and
-// a deferred BackwardWeight) on 4 ranks, 4 microbatches: 4 stages of each model; GPT with t = 2 x 2
+// The zero-bubble schedules (Qi et al. 2024, each backward split into BackwardInput and a deferred
+// BackwardWeight) on 4 ranks, 4 microbatches: ZB-H1 on 4 stages of each model, ZB-V on 2 stages x 2
+// replicas with 2 chunks per rank; ZB-H1 on GPT with t = 2 x 2
 // stages and selective recomputation (recomputed segments keep their weight gradients in B), and
 // 2 stages x 2 replicas with stage recomputation and 1 KiB gradient buckets (the overlapped
 // all-reduce completes with the last BackwardWeight).
@@ -361,6 +362,16 @@ std::vector<TrainingCase> zero_bubble_cases() {
     c.schedule = "zb_h1";
     c.planner_settings = {"train.microbatches=4"};
     result.push_back(c);
+    // ZB-V: 2 stages x 2 replicas, 4 chunks in a V (chunks 0 and 3 on stage 0, 1 and 2 on stage 1:
+    // stage 1 hands chunk 1's outputs to its own chunk 2), stage recomputation on BERT.
+    TrainingCase v = c;
+    v.plan = "2x2_v";
+    v.replicas = {2, 2};
+    v.schedule = "zb_v";
+    v.virtual_stages = 2;
+    if (model == "bert") v.recompute = "boundaries";
+    if (model == "resnet") v.planner_settings = {"train.microbatches=2"};  // BatchNorm over 4 samples
+    result.push_back(v);
   }
   TrainingCase tensor_parallel = manual_case("gpt", "tp2_2stages", {1, 1}, {"h.1"}, 2);
   tensor_parallel.schedule = "zb_h1";

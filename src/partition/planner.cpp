@@ -191,7 +191,7 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   PARTRAIN_CHECK(options.virtual_stages != 0 || name == "uniform" || name == "rannc",
                  "[parallel] virtual_stages = \"auto\": only the uniform and rannc planners choose the model chunks per rank, "
                  "not the " << name << " planner");
-  PARTRAIN_CHECK(options.virtual_stages == 1 || options.schedule == ScheduleKind::Interleaved,
+  PARTRAIN_CHECK(options.virtual_stages == 1 || schedule_has_chunks(options.schedule),
                  "[parallel] virtual_stages = " << options.virtual_stages << " needs schedule = \"interleaved\", not \""
                                                 << schedule_name(options.schedule) << "\"");
   PARTRAIN_CHECK(options.virtual_stages <= 1 || name == "manual" || name == "uniform",

@@ -109,6 +109,7 @@ using Schedule = std::vector<std::vector<Action>>;
 ///    after it, where 1F1B idles. Every stage then holds min(S, M) microbatches between Forward
 ///    and BackwardWeight, as 1F1B's first stage does; with equal stage costs and F = B = W the step
 ///    takes (3M + S − 1)·F against 1F1B's 3(M + S − 1)·F: a third of its bubble.
+///  * zb_v: two model chunks per rank in a V (plan/zero_bubble_v.h).
 /// Every stage whose policy is StageBoundaries or StageAware gets Recompute(mb) right before
 /// Backward(mb) (scp: before its gradient receives) and Forward(mb).activations_recomputed set; which layers a
 /// StageAware stage really recomputes is the executor's business. Receives are placed right before

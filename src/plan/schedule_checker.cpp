@@ -19,7 +19,7 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
   const Placement place = plan.placement_of(rank);
   const int s = place.stage;
   const int M = plan.microbatches;
-  const int v = plan.schedule == ScheduleKind::Interleaved ? plan.virtual_stages : 1;
+  const int v = schedule_has_chunks(plan.schedule) ? plan.virtual_stages : 1;
   const auto [begin, end] = plan.replica_samples(s, place.replica);
   // Per local model chunk k (model chunk k·S + s; the stage itself without interleaving).
   std::vector<std::vector<Link>> previous_of(v), next_of(v);

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "plan/schedule.h"
 #include "plan/schedule_topology.h"
+#include "plan/zero_bubble_v.h"
 
 namespace partrain {
 
@@ -245,6 +246,7 @@ std::vector<Action> generate_interleaved_rank(const Plan& plan, int rank) {
 
 Schedule generate_schedule(const Plan& plan) {
   check_plan_shape(plan);
+  if (plan.schedule == ScheduleKind::ZeroBubbleV) return generate_zero_bubble_v(plan);
   Schedule schedule(plan.world_size);
   const bool interleaved = plan.schedule == ScheduleKind::Interleaved && plan.virtual_stages > 1;
   for (int rank = 0; rank < plan.world_size; ++rank)
@@ -256,7 +258,7 @@ int microbatches_in_flight(ScheduleKind kind, int stage, int stages, int microba
   PARTRAIN_CHECK(stage >= 0 && stage < stages, "stage " << stage << " outside [0, " << stages << ")");
   if (kind == ScheduleKind::GPipe) return microbatches;
   // scp (Merak §6.1): a recomputing stage before the last runs one forward more ahead.
-  if (kind == ScheduleKind::ZeroBubbleH1) return std::min(stages, microbatches);
+  if (kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV) return std::min(stages, microbatches);
   const int ahead = kind == ScheduleKind::ShiftedCriticalPath && recompute && stage < stages - 1 ? 1 : 0;
   return std::min(stages - stage + ahead, microbatches);
 }

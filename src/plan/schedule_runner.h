@@ -96,7 +96,9 @@ struct Runner {
         timing[rank][index] = {now, std::max(now, message.arrival)};
         now = std::max(now, message.arrival);
       } else if (action.is_send()) {
-        PARTRAIN_CHECK(action.peer >= 0 && action.peer < static_cast<int>(schedule.size()) && action.peer != rank,
+        // zb_v's chunks S − 1 and S share a rank: that message goes from the rank to itself.
+        PARTRAIN_CHECK(action.peer >= 0 && action.peer < static_cast<int>(schedule.size()) &&
+                           (action.peer != rank || plan.schedule == ScheduleKind::ZeroBubbleV),
                        "schedule: " << at(plan, schedule, rank, index) << " has no valid peer rank");
         const bool gradient = action.kind == ActionKind::SendGradient;
         double transfer = 0;

@@ -44,7 +44,9 @@ std::vector<int> stage_group(const Plan& plan, int stage, int tensor_rank) {
 }
 
 int global_chunk(const Plan& plan, int rank, int local_chunk) {
-  return local_chunk * plan.pipeline_stages() + plan.placement_of(rank).stage;
+  const int stage = plan.placement_of(rank).stage;
+  if (plan.virtual_stages == 1) return stage;
+  return plan.chunks_of_stage(stage).at(static_cast<std::size_t>(local_chunk));
 }
 
 int receiver_chunk(const Plan& plan, int rank, const Action& action) {

@@ -292,7 +292,7 @@ std::size_t PipelineExecutor::state_index(const Action& action) const {
 
 int PipelineExecutor::peer_chunk(const Action& action) const {
   // Sender and receiver agree on the receiving model chunk; tags use its index on its rank.
-  return receiver_chunk(plan_, world_.rank(), action) / plan_.pipeline_stages();
+  return plan_.local_chunk_index(receiver_chunk(plan_, world_.rank(), action));
 }
 
 Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const Action& action) const {
@@ -433,10 +433,25 @@ void PipelineExecutor::receive(const Action& action, Pass& pass) {
   const std::vector<int>& values = gradient ? program.gradients_received : program.received;
   TensorMap& into = gradient ? state.received_gradients : state.received;
   std::vector<comm::Request> requests;
-  for (int value : values) {
+  // zb_v's chunk S − 1 hands its outputs (and chunk S its input gradients) over on the same rank.
+  const bool local = action.peer == world_.rank();
+  std::vector<Tensor> handed_over;
+  if (local) {
+    auto found = pass.local_messages.find({gradient, action.microbatch, peer_chunk(action)});
+    PARTRAIN_CHECK(found != pass.local_messages.end() && found->second.size() == values.size(),
+                   "executor: rank " << world_.rank() << " receives " << action.to_string() << " from itself before sending it");
+    handed_over = std::move(found->second);
+    pass.local_messages.erase(found);
+  }
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    const int value = values[k];
     Tensor& tensor = into[value];
     if (!tensor.defined())
       tensor = backend_.empty(with_batch(graph_.value(value).type.shape, rows()), compute_dtype(graph_.value(value).type.dtype));
+    if (local) {
+      backend_.copy(transferred_part(tensor, value, action), handed_over[k]);
+      continue;
+    }
     requests.push_back(world_.receive(transferred_part(tensor, value, action), action.peer,
                                       message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
   }
@@ -451,8 +466,14 @@ void PipelineExecutor::send(const Action& action, Pass& pass) {
   const std::vector<int>& values = gradient ? program.gradients_sent : program.sent;
   const TensorMap& from = gradient ? state.outgoing_gradients : state.outputs;
   const bool tracked = !gradient && training_ && !pass.activation_sends_left.empty();
+  const bool local = action.peer == world_.rank();  // zb_v: from chunk S − 1 to chunk S, or back
   for (int value : values) {
     const Tensor& tensor = from.at(value);
+    if (local) {
+      pass.local_messages[{gradient, action.microbatch, peer_chunk(action)}].push_back(
+          copy_to(transferred_part(tensor, value, action), backend_));
+      continue;
+    }
     pass.pending.push_back(world_.send(transferred_part(tensor, value, action), action.peer,
                                        message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
     if (tracked) pass.activation_requests[index].push_back(pass.pending.size() - 1);

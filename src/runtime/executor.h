@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -162,6 +163,9 @@ class PipelineExecutor {
       std::vector<Tensor> tensors;        // held until every request has completed
     };
     std::vector<SendingOutputs> sending;
+    /// zb_v: messages a rank sends to itself (its chunk S − 1 to its chunk S, gradients back), by
+    /// (gradient?, microbatch, receiving local chunk), one tensor per value in send order.
+    std::map<std::tuple<bool, int, int>, std::vector<Tensor>> local_messages;
     double grad_norm = 0;                       // set by the Step action: global L2 norm before clipping
     double lr = 0;                              // set by the Step action
   };

@@ -118,7 +118,7 @@ std::vector<StageProgram> build_stage_programs(const Graph& graph, const Plan& p
         program.loss = output;
     if (const std::vector<std::vector<int>> segments = recomputed_segments(graph, plan.stages[s]); !segments.empty())
       add_recomputed_segments(graph, program, segments);
-    if (plan.schedule == ScheduleKind::ZeroBubbleH1) add_split_backward(graph, program);
+    if (schedule_splits_backward(plan.schedule)) add_split_backward(graph, program);
     for (int value : program.subgraph.inputs) {
       switch (graph.value(value).kind) {
         case ValueKind::Param: program.parameters.push_back(value); break;
