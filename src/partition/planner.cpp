@@ -162,13 +162,26 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
     zero_bubble.schedule = ScheduleKind::ZeroBubbleH1;
     std::optional<Plan> best;
     std::optional<Error> failure;
-    for (const PlannerOptions* candidate : {&one_f_one_b, &zero_bubble}) {
+    auto consider = [&](const PlannerOptions& candidate) {
       try {
-        Plan plan = make_plan(graph, cost, *candidate);
+        Plan plan = make_plan(graph, cost, candidate);
         if (!best || plan.predicted_step_seconds < best->predicted_step_seconds) best = std::move(plan);
       } catch (const Error& error) {  // zb_h1 holds more activations on later stages: it may not fit
         if (!failure) failure = error;
       }
+    };
+    consider(one_f_one_b);
+    consider(zero_bubble);
+    if (best && best->pipeline_stages() > 1) {
+      // zb_v at the depth and replicas chosen: the uniform planner's 2S chunks of near-equal layer
+      // counts in a V (no planner searches V layouts of unequal chunks yet).
+      PlannerOptions v_shape = one_f_one_b;
+      v_shape.planner = "uniform";
+      v_shape.schedule = ScheduleKind::ZeroBubbleV;
+      v_shape.virtual_stages = 2;
+      v_shape.stages = best->pipeline_stages();
+      v_shape.microbatches = best->microbatches;
+      consider(v_shape);
     }
     if (!best) throw *failure;
     return *std::move(best);
