@@ -188,37 +188,7 @@ std::vector<Action> generate_interleaved_rank(const Plan& plan, int rank) {
   const Placement place = plan.placement_of(rank);
   const int S = plan.pipeline_stages(), v = plan.virtual_stages, M = plan.microbatches;
   const int s = place.stage;
-  const std::pair<std::int64_t, std::int64_t> samples = plan.replica_samples(s, place.replica);
-  const std::int64_t begin = samples.first, end = samples.second;
-  std::vector<std::vector<Link>> previous(v), next(v);
-  std::vector<bool> recompute(v);
-  for (int k = 0; k < v; ++k) {
-    const int chunk = k * S + s;
-    previous[k] = links_to(plan, place, chunk - 1, begin, end);  // chunk k·S on stage 0 ← stage S-1's chunk
-    next[k] = links_to(plan, place, chunk + 1, begin, end);
-    recompute[k] = recomputes_before_backward(plan.stages[chunk].recompute);
-  }
-
-  std::vector<Action> list;
-  auto push = [&](Action action, int k) {
-    action.chunk = k;
-    list.push_back(std::move(action));
-  };
-  auto emit_forward = [&](int k, int mb) {
-    for (const Link& link : previous[k])
-      push(Action::transfer(ActionKind::ReceiveActivation, mb, link.rank, link.begin, link.end), k);
-    push(Action::forward(mb, begin, end, recompute[k]), k);
-    for (const Link& link : next[k])
-      push(Action::transfer(ActionKind::SendActivation, mb, link.rank, link.begin, link.end), k);
-  };
-  auto emit_backward = [&](int k, int mb) {
-    for (const Link& link : next[k])
-      push(Action::transfer(ActionKind::ReceiveGradient, mb, link.rank, link.begin, link.end), k);
-    if (recompute[k]) push(Action::recompute(mb, begin, end), k);
-    push(Action::backward(mb, begin, end), k);
-    for (const Link& link : previous[k])
-      push(Action::transfer(ActionKind::SendGradient, mb, link.rank, link.begin, link.end), k);
-  };
+  ChunkListWriter writer(plan, rank);
   auto chunk_of = [&](int i, bool forward) {
     const int k = i % (S * v) / S;
     return forward ? k : v - 1 - k;
@@ -227,19 +197,13 @@ std::vector<Action> generate_interleaved_rank(const Plan& plan, int rank) {
 
   const int total = M * v;
   const int warmup = M == S ? total : std::min(total, (S - s - 1) * 2 + (v - 1) * S);
-  for (int i = 0; i < warmup; ++i) emit_forward(chunk_of(i, true), microbatch_of(i));
+  for (int i = 0; i < warmup; ++i) writer.forward(chunk_of(i, true), microbatch_of(i));
   for (int i = 0; i < total - warmup; ++i) {
-    emit_forward(chunk_of(warmup + i, true), microbatch_of(warmup + i));
-    emit_backward(chunk_of(i, false), microbatch_of(i));
+    writer.forward(chunk_of(warmup + i, true), microbatch_of(warmup + i));
+    writer.backward(chunk_of(i, false), microbatch_of(i), false);
   }
-  for (int i = total - warmup; i < total; ++i) emit_backward(chunk_of(i, false), microbatch_of(i));
-
-  // One reduction of all the rank's chunks' gradients: every chunk of the stage has the same
-  // data-parallel group (equal replica counts).
-  std::vector<int> group = stage_group(plan, s, place.tensor_rank);
-  if (group.size() > 1) list.push_back(Action::all_reduce(std::move(group)));
-  list.push_back(Action::step());
-  return list;
+  for (int i = total - warmup; i < total; ++i) writer.backward(chunk_of(i, false), microbatch_of(i), false);
+  return writer.finish();
 }
 
 }  // namespace

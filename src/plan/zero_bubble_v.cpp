@@ -116,47 +116,15 @@ std::vector<std::vector<Placed>> order_passes(const Plan& plan) {
 }
 
 std::vector<Action> rank_list(const Plan& plan, int rank, const std::vector<Placed>& passes) {
-  const Placement place = plan.placement_of(rank);
-  const std::pair<std::int64_t, std::int64_t> samples = plan.replica_samples(place.stage, place.replica);
-  const std::int64_t begin = samples.first, end = samples.second;
-  std::array<std::vector<Link>, 2> previous, next;
-  std::array<bool, 2> recompute{};
-  for (int local = 0; local < 2; ++local) {
-    const int chunk = global_chunk(plan, rank, local);
-    previous[local] = links_to(plan, place, chunk - 1, begin, end);
-    next[local] = links_to(plan, place, chunk + 1, begin, end);
-    recompute[local] = recomputes_before_backward(plan.stages[chunk].recompute);
-  }
-  std::vector<Action> list;
-  auto push = [&](Action action, int local) {
-    action.chunk = local;
-    list.push_back(std::move(action));
-  };
+  ChunkListWriter writer(plan, rank);
   for (const Placed& p : passes) {
-    const int k = p.chunk, mb = p.microbatch;
     switch (p.pass) {
-      case Pass::Forward:
-        for (const Link& link : previous[k])
-          push(Action::transfer(ActionKind::ReceiveActivation, mb, link.rank, link.begin, link.end), k);
-        push(Action::forward(mb, begin, end, recompute[k]), k);
-        for (const Link& link : next[k]) push(Action::transfer(ActionKind::SendActivation, mb, link.rank, link.begin, link.end), k);
-        break;
-      case Pass::Input:
-        for (const Link& link : next[k]) push(Action::transfer(ActionKind::ReceiveGradient, mb, link.rank, link.begin, link.end), k);
-        if (recompute[k]) push(Action::recompute(mb, begin, end), k);
-        push(Action::backward_input(mb, begin, end), k);
-        for (const Link& link : previous[k])
-          push(Action::transfer(ActionKind::SendGradient, mb, link.rank, link.begin, link.end), k);
-        break;
-      case Pass::Weight:
-        push(Action::backward_weight(mb, begin, end), k);
-        break;
+      case Pass::Forward: writer.forward(p.chunk, p.microbatch); break;
+      case Pass::Input: writer.backward(p.chunk, p.microbatch, true); break;
+      case Pass::Weight: writer.backward_weight(p.chunk, p.microbatch); break;
     }
   }
-  std::vector<int> group = stage_group(plan, place.stage, place.tensor_rank);
-  if (group.size() > 1) list.push_back(Action::all_reduce(std::move(group)));
-  list.push_back(Action::step());
-  return list;
+  return writer.finish();
 }
 
 }  // namespace
