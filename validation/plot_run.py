@@ -72,11 +72,13 @@ def plot_curves(plt, records, out_path, title):
 # Action kinds (the executor's event names: "Forward mb 3", "AllReduce", "Step") and their colours.
 KIND_COLOURS = {
     "Forward": "#4c78a8", "Backward": "#54a24b", "Recompute": "#b279a2",
+    "BackwardInput": "#54a24b", "BackwardWeight": "#9ecf8a",
     "SendActivation": "#f58518", "SendGradient": "#f58518",
     "ReceiveActivation": "#bab0ac", "ReceiveGradient": "#bab0ac",
     "AllReduce": "#e45756", "Step": "#222222",
 }
-KIND_LEGEND = [("forward", "Forward"), ("backward", "Backward"), ("recompute", "Recompute"),
+KIND_LEGEND = [("forward", "Forward"), ("backward (zero bubble: its input half)", "Backward"),
+               ("weight gradients (zero bubble)", "BackwardWeight"), ("recompute", "Recompute"),
                ("send", "SendActivation"), ("receive (wait)", "ReceiveActivation"),
                ("all-reduce", "AllReduce"), ("optimizer step", "Step")]
 
@@ -136,10 +138,10 @@ def draw_gantt(axes, bars_by_rank, title):
         for start, duration, name in bars_by_rank[rank]:
             kind, microbatch = split_name(name)
             colour = KIND_COLOURS.get(kind, "tab:gray")
-            height = 0.8 if kind in ("Forward", "Backward", "Recompute", "Step", "AllReduce") else 0.35
+            height = 0.8 if kind in ("Forward", "Backward", "BackwardInput", "BackwardWeight", "Recompute", "Step", "AllReduce") else 0.35
             axes.broken_barh([(start, max(duration, span * 1e-3))], (row - height / 2, height), facecolors=colour,
                              edgecolor="black", linewidth=0.3)
-            if microbatch is not None and kind in ("Forward", "Backward", "Recompute") and duration > 0.015 * span:
+            if microbatch is not None and kind in ("Forward", "Backward", "BackwardInput", "BackwardWeight", "Recompute") and duration > 0.015 * span:
                 axes.text(start + duration / 2, row, str(microbatch), ha="center", va="center", fontsize=7,
                           color="white", clip_on=True)
     axes.set_yticks(range(len(ranks)))

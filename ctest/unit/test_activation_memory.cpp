@@ -21,6 +21,7 @@
 #include "partition/common/recomputation.h"
 #include "partition/planner.h"
 #include "runtime/stage_program.h"
+#include "support/tiny_models.h"
 
 namespace partrain {
 namespace {
@@ -372,26 +373,6 @@ TEST(ActivationMemory, Gpt3UniformSixtyFourStagesMatchesHandDerivation) {
 // nothing they did not declare (a shape-only stand-in throws on data()).
 // ---------------------------------------------------------------------------------------------
 
-TensorMap feeds_for(const Graph& graph, std::int64_t batch) {
-  TensorMap values;
-  for (const Value& value : graph.values()) {
-    if (value.kind != ValueKind::Input && value.kind != ValueKind::Label) continue;
-    const Shape shape = with_batch(value.type.shape, batch);
-    const std::int64_t n = numel(shape);
-    if (value.type.dtype == DType::I64) {
-      std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
-      for (std::int64_t k = 0; k < n; ++k) ids[static_cast<std::size_t>(k)] = (k * 7 + 3) % 2;  // valid for every table
-      values[value.id] = Tensor::from_vector<std::int64_t>(shape, ids);
-    } else {
-      std::vector<float> x(static_cast<std::size_t>(n));
-      const bool mask = value.name.find("mask") != std::string::npos;  // additive attention mask: 0
-      for (std::int64_t k = 0; k < n; ++k) x[static_cast<std::size_t>(k)] = mask ? 0.f : static_cast<float>(((k * 37) % 19) - 9) / 9.f;
-      values[value.id] = Tensor::from_vector<float>(shape, x);
-    }
-  }
-  for (auto& [id, tensor] : initialize_parameters(graph, 7)) values[id] = tensor;
-  return values;
-}
 
 // The small models of the runtime tests: GPT and BERT (unfused attention, dropout 0.1; hidden 32,
 // sequence 16) and a ResNet-18 of width 8 on 16x16 single-channel images.
@@ -427,7 +408,7 @@ void expect_same_gradients_after_release(const ModelConfig& config, std::int64_t
   ExecutionOptions options;
   options.training = true;
   options.random = RandomContext{1234, 3, 1, 0, 0};
-  const TensorMap feeds = feeds_for(graph, batch);
+  const TensorMap feeds = testing::model_feeds(graph, batch);
   TensorMap values = feeds;
   run_forward(graph, all, values, cpu_backend(), options);
 
@@ -499,7 +480,7 @@ void expect_recomputation_keeps_gradients(const ModelConfig& config, RecomputePo
   ExecutionOptions options;
   options.training = true;
   options.random = RandomContext{1234, 3, 1, 0, 0};
-  const TensorMap feeds = feeds_for(graph, batch);
+  const TensorMap feeds = testing::model_feeds(graph, batch);
   const BackwardProgram& backward = program.backward;
   auto seeded = [&](const TensorMap& values) {
     TensorMap grads;

@@ -70,7 +70,7 @@ std::size_t find_action(const std::vector<Action>& list, ActionKind kind, int mi
 const std::vector<std::vector<int>> kReplicaSets = {
     {1}, {2}, {1, 1}, {2, 2}, {1, 3}, {3, 1}, {2, 3}, {1, 1, 1}, {2, 1, 1}, {1, 2, 3}, {1, 1, 1, 1}, {2, 1, 3, 1}};
 const std::vector<ScheduleKind> kKinds = {ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward,
-                                          ScheduleKind::ShiftedCriticalPath};
+                                          ScheduleKind::ShiftedCriticalPath, ScheduleKind::ZeroBubbleH1};
 const std::vector<RecomputePolicy> kPolicies = {RecomputePolicy::None, RecomputePolicy::StageBoundaries,
                                                 RecomputePolicy::StageAware};
 
@@ -87,7 +87,7 @@ TEST(Schedule, EveryGeneratedScheduleIsCompleteAndDeadlockFree) {
             EXPECT_EQ(error_of(plan, schedule), "") << describe(replicas, copies, M, kind, policy);
             ++checked;
           }
-  EXPECT_EQ(checked, 12 * 2 * 8 * 3 * 3);
+  EXPECT_EQ(checked, 12 * 2 * 8 * 4 * 3);
 }
 
 TEST(Schedule, UnevenMicrobatchSplitsPass) {
@@ -433,6 +433,138 @@ TEST(Schedule, GPipeBubbleFractionWithEqualStageTimes) {
         EXPECT_DOUBLE_EQ(prediction.step_seconds, prediction.pipeline_seconds);
         for (double busy : prediction.rank_compute_seconds) EXPECT_DOUBLE_EQ(busy, 3.0 * M);
       }
+}
+
+// ZB-H1 (Qi et al. 2024 §2.1) with F = B = W = 1 (a whole backward 2): every stage holds min(S, M)
+// microbatches between Forward and BackwardWeight, and for M ≥ S the step takes 3M + S − 1 where
+// 1F1B takes 3(M + S − 1): the bubble (S − 1)/(3M + S − 1), a third of 1F1B's idle time.
+TEST(Schedule, ZeroBubbleH1TakesAThirdOfTheBubble) {
+  for (int S = 1; S <= 6; ++S)
+    for (int M = 1; M <= 12; ++M) {
+      const Plan plan = make_plan(std::vector<int>(S, 1), 1, M, ScheduleKind::ZeroBubbleH1);
+      const Schedule schedule = partrain::generate_schedule(plan);
+      for (int s = 0; s < S; ++s) EXPECT_EQ(partrain::peak_in_flight(schedule[s]), std::min(S, M)) << S << " " << M;
+      EXPECT_EQ(partrain::microbatches_in_flight(ScheduleKind::ZeroBubbleH1, S - 1, S, M, false), std::min(S, M));
+      partrain::TimelineCosts costs;
+      costs.forward_seconds.assign(S, 1.0);
+      costs.backward_seconds.assign(S, 2.0);
+      costs.recompute_seconds.assign(S, 0.0);
+      costs.weight_gradient_seconds.assign(S, 1.0);
+      const auto prediction = partrain::simulate_schedule(plan, schedule, costs);
+      for (double busy : prediction.rank_compute_seconds) EXPECT_DOUBLE_EQ(busy, 3.0 * M);
+      if (M >= S) {
+        EXPECT_DOUBLE_EQ(prediction.pipeline_seconds, 3.0 * M + S - 1) << S << " " << M;
+        EXPECT_NEAR(prediction.bubble_fraction, static_cast<double>(S - 1) / (3 * M + S - 1), 1e-12);
+      }
+      // Never slower than 1F1B on the same costs (a whole Backward costs B + W).
+      const Plan one_f_one_b = make_plan(std::vector<int>(S, 1), 1, M, ScheduleKind::OneForwardOneBackward);
+      const auto baseline = partrain::simulate_schedule(one_f_one_b, partrain::generate_schedule(one_f_one_b), costs);
+      EXPECT_DOUBLE_EQ(baseline.pipeline_seconds, 3.0 * (M + S - 1));
+      EXPECT_LE(prediction.pipeline_seconds, baseline.pipeline_seconds) << S << " " << M;
+    }
+}
+
+// The lists and the timeline of S = 2, M = 3, derived by hand (F = B = W = 1, free transfers):
+// stage 0: F0 0-1, F1 1-2, B0 3-4 (after stage 1's B0 2-3), W0 4-5, F2 5-6, B1 6-7, W1 7-8, B2 8-9,
+//          W2 9-10;
+// stage 1: F0 1-2, B0 2-3, F1 3-4, B1 4-5, W0 5-6, F2 6-7, B2 7-8, W1 8-9, W2 9-10.
+TEST(Schedule, ZeroBubbleH1HandDerivedTimeline) {
+  const Plan plan = make_plan({1, 1}, 1, 3, ScheduleKind::ZeroBubbleH1);
+  const Schedule schedule = partrain::generate_schedule(plan);
+  partrain::TimelineCosts costs;
+  costs.forward_seconds = {1, 1};
+  costs.backward_seconds = {2, 2};
+  costs.recompute_seconds = {0, 0};
+  costs.weight_gradient_seconds = {1, 1};
+  const auto prediction = partrain::simulate_schedule(plan, schedule, costs);
+  const std::vector<std::vector<std::string>> expected = {
+      {"F0 0-1", "F1 1-2", "B0 3-4", "W0 4-5", "F2 5-6", "B1 6-7", "W1 7-8", "B2 8-9", "W2 9-10"},
+      {"F0 1-2", "B0 2-3", "F1 3-4", "B1 4-5", "W0 5-6", "F2 6-7", "B2 7-8", "W1 8-9", "W2 9-10"}};
+  for (int s = 0; s < 2; ++s) {
+    std::vector<std::string> timeline;
+    for (std::size_t k = 0; k < schedule[s].size(); ++k) {
+      const Action& action = schedule[s][k];
+      const char* letter = action.kind == ActionKind::Forward         ? "F"
+                           : action.kind == ActionKind::BackwardInput  ? "B"
+                           : action.kind == ActionKind::BackwardWeight ? "W"
+                                                                       : nullptr;
+      if (letter == nullptr) continue;
+      const auto& t = prediction.timing[s][k];
+      timeline.push_back(letter + std::to_string(action.microbatch) + " " + std::to_string(static_cast<int>(t.start)) +
+                         "-" + std::to_string(static_cast<int>(t.end)));
+    }
+    EXPECT_EQ(timeline, expected[s]) << "stage " << s;
+  }
+  EXPECT_DOUBLE_EQ(prediction.step_seconds, 10.0);
+}
+
+// A zb_v plan: 2S model chunks, chunk c on stage c (c < S) or 2S − 1 − c, with its stage's replicas.
+Plan make_v_plan(const std::vector<int>& replicas, int copies, int microbatches,
+                 RecomputePolicy recompute = RecomputePolicy::None) {
+  const int S = static_cast<int>(replicas.size());
+  std::vector<int> chunk_replicas;
+  for (int c = 0; c < 2 * S; ++c) chunk_replicas.push_back(replicas[partrain::stage_of_chunk(ScheduleKind::ZeroBubbleV, c, S)]);
+  Plan plan = make_plan(chunk_replicas, copies, microbatches, ScheduleKind::ZeroBubbleV, recompute);
+  plan.virtual_stages = 2;
+  plan.world_size /= 2;  // make_plan counted every chunk's replicas as devices
+  return plan;
+}
+
+TEST(Schedule, ZeroBubbleVIsCompleteAndDeadlockFree) {
+  int checked = 0;
+  for (const auto& replicas : std::vector<std::vector<int>>{{1}, {2}, {1, 1}, {2, 2}, {1, 3}, {1, 1, 1}, {2, 1, 3, 1}})
+    for (int copies = 1; copies <= 2; ++copies)
+      for (int M = 1; M <= 8; ++M)
+        for (RecomputePolicy policy : kPolicies) {
+          const Plan plan = make_v_plan(replicas, copies, M, policy);
+          const Schedule schedule = partrain::generate_schedule(plan);
+          ASSERT_EQ(static_cast<int>(schedule.size()), plan.world_size);
+          EXPECT_EQ(error_of(plan, schedule), "") << describe(replicas, copies, M, ScheduleKind::ZeroBubbleV, policy);
+          ++checked;
+        }
+  EXPECT_EQ(checked, 7 * 2 * 8 * 3);
+}
+
+// ZB-V with F = B = W = 1 per chunk: rank S − 1 cannot start before its first input arrives at S − 1
+// and has 6M of work, so no schedule ends before 6M + S − 1; the greedy reaches that bound for M = S
+// and M ≥ 2S (within S − 2 in between), keeps at most 2S chunk-microbatches before their W (1F1B's
+// first stage's memory) and has less than half 1F1B's bubble (S − 1)/(M + S − 1).
+TEST(Schedule, ZeroBubbleVReachesTheLowerBound) {
+  for (int S = 1; S <= 6; ++S)
+    for (int M = S; M <= 12; ++M) {
+      const Plan plan = make_v_plan(std::vector<int>(S, 1), 1, M);
+      const Schedule schedule = partrain::generate_schedule(plan);
+      partrain::TimelineCosts costs;
+      costs.forward_seconds.assign(2 * S, 1.0);
+      costs.backward_seconds.assign(2 * S, 2.0);
+      costs.recompute_seconds.assign(2 * S, 0.0);
+      costs.weight_gradient_seconds.assign(2 * S, 1.0);
+      const auto prediction = partrain::simulate_schedule(plan, schedule, costs);
+      const double bound = 6.0 * M + S - 1;
+      EXPECT_GE(prediction.pipeline_seconds, bound) << "S " << S << " M " << M;
+      if (M == S || M >= 2 * S) {
+        EXPECT_DOUBLE_EQ(prediction.pipeline_seconds, bound) << "S " << S << " M " << M;
+      } else {
+        EXPECT_LE(prediction.pipeline_seconds, bound + std::max(0, S - 2)) << "S " << S << " M " << M;
+      }
+      for (int s = 0; s < S; ++s) EXPECT_LE(partrain::peak_in_flight(schedule[s]), 2 * S) << "S " << S << " M " << M;
+      EXPECT_LE(prediction.bubble_fraction, 0.5 * (S - 1) / (M + S - 1)) << "S " << S << " M " << M;
+    }
+}
+
+TEST(Schedule, CheckerRequiresEachBackwardWeightAfterItsBackwardInput) {
+  const Plan plan = make_plan({1, 1}, 1, 3, ScheduleKind::ZeroBubbleH1);
+  const Schedule good = partrain::generate_schedule(plan);
+  Schedule missing = good;  // stage 0 without W of microbatch 1
+  missing[0].erase(missing[0].begin() + static_cast<std::ptrdiff_t>(find_action(missing[0], ActionKind::BackwardWeight, 1)));
+  EXPECT_NE(error_of(plan, missing).find("never runs BackwardWeight of microbatch 1"), std::string::npos) << error_of(plan, missing);
+  Schedule early = good;  // W of microbatch 0 moved before its B
+  auto& list = early[1];
+  const std::size_t weight = find_action(list, ActionKind::BackwardWeight, 0);
+  const Action moved = list[weight];
+  list.erase(list.begin() + static_cast<std::ptrdiff_t>(weight));
+  list.insert(list.begin() + static_cast<std::ptrdiff_t>(find_action(list, ActionKind::BackwardInput, 0)), moved);
+  EXPECT_NE(error_of(plan, early).find("before its BackwardInput"), std::string::npos) << error_of(plan, early);
 }
 
 // Why predictions simulate instead of using (M + S − 1) · max(f + b): a stage slow in forward before

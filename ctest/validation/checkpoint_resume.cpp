@@ -135,6 +135,8 @@ TEST(CheckpointResume, ReshardsToOtherPlansAndWorldSizes) {
       {"one-rank", 1, {"parallel.planner=dpl", "train.microbatches=1"}},
       {"tensor-parallel", 4, tensor_parallel_two_stages()},
       {"interleaved", 4, interleaved_two_by_two()},
+      {"zero-bubble", 2, {"parallel.planner=manual", "parallel.stages=2", "parallel.replicas=[1,1]",
+                          "parallel.boundaries=[\"h.1\"]", "parallel.schedule=zb_h1", "train.microbatches=4"}},
       {"zero1", 4, {"parallel.planner=manual", "parallel.stages=2", "parallel.replicas=[2,2]",
                     "parallel.boundaries=[\"h.1\"]", "parallel.zero=1", "train.microbatches=2"}},
   };

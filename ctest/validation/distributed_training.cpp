@@ -381,10 +381,59 @@ std::vector<TrainingCase> interleaved_cases() {
   return result;
 }
 
+TrainingCase manual_case(const std::string& model, const std::string& plan, std::vector<int> replicas,
+                         std::vector<std::string> boundaries, int tensor_parallel = 1);
+
+// The zero-bubble schedules (Qi et al. 2024, each backward split into BackwardInput and a deferred
+// BackwardWeight) on 4 ranks, 4 microbatches: ZB-H1 on 4 stages of each model, ZB-V on 2 stages x 2
+// replicas with 2 chunks per rank; ZB-H1 on GPT with t = 2 x 2
+// stages and selective recomputation (recomputed segments keep their weight gradients in B), and
+// 2 stages x 2 replicas with stage recomputation and 1 KiB gradient buckets (the overlapped
+// all-reduce completes with the last BackwardWeight).
+std::vector<TrainingCase> zero_bubble_cases() {
+  std::vector<TrainingCase> result;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> models = {
+      {"bert", {"encoder.layer.0", "encoder.layer.1", "pooler"}},
+      {"gpt", {"h.0", "h.1", "ln_f"}},
+      {"resnet", {"layer2.0", "layer3.0", "layer4.0"}},
+  };
+  for (const auto& [model, boundaries] : models) {
+    TrainingCase c;
+    c.model = model;
+    c.plan = "4stages";
+    c.boundaries = boundaries;
+    c.replicas = {1, 1, 1, 1};
+    c.schedule = "zb_h1";
+    c.planner_settings = {"train.microbatches=4"};
+    result.push_back(c);
+    // ZB-V: 2 stages x 2 replicas, 4 chunks in a V (chunks 0 and 3 on stage 0, 1 and 2 on stage 1:
+    // stage 1 hands chunk 1's outputs to its own chunk 2), stage recomputation on BERT.
+    TrainingCase v = c;
+    v.plan = "2x2_v";
+    v.replicas = {2, 2};
+    v.schedule = "zb_v";
+    v.virtual_stages = 2;
+    if (model == "bert") v.recompute = "boundaries";
+    if (model == "resnet") v.planner_settings = {"train.microbatches=2"};  // BatchNorm over 4 samples
+    result.push_back(v);
+  }
+  TrainingCase tensor_parallel = manual_case("gpt", "tp2_2stages", {1, 1}, {"h.1"}, 2);
+  tensor_parallel.schedule = "zb_h1";
+  tensor_parallel.recompute = "selective";
+  tensor_parallel.planner_settings = {"train.microbatches=4"};
+  result.push_back(tensor_parallel);
+  TrainingCase replicated = manual_case("gpt", "2x2", {2, 2}, {"h.1"});
+  replicated.schedule = "zb_h1";
+  replicated.recompute = "boundaries";
+  replicated.planner_settings = {"train.microbatches=4", "parallel.bucket_mb=0.001"};
+  result.push_back(replicated);
+  return result;
+}
+
 // A manual plan of `model` named `plan`: `replicas` per stage, stages starting at `boundaries`,
 // tensor-parallel degree t.
 TrainingCase manual_case(const std::string& model, const std::string& plan, std::vector<int> replicas,
-                         std::vector<std::string> boundaries, int tensor_parallel = 1) {
+                         std::vector<std::string> boundaries, int tensor_parallel) {
   TrainingCase c;
   c.model = model;
   c.plan = plan;
@@ -890,6 +939,8 @@ INSTANTIATE_TEST_SUITE_P(Precision, MixedPrecision, ::testing::Values("bert", "g
 
 INSTANTIATE_TEST_SUITE_P(Core, DistributedTraining, ::testing::ValuesIn(manual_cases(true)),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(ZeroBubble, DistributedTraining, ::testing::ValuesIn(zero_bubble_cases()),
+                         [](const auto& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Interleaved, DistributedTraining, ::testing::ValuesIn(interleaved_cases()),
                          [](const ::testing::TestParamInfo<TrainingCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Recomputation, DistributedTraining, ::testing::ValuesIn(recomputation_cases()),

@@ -66,7 +66,8 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.choose_sequence_parallel = parallel.choose_sequence_parallel;
   options.global_batch = config.train.global_batch;
   options.microbatches = static_cast<int>(config.train.microbatches);
-  options.schedule = parse_schedule(parallel.schedule);
+  options.choose_schedule = parallel.schedule == "auto";
+  options.schedule = options.choose_schedule ? ScheduleKind::OneForwardOneBackward : parse_schedule(parallel.schedule);
   options.virtual_stages = static_cast<int>(parallel.virtual_stages);
   options.recompute = parallel.recompute;
   options.recompute_layers = static_cast<int>(parallel.recompute_layers);

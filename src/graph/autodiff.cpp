@@ -59,4 +59,54 @@ BackwardProgram build_backward(const Graph& graph, const Subgraph& subgraph) {
   return program;
 }
 
+SplitBackward split_backward(const Graph& graph, const BackwardProgram& program,
+                             const std::function<bool(std::size_t)>& deferrable) {
+  const std::unordered_set<int> parameters(program.parameter_grads.begin(), program.parameter_grads.end());
+  // A parameter waits for the weight half only when all its steps may wait (tied parameters read
+  // by several steps are handed over once, as in the whole program).
+  std::unordered_set<int> kept_in_input;
+  for (std::size_t i = 0; i < program.steps.size(); ++i) {
+    if (!deferrable || deferrable(i)) continue;
+    const Task& task = graph.task(program.steps[i].task);
+    for (std::size_t k = 0; k < task.inputs.size(); ++k)
+      if (program.steps[i].input_grad_needed[k] && parameters.count(task.inputs[k])) kept_in_input.insert(task.inputs[k]);
+  }
+  auto deferred = [&](int value) { return parameters.count(value) && !kept_in_input.count(value); };
+
+  SplitBackward split;
+  split.input.output_grads = program.output_grads;
+  split.input.input_grads = program.input_grads;
+  std::unordered_set<int> kept_grads;
+  for (const BackwardStep& step : program.steps) {
+    const Task& task = graph.task(step.task);
+    BackwardStep input{step.task, std::vector<bool>(step.input_grad_needed.size(), false)};
+    BackwardStep weight = input;
+    bool any_input = false, any_weight = false;
+    for (std::size_t k = 0; k < task.inputs.size(); ++k) {
+      if (!step.input_grad_needed[k]) continue;
+      const bool later = deferred(task.inputs[k]);
+      (later ? weight : input).input_grad_needed[k] = true;
+      (later ? any_weight : any_input) = true;
+    }
+    if (any_input) split.input.steps.push_back(std::move(input));
+    if (any_weight) {
+      split.weight.steps.push_back(std::move(weight));
+      kept_grads.insert(task.outputs.begin(), task.outputs.end());
+    }
+  }
+  for (int value : program.parameter_grads)
+    (deferred(value) ? split.weight : split.input).parameter_grads.push_back(value);
+  split.input.kept_output_grads.assign(kept_grads.begin(), kept_grads.end());
+  std::sort(split.input.kept_output_grads.begin(), split.input.kept_output_grads.end());
+  return split;
+}
+
+std::vector<int> step_positions(const BackwardProgram& program, const BackwardProgram& half) {
+  std::vector<int> positions(program.steps.size(), -1);
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < program.steps.size() && next < half.steps.size(); ++i)
+    if (program.steps[i].task == half.steps[next].task) positions[i] = static_cast<int>(next++);
+  return positions;
+}
+
 }  // namespace partrain

@@ -3,6 +3,7 @@
 // backward kernel, a vector-Jacobian product); the backward program of a subgraph lists, in reverse
 // topological order, which tasks run their rule and which input gradients each must produce.
 // Gradients of values read by several tasks are accumulated (summed) before they are used.
+#include <functional>
 #include <vector>
 
 #include "graph/subgraph.h"
@@ -25,7 +26,35 @@ struct BackwardProgram {
   std::vector<int> input_grads;
   /// Parameters that receive a gradient.
   std::vector<int> parameter_grads;
+  /// Gradients of task outputs the pass leaves in its gradient map after their steps have run,
+  /// instead of freeing them: the input-gradient half of a split backward keeps those the
+  /// weight-gradient half reads (split_backward). Empty for a whole backward.
+  std::vector<int> kept_output_grads;
 };
+
+/// A backward program split in two for the zero-bubble schedules (Qi et al., "Zero Bubble Pipeline
+/// Parallelism", ICLR 2024, §2): `input` (their B) computes every gradient that flows to an
+/// activation, the critical path of the pipeline; `weight` (their W) computes the parameter
+/// gradients and may run any time later, once, before the optimizer step. Run `input`, then
+/// `weight` on the gradient map `input` left behind (its kept_output_grads) and the same forward
+/// values: the parameter gradients are bit-identical to the whole program's (the same kernels on
+/// the same operands, accumulated in the same order).
+struct SplitBackward {
+  BackwardProgram input;
+  BackwardProgram weight;
+};
+
+/// Splits `program` (build_backward) into its input- and weight-gradient halves. `deferrable(i)`
+/// says whether step i's parameter gradients may wait for the weight half (default: all may); a
+/// parameter is deferred only when every step producing its gradient is deferrable, so that each
+/// parameter's gradient is handed over by one half only (a non-deferred one is computed in the
+/// input half, as in the whole program). Steps left without work are dropped from a half.
+SplitBackward split_backward(const Graph& graph, const BackwardProgram& program,
+                             const std::function<bool(std::size_t)>& deferrable = {});
+
+/// For each step of program.steps, its index in `half`.steps, or -1 where `half` does not run it
+/// (the two programs list steps in the same order).
+std::vector<int> step_positions(const BackwardProgram& program, const BackwardProgram& half);
 
 /// Builds the backward program of `subgraph`. A value needs a gradient when it is a Param or a
 /// boundary activation, or a task output computed from one through differentiable inputs; a step

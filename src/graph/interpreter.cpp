@@ -73,6 +73,7 @@ class BackwardPass {
       : graph_(graph), program_(program), values_(values), grads_(grads), backend_(backend), options_(options),
         parameters_(program.parameter_grads.begin(), program.parameter_grads.end()),
         kept_(program.input_grads.begin(), program.input_grads.end()) {
+    kept_.insert(program.kept_output_grads.begin(), program.kept_output_grads.end());
     for (int v : program.output_grads)
       PARTRAIN_CHECK(grads.count(v), "backward: no gradient given for output '" << graph.value(v).name << "'");
     // The step after which each parameter's gradient of this pass is complete.
@@ -141,7 +142,8 @@ class BackwardPass {
   TensorMap& grads_;
   Backend& backend_;
   const ExecutionOptions& options_;
-  const std::unordered_set<int> parameters_, kept_;
+  const std::unordered_set<int> parameters_;
+  std::unordered_set<int> kept_;  // gradients the caller reads after the pass: not freed
   TensorMap fresh_parameter_grads_;
   std::unordered_map<int, std::size_t> last_step_;  // parameter -> last step producing its gradient
   std::vector<Tensor> input_grads_;  // of the step run last

@@ -462,7 +462,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read_memory_size("device_memory", config.device_memory_bytes);
   reader.read("memory_margin", config.memory_margin);
   reader.read("devices_per_node", config.devices_per_node);
-  reader.read_choice("schedule", config.schedule, {"gpipe", "1f1b", "scp", "interleaved"});
+  reader.read_choice("schedule", config.schedule, {"gpipe", "1f1b", "scp", "interleaved", "zb_h1", "zb_v", "auto"});
   reader.read_integer_or_auto("virtual_stages", config.virtual_stages, 0, "an integer >= 1 or \"auto\"");
   reader.read_choice("recompute", config.recompute, {"auto", "none", "boundaries", "stage_aware", "layers", "selective"});
   reader.read("recompute_layers", config.recompute_layers);
@@ -520,11 +520,16 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
     reader.fail("virtual_stages", "must be at least 1 (model chunks per pipeline rank; 1: plain 1f1b), or \"auto\"");
   if (config.virtual_stages == 0 && config.schedule != "interleaved")
     reader.fail("virtual_stages", "= \"auto\" needs schedule = \"interleaved\", not \"" + config.schedule + "\"");
-  if (config.virtual_stages > 1 && config.schedule != "interleaved")
+  // zb_v always runs two model chunks per rank (a V); the default virtual_stages = 1 means that.
+  if (config.schedule == "zb_v" && config.virtual_stages == 1) config.virtual_stages = 2;
+  if (config.schedule == "zb_v" && config.virtual_stages != 2)
+    reader.fail("virtual_stages", "= " + std::to_string(config.virtual_stages) +
+                                      ": schedule = \"zb_v\" runs exactly 2 model chunks per pipeline rank");
+  if (config.virtual_stages > 1 && config.schedule != "interleaved" && config.schedule != "zb_v")
     reader.fail("virtual_stages", "= " + std::to_string(config.virtual_stages) +
                                       " needs schedule = \"interleaved\" (Megatron's interleaved 1F1B), not \"" +
                                       config.schedule + "\"");
-  if (config.virtual_stages > 1 && config.stages == 1)
+  if (config.virtual_stages > 1 && config.stages == 1 && config.schedule == "interleaved")
     reader.fail("virtual_stages", "needs at least 2 pipeline stages (stages = 1: a rank would send to itself)");
   if (!config.boundaries.empty() && config.stages != 0 &&
       static_cast<std::int64_t>(config.boundaries.size()) + 1 != config.stages * config.virtual_stages)

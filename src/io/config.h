@@ -164,7 +164,7 @@ struct ParallelConfig {
   double device_memory_bytes = 16.0 * (1ull << 30);  // memory per device
   double memory_margin = 0.1;            // fraction of device memory kept free
   std::int64_t devices_per_node = 8;     // devices sharing a node (fast link)
-  std::string schedule = "1f1b";         // gpipe, 1f1b, scp or interleaved
+  std::string schedule = "1f1b";         // gpipe, 1f1b, scp, interleaved, zb_h1, zb_v or auto (1f1b or zb_h1, the faster)
   std::int64_t virtual_stages = 1;       // interleaved: model chunks per pipeline rank (Megatron's v; 1: 1f1b);
                                          // 0 ("auto"): the uniform planner chooses v by predicted step time
   std::string recompute = "auto";        // auto (the planner chooses per stage), none, boundaries, stage_aware,

@@ -154,6 +154,38 @@ Plan plan_rannc(const Graph& graph, const CostModel& cost, const PlannerOptions&
 }  // namespace
 
 Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
+  if (options.choose_schedule) {
+    PlannerOptions one_f_one_b = options;
+    one_f_one_b.choose_schedule = false;
+    one_f_one_b.schedule = ScheduleKind::OneForwardOneBackward;
+    PlannerOptions zero_bubble = one_f_one_b;
+    zero_bubble.schedule = ScheduleKind::ZeroBubbleH1;
+    std::optional<Plan> best;
+    std::optional<Error> failure;
+    auto consider = [&](const PlannerOptions& candidate) {
+      try {
+        Plan plan = make_plan(graph, cost, candidate);
+        if (!best || plan.predicted_step_seconds < best->predicted_step_seconds) best = std::move(plan);
+      } catch (const Error& error) {  // zb_h1 holds more activations on later stages: it may not fit
+        if (!failure) failure = error;
+      }
+    };
+    consider(one_f_one_b);
+    consider(zero_bubble);
+    if (best && best->pipeline_stages() > 1) {
+      // zb_v at the depth and replicas chosen: the uniform planner's 2S chunks of near-equal layer
+      // counts in a V (no planner searches V layouts of unequal chunks yet).
+      PlannerOptions v_shape = one_f_one_b;
+      v_shape.planner = "uniform";
+      v_shape.schedule = ScheduleKind::ZeroBubbleV;
+      v_shape.virtual_stages = 2;
+      v_shape.stages = best->pipeline_stages();
+      v_shape.microbatches = best->microbatches;
+      consider(v_shape);
+    }
+    if (!best) throw *failure;
+    return *std::move(best);
+  }
   PARTRAIN_CHECK(options.world_size > 0, "planning needs a positive world size, not " << options.world_size);
   PARTRAIN_CHECK(options.global_batch > 0, "planning needs a positive global batch, not " << options.global_batch);
   const std::string& name = options.planner;
@@ -172,7 +204,7 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   PARTRAIN_CHECK(options.virtual_stages != 0 || name == "uniform" || name == "rannc",
                  "[parallel] virtual_stages = \"auto\": only the uniform and rannc planners choose the model chunks per rank, "
                  "not the " << name << " planner");
-  PARTRAIN_CHECK(options.virtual_stages == 1 || options.schedule == ScheduleKind::Interleaved,
+  PARTRAIN_CHECK(options.virtual_stages == 1 || schedule_has_chunks(options.schedule),
                  "[parallel] virtual_stages = " << options.virtual_stages << " needs schedule = \"interleaved\", not \""
                                                 << schedule_name(options.schedule) << "\"");
   PARTRAIN_CHECK(options.virtual_stages <= 1 || name == "manual" || name == "uniform",
@@ -187,6 +219,11 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   PlannerOptions groups = options;
   groups.world_size = options.world_size / tensor_parallel;
   groups.tensor_parallel = 1;
+  // zb_h1 runs 1F1B's stages with the weight gradients deferred: the planners lay out stages for
+  // 1F1B (rannc's stage DP needs a memory policy that depends on S − s only; zb_h1's min(S, M) does
+  // not), then the plan is priced again under zb_h1, which must still fit.
+  const bool zero_bubble = options.schedule == ScheduleKind::ZeroBubbleH1;
+  if (zero_bubble) groups.schedule = ScheduleKind::OneForwardOneBackward;
   const GroupCostModel group_cost(cost, tensor_parallel);
   Plan plan;
   if (name == "rannc") {
@@ -207,6 +244,16 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
     PARTRAIN_FAIL("unknown planner '" << name << "' (expected rannc, ideals, dpl, ip, capslog, merak, uniform or manual)");
   }
   record_planned_settings(plan, options);
+  if (zero_bubble) {
+    groups.schedule = ScheduleKind::ZeroBubbleH1;
+    plan.schedule = ScheduleKind::ZeroBubbleH1;
+    predict_plan(plan, graph, group_cost, groups);
+    const double excess = memory_excess_bytes(plan, group_cost, groups);
+    PARTRAIN_CHECK(excess <= 0, "schedule zb_h1: the " << name << " planner's stages need "
+                                                       << excess / (1 << 20) << " MiB more than a device holds under "
+                                                          "zb_h1 (every stage keeps min(S, M) microbatches' activations); "
+                                                          "use 1f1b, more memory or recomputation");
+  }
   // A planner that chose replicas per stage may have cut between a loss piece and its consumer.
   if (move_loss_pieces_off_unequal_boundaries(graph, plan)) predict_plan(plan, graph, group_cost, groups);
   plan.tensor_parallel = tensor_parallel;

@@ -43,6 +43,8 @@ const char* schedule_name(ScheduleKind kind) {
     case ScheduleKind::OneForwardOneBackward: return "1f1b";
     case ScheduleKind::ShiftedCriticalPath: return "scp";
     case ScheduleKind::Interleaved: return "interleaved";
+    case ScheduleKind::ZeroBubbleH1: return "zb_h1";
+    case ScheduleKind::ZeroBubbleV: return "zb_v";
   }
   return "?";
 }
@@ -52,7 +54,15 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "1f1b") return ScheduleKind::OneForwardOneBackward;
   if (name == "scp") return ScheduleKind::ShiftedCriticalPath;
   if (name == "interleaved") return ScheduleKind::Interleaved;
-  PARTRAIN_FAIL("unknown schedule '" << name << "' (expected gpipe, 1f1b, scp or interleaved)");
+  if (name == "zb_h1") return ScheduleKind::ZeroBubbleH1;
+  if (name == "zb_v") return ScheduleKind::ZeroBubbleV;
+  PARTRAIN_FAIL("unknown schedule '" << name << "' (expected gpipe, 1f1b, scp, interleaved, zb_h1 or zb_v)");
+}
+
+bool schedule_has_chunks(ScheduleKind kind) { return kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZeroBubbleV; }
+
+bool schedule_splits_backward(ScheduleKind kind) {
+  return kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV;
 }
 
 const char* recompute_name(RecomputePolicy policy) {
@@ -118,9 +128,23 @@ int Plan::pipeline_stages() const {
   return virtual_stages > 1 ? chunks / virtual_stages : chunks;
 }
 
+int stage_of_chunk(ScheduleKind kind, int chunk, int depth) {
+  if (kind == ScheduleKind::ZeroBubbleV && chunk >= depth) return 2 * depth - 1 - chunk;
+  return chunk % depth;
+}
+
+int Plan::stage_of_chunk(int chunk) const { return partrain::stage_of_chunk(schedule, chunk, pipeline_stages()); }
+
+int Plan::local_chunk_index(int chunk) const {
+  const int depth = pipeline_stages();
+  if (schedule == ScheduleKind::ZeroBubbleV) return chunk >= depth ? 1 : 0;
+  return chunk / depth;
+}
+
 std::vector<int> Plan::chunks_of_stage(int stage) const {
   std::vector<int> chunks;
   const int depth = pipeline_stages();
+  if (schedule == ScheduleKind::ZeroBubbleV && virtual_stages == 2) return {stage, 2 * depth - 1 - stage};
   for (int c = stage; depth > 0 && c < static_cast<int>(stages.size()); c += depth) chunks.push_back(c);
   return chunks;
 }
@@ -186,9 +210,21 @@ int Plan::bottleneck_stage() const {
 
 void Plan::validate_interleaving() const {
   PARTRAIN_CHECK(virtual_stages >= 1, "plan (" << planner << "): virtual_stages must be at least 1, got " << virtual_stages);
-  PARTRAIN_CHECK(virtual_stages == 1 || schedule == ScheduleKind::Interleaved,
+  PARTRAIN_CHECK(virtual_stages == 1 || schedule_has_chunks(schedule),
                  "plan (" << planner << "): virtual_stages = " << virtual_stages
-                          << " needs the interleaved schedule, not " << schedule_name(schedule));
+                          << " needs the interleaved or zb_v schedule, not " << schedule_name(schedule));
+  if (schedule == ScheduleKind::ZeroBubbleV) {
+    PARTRAIN_CHECK(virtual_stages == 2 && stages.size() % 2 == 0,
+                   "plan (" << planner << "): the zb_v schedule needs virtual_stages = 2 (two model chunks per rank in "
+                            << "a V) and an even number of chunks, not " << virtual_stages << " and " << stages.size());
+    const int depth = pipeline_stages();
+    for (int c = depth; c < static_cast<int>(stages.size()); ++c)
+      PARTRAIN_CHECK(stages[c].replicas == stages[stage_of_chunk(c)].replicas,
+                     "plan (" << planner << "): model chunk " << c << " has " << stages[c].replicas
+                              << " replicas but runs on pipeline stage " << stage_of_chunk(c) << " with chunk "
+                              << stage_of_chunk(c) << "'s " << stages[stage_of_chunk(c)].replicas);
+    return;
+  }
   if (schedule != ScheduleKind::Interleaved) return;
   const int chunks = static_cast<int>(stages.size());
   PARTRAIN_CHECK(chunks % virtual_stages == 0,
@@ -363,6 +399,7 @@ nlohmann::json Plan::to_json() const {
     if (stage.recompute == RecomputePolicy::StageAware) stage_list.back()["recompute_until_task"] = stage.recompute_until_task;
     if (stage.recompute == RecomputePolicy::Layers) stage_list.back()["recompute_layers"] = stage.recompute_layers;
     if (stage.recompute_seconds > 0) stage_list.back()["recompute_seconds"] = stage.recompute_seconds;
+    if (stage.weight_gradient_seconds > 0) stage_list.back()["weight_gradient_seconds"] = stage.weight_gradient_seconds;
   }
   return {{"format", "partrain-plan"},
           {"version", 2},
@@ -426,6 +463,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
       stage.recompute_until_task = entry.value("recompute_until_task", -1);
       stage.recompute_layers = entry.value("recompute_layers", 1);
       stage.recompute_seconds = entry.value("recompute_seconds", 0.0);
+      stage.weight_gradient_seconds = entry.value("weight_gradient_seconds", 0.0);
       stage.forward_seconds = entry.value("forward_seconds", 0.0);
       stage.backward_seconds = entry.value("backward_seconds", 0.0);
       stage.memory_bytes = entry.value("memory_bytes", 0.0);
@@ -501,7 +539,10 @@ std::string format_plan_table(const Plan& plan) {
   char line[512];
   out << "plan: " << plan.planner << ", " << plan.pipeline_stages() << " stages x " << plan.pipeline_replicas
       << " pipeline replicas";
-  if (plan.virtual_stages > 1)
+  if (plan.virtual_stages > 1 && plan.schedule == ScheduleKind::ZeroBubbleV)
+    out << " (V: 2 model chunks per stage, rows are chunks; chunk c on stage c, from chunk " << plan.pipeline_stages()
+        << " on stage " << 2 * plan.pipeline_stages() - 1 << " - c)";
+  else if (plan.virtual_stages > 1)
     out << " (interleaved: " << plan.virtual_stages << " model chunks per stage, rows are chunks on stage chunk mod "
         << plan.pipeline_stages() << ")";
   if (plan.tensor_parallel > 1)

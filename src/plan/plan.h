@@ -16,8 +16,12 @@
 namespace partrain {
 
 /// Pipeline schedules: GPipe (fill-drain), 1F1B (PipeDream-flush), Merak's shifted critical path,
-/// Megatron's interleaved 1F1B (Narayanan et al. SC'21 §2.2: v model chunks per rank).
-enum class ScheduleKind { GPipe, OneForwardOneBackward, ShiftedCriticalPath, Interleaved };
+/// Megatron's interleaved 1F1B (Narayanan et al. SC'21 §2.2: v model chunks per rank), and the
+/// zero-bubble ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024 §2.1: each backward
+/// split into its input-gradient and weight-gradient halves, the latter deferred into the bubbles),
+/// and ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory": two model chunks per
+/// rank in a V, chunk c on stage c for c < S and on stage 2S − 1 − c after).
+enum class ScheduleKind { GPipe, OneForwardOneBackward, ShiftedCriticalPath, Interleaved, ZeroBubbleH1, ZeroBubbleV };
 /// Activation recomputation of a stage (docs/parallelism.md §Activation recomputation): none; the
 /// whole stage from its inputs (RaNNC's stage boundaries: only the inputs are kept per microbatch);
 /// Merak's stage-aware policy (a prefix of the stage recomputed); per-layer checkpointing (Chen et
@@ -44,7 +48,14 @@ Precision parse_precision(const std::string& name);      // throws partrain::Err
 /// fp32 state tensors per parameter `optimizer` keeps: "adamw" 2 (exp_avg, exp_avg_sq), "sgd" 1
 /// (momentum buffer). Throws partrain::Error for another name.
 int state_copies_of_optimizer(const std::string& optimizer);
-const char* schedule_name(ScheduleKind kind);            // "gpipe", "1f1b", "scp", "interleaved"
+const char* schedule_name(ScheduleKind kind);            // "gpipe", "1f1b", "scp", "interleaved", "zb_h1", "zb_v"
+/// The pipeline stage (of `depth`) running model chunk `chunk` under `kind`: chunk mod depth, or for
+/// zb_v's V 2·depth − 1 − chunk from chunk depth on.
+int stage_of_chunk(ScheduleKind kind, int chunk, int depth);
+/// Whether `kind` runs several model chunks per rank (Plan::virtual_stages): interleaved and zb_v.
+bool schedule_has_chunks(ScheduleKind kind);
+/// Whether `kind` splits each backward into BackwardInput and BackwardWeight: zb_h1 and zb_v.
+bool schedule_splits_backward(ScheduleKind kind);
 ScheduleKind parse_schedule(const std::string& name);    // throws partrain::Error on an unknown name
 /// "none", "boundaries", "stage_aware", "layers", "selective".
 const char* recompute_name(RecomputePolicy policy);
@@ -72,6 +83,9 @@ struct PlanStage {
   double forward_seconds = 0;   // predicted: one microbatch on one replica
   double backward_seconds = 0;  // predicted: one microbatch on one replica (incl. recomputation)
   double recompute_seconds = 0; // predicted: the part of backward_seconds that repeats forward work
+  /// Predicted: the part of backward_seconds that computes parameter gradients (the weight-gradient
+  /// half a zero-bubble schedule defers; stage_weight_gradient_share).
+  double weight_gradient_seconds = 0;
   double memory_bytes = 0;      // predicted peak bytes per device
   double allreduce_seconds = 0; // predicted: the stage's gradient all-reduce over its data-parallel group
   /// Predicted: the part of allreduce_seconds that runs during the stage's last backward (the
@@ -114,7 +128,8 @@ struct Plan {
   /// Model chunks per pipeline rank (Megatron's virtual pipeline size v; Narayanan et al. SC'21 §2.2).
   /// With v > 1 (schedule interleaved) `stages` lists the S·v model chunks in model order and chunk c
   /// runs on pipeline stage c mod S (S = pipeline_stages()): rank s holds chunks s, s + S, ..., the
-  /// chunks of one pipeline stage have equal replica counts.
+  /// chunks of one pipeline stage have equal replica counts. Schedule zb_v: v = 2 and the chunks go
+  /// down and back up the pipeline (a V): rank s holds chunks s and 2S − 1 − s.
   int virtual_stages = 1;
   double device_memory_bytes = 0;      // memory per device it was planned for
   // What the plan's memory was predicted for; the executor runs exactly this.
@@ -130,10 +145,14 @@ struct Plan {
   int devices_per_pipeline_replica() const;
   /// Pipeline depth S: stages.size() / virtual_stages (the ranks of one pipeline replica's replica path).
   int pipeline_stages() const;
-  /// The pipeline stage running model chunk (stages entry) `chunk`: chunk mod S.
-  int stage_of_chunk(int chunk) const { return chunk % pipeline_stages(); }
-  /// The model chunks pipeline stage `stage` holds, ascending: stage, stage + S, ... (v of them).
+  /// The pipeline stage running model chunk (stages entry) `chunk`: chunk mod S (zb_v: chunk for
+  /// chunk < S, 2S − 1 − chunk after).
+  int stage_of_chunk(int chunk) const;
+  /// The model chunks pipeline stage `stage` holds, ascending: stage, stage + S, ... (v of them; zb_v:
+  /// stage, 2S − 1 − stage). Action::chunk indexes this list.
   std::vector<int> chunks_of_stage(int stage) const;
+  /// The index of model chunk `chunk` in chunks_of_stage(stage_of_chunk(chunk)).
+  int local_chunk_index(int chunk) const;
   /// Samples of one microbatch of one pipeline replica: global_batch / (pipeline_replicas · microbatches).
   std::int64_t microbatch_size() const;
   /// Samples per second predicted from predicted_step_seconds (0 when not predicted).

@@ -23,6 +23,8 @@ namespace partrain {
 enum class ActionKind {
   Forward,            // forward pass of the rank's samples of a microbatch
   Backward,           // backward pass of a microbatch (accumulates parameter gradients)
+  BackwardInput,      // zero-bubble B: the input-gradient half of a backward (what the previous stage waits for)
+  BackwardWeight,     // zero-bubble W: the weight-gradient half, after its BackwardInput (deferrable)
   Recompute,          // re-run the forward of a microbatch from its kept boundary inputs
   SendActivation,     // send stage outputs (samples [begin, end)) to a rank of the next stage
   ReceiveActivation,  // receive stage inputs (samples [begin, end)) from a rank of the previous stage
@@ -58,13 +60,17 @@ struct Action {
   static Action forward(int microbatch, std::int64_t begin, std::int64_t end, bool activations_recomputed);
   static Action backward(int microbatch, std::int64_t begin, std::int64_t end);
   static Action recompute(int microbatch, std::int64_t begin, std::int64_t end);
+  static Action backward_input(int microbatch, std::int64_t begin, std::int64_t end);
+  static Action backward_weight(int microbatch, std::int64_t begin, std::int64_t end);
   /// A send or receive kind with its peer rank and sample range; throws partrain::Error for another kind.
   static Action transfer(ActionKind kind, int microbatch, int peer, std::int64_t begin, std::int64_t end);
   /// The gradient all-reduce over `group` (ranks, ascending) and the optimizer step.
   static Action all_reduce(std::vector<int> group);
   static Action step();
 
-  bool is_compute() const;  // Forward, Backward or Recompute
+  bool is_compute() const;  // Forward, Backward, BackwardInput, BackwardWeight or Recompute
+  /// Backward or BackwardInput: the action after which the input gradients can be sent.
+  bool produces_input_gradients() const;
   bool is_send() const;     // SendActivation or SendGradient
   bool is_receive() const;  // ReceiveActivation or ReceiveGradient
 
@@ -97,6 +103,13 @@ using Schedule = std::vector<std::vector<Action>>;
 ///    min((S-s-1)·2 + (v-1)·S, M·v) warm-up forward steps (all of them when M = S), then alternates
 ///    one forward and one backward step, then the remaining backward steps. The last chunk of stage
 ///    S-1 sends to the next chunk on stage 0. With v = 1 it is 1f1b. Needs M a multiple of S.
+///  * zb_h1 (Qi et al. 2024 §2.1, ZB-H1): 1F1B's forwards and warm-up, each Backward split into a
+///    BackwardInput (B) in 1F1B's place and a BackwardWeight (W) that stage s delays by s
+///    microbatches: W(k − s) follows B(k) in the steady state, the rest run during the cool-down and
+///    after it, where 1F1B idles. Every stage then holds min(S, M) microbatches between Forward
+///    and BackwardWeight, as 1F1B's first stage does; with equal stage costs and F = B = W the step
+///    takes (3M + S − 1)·F against 1F1B's 3(M + S − 1)·F: a third of its bubble.
+///  * zb_v: two model chunks per rank in a V (plan/zero_bubble_v.h).
 /// Every stage whose policy is StageBoundaries or StageAware gets Recompute(mb) right before
 /// Backward(mb) (scp: before its gradient receives) and Forward(mb).activations_recomputed set; which layers a
 /// StageAware stage really recomputes is the executor's business. Receives are placed right before
@@ -109,13 +122,14 @@ using Schedule = std::vector<std::vector<Action>>;
 /// world_size ≠ pipeline replicas × devices, or a microbatch smaller than a stage's replica count.
 Schedule generate_schedule(const Plan& plan);
 
-/// Forward passes stage `stage` of `stages` runs before its first backward under `kind` (the
-/// microbatches in flight at its peak): GPipe M; 1F1B min(S − s, M); scp one more on a recomputing
-/// stage before the last (min(S − s + 1, M)). Throws partrain::Error for a stage outside [0, S).
+/// Microbatches whose activations stage `stage` of `stages` holds at its peak under `kind`: those
+/// between their Forward and the end of their backward. GPipe M; 1F1B min(S − s, M); scp one more on
+/// a recomputing stage before the last (min(S − s + 1, M)); zb_h1 min(S, M) on every stage (its
+/// deferred weight-gradient halves keep what they read). Throws partrain::Error for a stage outside [0, S).
 int microbatches_in_flight(ScheduleKind kind, int stage, int stages, int microbatches, bool recompute);
 
-/// Largest number of microbatches whose Forward has run and whose Backward has not, along the list
-/// (activation memory held at once; 1F1B: min(S-s, M) on stage s).
+/// Largest number of microbatches whose Forward has run and whose Backward (or BackwardWeight) has
+/// not, along the list (activation memory held at once; 1F1B: min(S-s, M) on stage s).
 int peak_in_flight(const std::vector<Action>& actions);
 
 }  // namespace partrain

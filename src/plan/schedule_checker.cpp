@@ -19,7 +19,7 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
   const Placement place = plan.placement_of(rank);
   const int s = place.stage;
   const int M = plan.microbatches;
-  const int v = plan.schedule == ScheduleKind::Interleaved ? plan.virtual_stages : 1;
+  const int v = schedule_has_chunks(plan.schedule) ? plan.virtual_stages : 1;
   const auto [begin, end] = plan.replica_samples(s, place.replica);
   // Per local model chunk k (model chunk k·S + s; the stage itself without interleaving).
   std::vector<std::vector<Link>> previous_of(v), next_of(v);
@@ -32,6 +32,8 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
 
   struct State {
     int forwards = 0, backwards = 0, recomputes = 0;
+    bool split = false;  // its backward is a BackwardInput and a BackwardWeight
+    int weights = 0;     // BackwardWeight actions run
     bool activations_recomputed = false;  // its Forward left the activations to a Recompute
     std::vector<int> sent_activation, received_activation, sent_gradient, received_gradient;  // peers
   };
@@ -64,7 +66,7 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
                                                          << ": the stage's data-parallel group has "
                                                          << group.size() << " ranks from " << group.front());
       for (int mb = 0; mb < M * v; ++mb)
-        PARTRAIN_CHECK(states[mb].backwards == 1, "schedule: " << at(plan, schedule, rank, index)
+        PARTRAIN_CHECK(states[mb].backwards == 1 && states[mb].weights == (states[mb].split ? 1 : 0), "schedule: " << at(plan, schedule, rank, index)
                                                                << " comes before Backward(mb " << mb % M
                                                                << (v > 1 ? ", chunk " + std::to_string(mb / M) : "") << ")");
       ++all_reduces;
@@ -97,7 +99,14 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
                        "schedule: " << at(plan, schedule, rank, index) << " is repeated or after Backward");
         ++state.recomputes;
         break;
+      case ActionKind::BackwardWeight:
+        PARTRAIN_CHECK(state.split && state.backwards == 1,
+                       "schedule: " << at(plan, schedule, rank, index) << " before its BackwardInput");
+        PARTRAIN_CHECK(state.weights == 0, "schedule: " << at(plan, schedule, rank, index) << " is repeated");
+        ++state.weights;
+        break;
       case ActionKind::Backward:
+      case ActionKind::BackwardInput:
         PARTRAIN_CHECK(state.forwards == 1, "schedule: " << at(plan, schedule, rank, index) << " before its Forward");
         PARTRAIN_CHECK(state.backwards == 0, "schedule: " << at(plan, schedule, rank, index) << " is repeated");
         PARTRAIN_CHECK(!state.activations_recomputed || state.recomputes == 1,
@@ -106,6 +115,7 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
                        "schedule: " << at(plan, schedule, rank, index) << " comes before receiving all its gradients ("
                                     << state.received_gradient.size() << " of " << next.size() << ")");
         ++state.backwards;
+        state.split = action.kind == ActionKind::BackwardInput;
         break;
       case ActionKind::ReceiveActivation:
         PARTRAIN_CHECK(state.forwards == 0, "schedule: " << at(plan, schedule, rank, index) << " after its Forward");
@@ -140,6 +150,8 @@ void check_rank(const Plan& plan, const Schedule& schedule, int rank) {
     PARTRAIN_CHECK(state.forwards == 1 && state.backwards == 1,
                    "schedule: " << where(plan, rank) << " runs microbatch " << mb << " forward " << state.forwards
                                 << " and backward " << state.backwards << " times (expected once each)");
+    PARTRAIN_CHECK(!state.split || state.weights == 1,
+                   "schedule: " << where(plan, rank) << " never runs BackwardWeight of microbatch " << mb);
     PARTRAIN_CHECK(state.sent_activation.size() == next.size() && state.sent_gradient.size() == previous.size(),
                    "schedule: " << where(plan, rank) << " does not send every activation and gradient of microbatch "
                                 << mb << " (" << state.sent_activation.size() << " of " << next.size()

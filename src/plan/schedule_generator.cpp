@@ -1,4 +1,4 @@
-// The schedule IR's actions and the generators of gpipe, 1f1b, scp and interleaved action lists
+// The schedule IR's actions and the generators of gpipe, 1f1b, scp, zb_h1 and interleaved action lists
 // (plan/schedule.h).
 #include <algorithm>
 #include <sstream>
@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "plan/schedule.h"
 #include "plan/schedule_topology.h"
+#include "plan/zero_bubble_v.h"
 
 namespace partrain {
 
@@ -16,6 +17,8 @@ const char* action_kind_name(ActionKind kind) {
     case ActionKind::Forward: return "Forward";
     case ActionKind::Backward: return "Backward";
     case ActionKind::Recompute: return "Recompute";
+    case ActionKind::BackwardInput: return "BackwardInput";
+    case ActionKind::BackwardWeight: return "BackwardWeight";
     case ActionKind::SendActivation: return "SendActivation";
     case ActionKind::ReceiveActivation: return "ReceiveActivation";
     case ActionKind::SendGradient: return "SendGradient";
@@ -48,6 +51,18 @@ Action Action::recompute(int microbatch, std::int64_t begin, std::int64_t end) {
   return action;
 }
 
+Action Action::backward_input(int microbatch, std::int64_t begin, std::int64_t end) {
+  Action action = forward(microbatch, begin, end, false);
+  action.kind = ActionKind::BackwardInput;
+  return action;
+}
+
+Action Action::backward_weight(int microbatch, std::int64_t begin, std::int64_t end) {
+  Action action = forward(microbatch, begin, end, false);
+  action.kind = ActionKind::BackwardWeight;
+  return action;
+}
+
 Action Action::transfer(ActionKind kind, int microbatch, int peer, std::int64_t begin, std::int64_t end) {
   Action action = forward(microbatch, begin, end, false);
   action.kind = kind;
@@ -67,7 +82,11 @@ Action Action::all_reduce(std::vector<int> group) {
 Action Action::step() { return Action{}; }
 
 bool Action::is_compute() const {
-  return kind == ActionKind::Forward || kind == ActionKind::Backward || kind == ActionKind::Recompute;
+  return kind == ActionKind::Forward || kind == ActionKind::Backward || kind == ActionKind::Recompute ||
+         kind == ActionKind::BackwardInput || kind == ActionKind::BackwardWeight;
+}
+bool Action::produces_input_gradients() const {
+  return kind == ActionKind::Backward || kind == ActionKind::BackwardInput;
 }
 bool Action::is_send() const { return kind == ActionKind::SendActivation || kind == ActionKind::SendGradient; }
 bool Action::is_receive() const {
@@ -110,6 +129,7 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
   const std::vector<Link> next = links_to(plan, place, s + 1, begin, end);
   const ScheduleKind kind = plan.schedule;
   const bool scp = kind == ScheduleKind::ShiftedCriticalPath;
+  const bool zero_bubble = kind == ScheduleKind::ZeroBubbleH1;
   const bool recompute =
       recomputes_before_backward(plan.stages[s].recompute) && !(scp && s == S - 1);
 
@@ -126,7 +146,7 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
     for (const Link& link : next)
       list.push_back(Action::transfer(ActionKind::ReceiveGradient, mb, link.rank, link.begin, link.end));
     if (recompute && !scp) list.push_back(Action::recompute(mb, begin, end));
-    list.push_back(Action::backward(mb, begin, end));
+    list.push_back(zero_bubble ? Action::backward_input(mb, begin, end) : Action::backward(mb, begin, end));
     for (const Link& link : previous)
       list.push_back(Action::transfer(ActionKind::SendGradient, mb, link.rank, link.begin, link.end));
   };
@@ -135,13 +155,23 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
     for (int mb = 0; mb < M; ++mb) emit_forward(mb);
     for (int mb = M - 1; mb >= 0; --mb) emit_backward(mb);
   } else {
-    const int warmup = microbatches_in_flight(kind, s, S, M, recompute) - 1;
+    // zb_h1 runs 1F1B's forwards; W(k − s) follows B(k) (ZB-H1's delay of s microbatches on stage s).
+    const int warmup = zero_bubble ? std::min(S - s, M) - 1 : microbatches_in_flight(kind, s, S, M, recompute) - 1;
+    int weights = 0;  // BackwardWeight actions emitted, in microbatch order
+    auto emit_weight_up_to = [&](int last) {
+      for (; zero_bubble && weights <= last && weights < M; ++weights) list.push_back(Action::backward_weight(weights, begin, end));
+    };
     for (int mb = 0; mb < warmup; ++mb) emit_forward(mb);
     for (int k = 0; k < M - warmup; ++k) {
       emit_forward(warmup + k);
       emit_backward(k);
+      emit_weight_up_to(k - s);
     }
-    for (int mb = M - warmup; mb < M; ++mb) emit_backward(mb);
+    for (int mb = M - warmup; mb < M; ++mb) {
+      emit_backward(mb);
+      emit_weight_up_to(mb - s);
+    }
+    emit_weight_up_to(M - 1);
   }
 
   std::vector<int> group = stage_group(plan, s, place.tensor_rank);
@@ -158,37 +188,7 @@ std::vector<Action> generate_interleaved_rank(const Plan& plan, int rank) {
   const Placement place = plan.placement_of(rank);
   const int S = plan.pipeline_stages(), v = plan.virtual_stages, M = plan.microbatches;
   const int s = place.stage;
-  const std::pair<std::int64_t, std::int64_t> samples = plan.replica_samples(s, place.replica);
-  const std::int64_t begin = samples.first, end = samples.second;
-  std::vector<std::vector<Link>> previous(v), next(v);
-  std::vector<bool> recompute(v);
-  for (int k = 0; k < v; ++k) {
-    const int chunk = k * S + s;
-    previous[k] = links_to(plan, place, chunk - 1, begin, end);  // chunk k·S on stage 0 ← stage S-1's chunk
-    next[k] = links_to(plan, place, chunk + 1, begin, end);
-    recompute[k] = recomputes_before_backward(plan.stages[chunk].recompute);
-  }
-
-  std::vector<Action> list;
-  auto push = [&](Action action, int k) {
-    action.chunk = k;
-    list.push_back(std::move(action));
-  };
-  auto emit_forward = [&](int k, int mb) {
-    for (const Link& link : previous[k])
-      push(Action::transfer(ActionKind::ReceiveActivation, mb, link.rank, link.begin, link.end), k);
-    push(Action::forward(mb, begin, end, recompute[k]), k);
-    for (const Link& link : next[k])
-      push(Action::transfer(ActionKind::SendActivation, mb, link.rank, link.begin, link.end), k);
-  };
-  auto emit_backward = [&](int k, int mb) {
-    for (const Link& link : next[k])
-      push(Action::transfer(ActionKind::ReceiveGradient, mb, link.rank, link.begin, link.end), k);
-    if (recompute[k]) push(Action::recompute(mb, begin, end), k);
-    push(Action::backward(mb, begin, end), k);
-    for (const Link& link : previous[k])
-      push(Action::transfer(ActionKind::SendGradient, mb, link.rank, link.begin, link.end), k);
-  };
+  ChunkListWriter writer(plan, rank);
   auto chunk_of = [&](int i, bool forward) {
     const int k = i % (S * v) / S;
     return forward ? k : v - 1 - k;
@@ -197,25 +197,20 @@ std::vector<Action> generate_interleaved_rank(const Plan& plan, int rank) {
 
   const int total = M * v;
   const int warmup = M == S ? total : std::min(total, (S - s - 1) * 2 + (v - 1) * S);
-  for (int i = 0; i < warmup; ++i) emit_forward(chunk_of(i, true), microbatch_of(i));
+  for (int i = 0; i < warmup; ++i) writer.forward(chunk_of(i, true), microbatch_of(i));
   for (int i = 0; i < total - warmup; ++i) {
-    emit_forward(chunk_of(warmup + i, true), microbatch_of(warmup + i));
-    emit_backward(chunk_of(i, false), microbatch_of(i));
+    writer.forward(chunk_of(warmup + i, true), microbatch_of(warmup + i));
+    writer.backward(chunk_of(i, false), microbatch_of(i), false);
   }
-  for (int i = total - warmup; i < total; ++i) emit_backward(chunk_of(i, false), microbatch_of(i));
-
-  // One reduction of all the rank's chunks' gradients: every chunk of the stage has the same
-  // data-parallel group (equal replica counts).
-  std::vector<int> group = stage_group(plan, s, place.tensor_rank);
-  if (group.size() > 1) list.push_back(Action::all_reduce(std::move(group)));
-  list.push_back(Action::step());
-  return list;
+  for (int i = total - warmup; i < total; ++i) writer.backward(chunk_of(i, false), microbatch_of(i), false);
+  return writer.finish();
 }
 
 }  // namespace
 
 Schedule generate_schedule(const Plan& plan) {
   check_plan_shape(plan);
+  if (plan.schedule == ScheduleKind::ZeroBubbleV) return generate_zero_bubble_v(plan);
   Schedule schedule(plan.world_size);
   const bool interleaved = plan.schedule == ScheduleKind::Interleaved && plan.virtual_stages > 1;
   for (int rank = 0; rank < plan.world_size; ++rank)
@@ -227,6 +222,7 @@ int microbatches_in_flight(ScheduleKind kind, int stage, int stages, int microba
   PARTRAIN_CHECK(stage >= 0 && stage < stages, "stage " << stage << " outside [0, " << stages << ")");
   if (kind == ScheduleKind::GPipe) return microbatches;
   // scp (Merak §6.1): a recomputing stage before the last runs one forward more ahead.
+  if (kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV) return std::min(stages, microbatches);
   const int ahead = kind == ScheduleKind::ShiftedCriticalPath && recompute && stage < stages - 1 ? 1 : 0;
   return std::min(stages - stage + ahead, microbatches);
 }
@@ -235,7 +231,7 @@ int peak_in_flight(const std::vector<Action>& actions) {
   int in_flight = 0, peak = 0;
   for (const Action& action : actions) {
     if (action.kind == ActionKind::Forward) peak = std::max(peak, ++in_flight);
-    if (action.kind == ActionKind::Backward) --in_flight;
+    if (action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardWeight) --in_flight;
   }
   return peak;
 }

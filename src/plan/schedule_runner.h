@@ -50,6 +50,10 @@ struct Runner {
 
   int stage_of(int rank) const { return plan.placement_of(rank).stage; }
 
+  double weight_seconds(int stage) const {
+    return costs->weight_gradient_seconds.empty() ? 0.0 : costs->weight_gradient_seconds[stage];
+  }
+
   double compute_cost(int rank, std::size_t index, const Action& action) const {
     if (!costs) return 0;
     if (costs->action_seconds) return costs->action_seconds(rank, index);
@@ -57,6 +61,8 @@ struct Runner {
     switch (action.kind) {
       case ActionKind::Forward: return costs->forward_seconds[s];
       case ActionKind::Backward: return costs->backward_seconds[s];
+      case ActionKind::BackwardInput: return costs->backward_seconds[s] - weight_seconds(s);
+      case ActionKind::BackwardWeight: return weight_seconds(s);
       case ActionKind::Recompute: return costs->recompute_seconds[s];
       case ActionKind::Step: {
         if (costs->stage_step_seconds.empty()) return costs->step_seconds;
@@ -90,7 +96,9 @@ struct Runner {
         timing[rank][index] = {now, std::max(now, message.arrival)};
         now = std::max(now, message.arrival);
       } else if (action.is_send()) {
-        PARTRAIN_CHECK(action.peer >= 0 && action.peer < static_cast<int>(schedule.size()) && action.peer != rank,
+        // zb_v's chunks S − 1 and S share a rank: that message goes from the rank to itself.
+        PARTRAIN_CHECK(action.peer >= 0 && action.peer < static_cast<int>(schedule.size()) &&
+                           (action.peer != rank || plan.schedule == ScheduleKind::ZeroBubbleV),
                        "schedule: " << at(plan, schedule, rank, index) << " has no valid peer rank");
         const bool gradient = action.kind == ActionKind::SendGradient;
         double transfer = 0;

@@ -23,6 +23,12 @@ void check_costs(const Plan& plan, const TimelineCosts& costs) {
   PARTRAIN_CHECK(costs.step_seconds >= 0, "simulate_schedule: negative step time");
   PARTRAIN_CHECK(costs.stage_step_seconds.empty() || costs.stage_step_seconds.size() == S,
                  "simulate_schedule: " << costs.stage_step_seconds.size() << " stage step times for " << S << " stages");
+  PARTRAIN_CHECK(costs.weight_gradient_seconds.empty() || costs.weight_gradient_seconds.size() == S,
+                 "simulate_schedule: " << costs.weight_gradient_seconds.size() << " weight-gradient times for " << S
+                                       << " stages");
+  for (std::size_t s = 0; s < costs.weight_gradient_seconds.size(); ++s)
+    PARTRAIN_CHECK(costs.weight_gradient_seconds[s] >= 0 && costs.weight_gradient_seconds[s] <= costs.backward_seconds[s],
+                   "simulate_schedule: stage " << s << "'s weight-gradient time is not within its backward time");
   for (double seconds : costs.stage_step_seconds)
     PARTRAIN_CHECK(seconds >= 0, "simulate_schedule: negative step time");
 }
@@ -41,6 +47,7 @@ TimelineCosts TimelineCosts::from_plan(const Plan& plan) {
     costs.recompute_seconds.push_back(recomputes ? stage.forward_seconds : 0.0);
     costs.backward_seconds.push_back(
         recomputes ? std::max(0.0, stage.backward_seconds - stage.forward_seconds) : stage.backward_seconds);
+    costs.weight_gradient_seconds.push_back(std::min(stage.weight_gradient_seconds, costs.backward_seconds.back()));
   }
   costs.all_reduce_seconds = [all_reduce](int stage) { return all_reduce.at(stage); };
   return costs;

@@ -17,6 +17,9 @@ struct TimelineCosts {
   std::vector<double> forward_seconds;
   std::vector<double> backward_seconds;
   std::vector<double> recompute_seconds;
+  /// Per Plan::stages entry, optional (empty: 0): the part of backward_seconds a BackwardWeight
+  /// runs; a BackwardInput runs the rest, a whole Backward all of it.
+  std::vector<double> weight_gradient_seconds;
   /// Seconds from posting a send of `samples` samples to its arrival at `to_rank`; empty: 0.
   std::function<double(ActionKind kind, int from_rank, int to_rank, std::int64_t samples)> transfer_seconds;
   /// Seconds of a stage's (Plan::stages entry's) gradient all-reduce once all members arrived; a rank
@@ -30,7 +33,8 @@ struct TimelineCosts {
   /// costs above (e.g. the durations a run's trace measured).
   std::function<double(int rank, std::size_t index)> action_seconds;
 
-  /// From the plan's predictions: forward = PlanStage::forward_seconds; for a recomputing stage
+  /// From the plan's predictions: forward = PlanStage::forward_seconds; weight gradients =
+  /// PlanStage::weight_gradient_seconds; for a recomputing stage
   /// recompute = forward_seconds and backward = backward_seconds − forward_seconds (the plan's backward
   /// includes the recomputation), otherwise recompute = 0 and backward = backward_seconds;
   /// all-reduce = PlanStage::allreduce_seconds − allreduce_hidden_seconds (what is left after the last backward); step = PlanStage::optimizer_seconds. No separate transfer costs: the planners fold a

@@ -1,6 +1,7 @@
 #include "plan/schedule_topology.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "core/error.h"
 #include "plan/schedule.h"
@@ -44,7 +45,9 @@ std::vector<int> stage_group(const Plan& plan, int stage, int tensor_rank) {
 }
 
 int global_chunk(const Plan& plan, int rank, int local_chunk) {
-  return local_chunk * plan.pipeline_stages() + plan.placement_of(rank).stage;
+  const int stage = plan.placement_of(rank).stage;
+  if (plan.virtual_stages == 1) return stage;
+  return plan.chunks_of_stage(stage).at(static_cast<std::size_t>(local_chunk));
 }
 
 int receiver_chunk(const Plan& plan, int rank, const Action& action) {
@@ -58,6 +61,52 @@ std::vector<int> tensor_group(const Plan& plan, const Placement& placement) {
   for (int t = 0; t < plan.tensor_parallel; ++t)
     group.push_back(plan.rank_of({placement.pipeline_replica, placement.stage, placement.replica, t}));
   return group;
+}
+
+ChunkListWriter::ChunkListWriter(const Plan& plan, int rank) : plan_(plan), place_(plan.placement_of(rank)) {
+  std::tie(begin_, end_) = plan.replica_samples(place_.stage, place_.replica);
+  const int chunks = static_cast<int>(plan.chunks_of_stage(place_.stage).size());
+  for (int k = 0; k < chunks; ++k) {
+    const int chunk = global_chunk(plan, rank, k);
+    previous_.push_back(links_to(plan, place_, chunk - 1, begin_, end_));
+    next_.push_back(links_to(plan, place_, chunk + 1, begin_, end_));
+    recompute_.push_back(recomputes_before_backward(plan.stages[chunk].recompute));
+  }
+}
+
+void ChunkListWriter::push(Action action, int chunk) {
+  action.chunk = chunk;
+  list_.push_back(std::move(action));
+}
+
+void ChunkListWriter::forward(int chunk, int microbatch) {
+  for (const Link& link : previous_[chunk])
+    push(Action::transfer(ActionKind::ReceiveActivation, microbatch, link.rank, link.begin, link.end), chunk);
+  push(Action::forward(microbatch, begin_, end_, recompute_[chunk]), chunk);
+  for (const Link& link : next_[chunk])
+    push(Action::transfer(ActionKind::SendActivation, microbatch, link.rank, link.begin, link.end), chunk);
+}
+
+void ChunkListWriter::backward(int chunk, int microbatch, bool split) {
+  for (const Link& link : next_[chunk])
+    push(Action::transfer(ActionKind::ReceiveGradient, microbatch, link.rank, link.begin, link.end), chunk);
+  if (recompute_[chunk]) push(Action::recompute(microbatch, begin_, end_), chunk);
+  push(split ? Action::backward_input(microbatch, begin_, end_) : Action::backward(microbatch, begin_, end_), chunk);
+  for (const Link& link : previous_[chunk])
+    push(Action::transfer(ActionKind::SendGradient, microbatch, link.rank, link.begin, link.end), chunk);
+}
+
+void ChunkListWriter::backward_weight(int chunk, int microbatch) {
+  push(Action::backward_weight(microbatch, begin_, end_), chunk);
+}
+
+std::vector<Action> ChunkListWriter::finish() {
+  // One reduction of all the rank's chunks' gradients: every chunk of the stage has the same
+  // data-parallel group (equal replica counts).
+  std::vector<int> group = stage_group(plan_, place_.stage, place_.tensor_rank);
+  if (group.size() > 1) list_.push_back(Action::all_reduce(std::move(group)));
+  list_.push_back(Action::step());
+  return std::move(list_);
 }
 
 }  // namespace partrain

@@ -38,6 +38,31 @@ int receiver_chunk(const Plan& plan, int rank, const Action& action);
 /// copy, ascending.
 std::vector<int> stage_group(const Plan& plan, int stage, int tensor_rank = 0);
 
+/// Writes one rank's action list chunk by chunk for the schedules with several model chunks per
+/// rank (interleaved, zb_v): each pass with its receives right before and its sends right after.
+class ChunkListWriter {
+ public:
+  ChunkListWriter(const Plan& plan, int rank);
+  /// ReceiveActivation from chunk − 1's ranks, Forward, SendActivation to chunk + 1's (local chunk `chunk`).
+  void forward(int chunk, int microbatch);
+  /// ReceiveGradient from chunk + 1's ranks, Recompute when the chunk recomputes before its
+  /// backward, Backward (or with `split` BackwardInput), SendGradient to chunk − 1's ranks.
+  void backward(int chunk, int microbatch, bool split);
+  /// BackwardWeight of the chunk's microbatch.
+  void backward_weight(int chunk, int microbatch);
+  /// The list, ended by the stage's AllReduce (when its data-parallel group has several ranks) and Step.
+  std::vector<Action> finish();
+
+ private:
+  void push(Action action, int chunk);
+  const Plan& plan_;
+  Placement place_;
+  std::int64_t begin_ = 0, end_ = 0;  // the rank's samples of every microbatch
+  std::vector<std::vector<Link>> previous_, next_;
+  std::vector<bool> recompute_;
+  std::vector<Action> list_;
+};
+
 /// The tensor-parallel group of the replica at `placement`: its tensor_parallel consecutive ranks.
 std::vector<int> tensor_group(const Plan& plan, const Placement& placement);
 

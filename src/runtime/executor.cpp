@@ -160,7 +160,8 @@ void PipelineExecutor::schedule_actions() {
     evaluation_actions_.push_back(action);
   }
   for (std::size_t i = 0; i < actions_.size(); ++i)
-    if (actions_[i].kind == ActionKind::Backward) last_backward_ = i;
+    if (actions_[i].kind == ActionKind::Backward || actions_[i].kind == ActionKind::BackwardWeight) last_backward_ = i;
+    else if (actions_[i].kind == ActionKind::BackwardInput) last_backward_input_ = i;
   // The Step action finishes the step (optimizer_step): it must come last, after every send.
   PARTRAIN_CHECK(!actions_.empty() && actions_.back().kind == ActionKind::Step,
                  "executor: rank " << world_.rank() << "'s action list does not end with its Step");
@@ -312,7 +313,7 @@ std::size_t PipelineExecutor::state_index(const Action& action) const {
 
 int PipelineExecutor::peer_chunk(const Action& action) const {
   // Sender and receiver agree on the receiving model chunk; tags use its index on its rank.
-  return receiver_chunk(plan_, world_.rank(), action) / plan_.pipeline_stages();
+  return plan_.local_chunk_index(receiver_chunk(plan_, world_.rank(), action));
 }
 
 Tensor PipelineExecutor::transferred_part(const Tensor& tensor, int value, const Action& action) const {
@@ -426,6 +427,10 @@ void PipelineExecutor::run_action(const Action& action, Pass& pass) {
       return forward(action, pass);
     case ActionKind::Backward:
       return backward(action, pass);
+    case ActionKind::BackwardInput:
+      return backward_input(action, pass);
+    case ActionKind::BackwardWeight:
+      return backward_weight(action, pass);
     case ActionKind::Recompute:
       return recompute(action, pass);
     case ActionKind::SendActivation:
@@ -449,10 +454,25 @@ void PipelineExecutor::receive(const Action& action, Pass& pass) {
   const std::vector<int>& values = gradient ? program.gradients_received : program.received;
   TensorMap& into = gradient ? state.received_gradients : state.received;
   std::vector<comm::Request> requests;
-  for (int value : values) {
+  // zb_v's chunk S − 1 hands its outputs (and chunk S its input gradients) over on the same rank.
+  const bool local = action.peer == world_.rank();
+  std::vector<Tensor> handed_over;
+  if (local) {
+    auto found = pass.local_messages.find({gradient, action.microbatch, peer_chunk(action)});
+    PARTRAIN_CHECK(found != pass.local_messages.end() && found->second.size() == values.size(),
+                   "executor: rank " << world_.rank() << " receives " << action.to_string() << " from itself before sending it");
+    handed_over = std::move(found->second);
+    pass.local_messages.erase(found);
+  }
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    const int value = values[k];
     Tensor& tensor = into[value];
     if (!tensor.defined())
       tensor = backend_.empty(with_batch(graph_.value(value).type.shape, rows()), run_dtype(value));
+    if (local) {
+      backend_.copy(transferred_part(tensor, value, action), handed_over[k]);
+      continue;
+    }
     requests.push_back(world_.receive(transferred_part(tensor, value, action), action.peer,
                                       message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
   }
@@ -467,8 +487,14 @@ void PipelineExecutor::send(const Action& action, Pass& pass) {
   const std::vector<int>& values = gradient ? program.gradients_sent : program.sent;
   const TensorMap& from = gradient ? state.outgoing_gradients : state.outputs;
   const bool tracked = !gradient && training_ && !pass.activation_sends_left.empty();
+  const bool local = action.peer == world_.rank();  // zb_v: from chunk S − 1 to chunk S, or back
   for (int value : values) {
     const Tensor& tensor = from.at(value);
+    if (local) {
+      pass.local_messages[{gradient, action.microbatch, peer_chunk(action)}].push_back(
+          copy_to(transferred_part(tensor, value, action), backend_));
+      continue;
+    }
     pass.pending.push_back(world_.send(transferred_part(tensor, value, action), action.peer,
                                        message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
     if (tracked) pass.activation_requests[index].push_back(pass.pending.size() - 1);
@@ -585,17 +611,17 @@ void PipelineExecutor::recompute(const Action& action, Pass& pass) {
   keep_saved_tensors(graph_, program, state.values, state.halves, nullptr);
 }
 
-void PipelineExecutor::backward(const Action& action, Pass& pass) {
+void PipelineExecutor::run_backward_program(const Action& action, Pass& pass, const BackwardProgram& backward,
+                                            std::span<const RecomputedSegment> segments, std::array<TensorMap, 2>& grads) {
   const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
   MicrobatchState& state = pass.microbatches[state_index(action)];
-  std::array<TensorMap, 2> grads = seed_gradients(program, state);
   // In the step's last backward each completed gradient may start its bucket's all-reduce.
   std::function<void(int)> on_gradient;
   if (buckets_ && pass.in_last_backward) on_gradient = [this](int parameter) { buckets_->gradient_ready(parameter); };
   // Per-layer or selective recomputation runs forward segments again inside the backward: BatchNorm
   // updated its running statistics in the first forward, keep them from changing twice.
   std::vector<std::pair<Tensor, Tensor>> buffers;
-  if (!program.segments.empty())
+  if (!segments.empty())
     for (int value : program.buffers) buffers.emplace_back(state_.at(value), copy_to(state_.at(value), backend_));
   if (sub_pipelined_) {
     std::array<ExecutionOptions, 2> backward_options = half_options(pass.step, action.microbatch);
@@ -603,19 +629,57 @@ void PipelineExecutor::backward(const Action& action, Pass& pass) {
       option.training = true;
       option.on_parameter_gradient = on_gradient;
     }
-    run_backward_overlapped(graph_, program.backward, program.segments, {&state.halves[0], &state.halves[1]},
-                            {&grads[0], &grads[1]}, backend_, backward_options);
+    run_backward_overlapped(graph_, backward, segments, {&state.halves[0], &state.halves[1]}, {&grads[0], &grads[1]},
+                            backend_, backward_options);
   } else {
-    run_backward_recomputing(graph_, program.backward, program.segments, state.values, grads[0], backend_,
+    run_backward_recomputing(graph_, backward, segments, state.values, grads[0], backend_,
                              {true, random_context(pass.step, action.microbatch), tensor_parallel_.get(), on_gradient});
   }
   for (auto& [live, copy] : buffers) backend_.copy(live, copy);
+}
+
+void PipelineExecutor::backward(const Action& action, Pass& pass) {
+  const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
+  MicrobatchState& state = pass.microbatches[state_index(action)];
+  std::array<TensorMap, 2> grads = seed_gradients(program, state);
+  run_backward_program(action, pass, program.backward, program.segments, grads);
   collect_outgoing_gradients(program, state, grads);
   state.values.clear();
   state.halves = {};
   state.received.clear();
   state.outputs.clear();
   state.received_gradients.clear();
+}
+
+void PipelineExecutor::backward_input(const Action& action, Pass& pass) {
+  const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
+  PARTRAIN_CHECK(program.split.input.output_grads == program.backward.output_grads,
+                 "executor: stage " << program.stage << "'s backward was not split for a zero-bubble schedule");
+  MicrobatchState& state = pass.microbatches[state_index(action)];
+  std::array<TensorMap, 2> grads = seed_gradients(program, state);
+  run_backward_program(action, pass, program.split.input, program.input_segments, grads);
+  collect_outgoing_gradients(program, state, grads);
+  // Until its BackwardWeight the microbatch keeps the saved tensors the weight half reads and the
+  // output gradients of its steps (Qi et al. 2024 §2: W's memory), nothing else.
+  const std::unordered_set<int> keep(program.weight_saved.begin(), program.weight_saved.end());
+  release_unsaved(graph_, state.values, keep);
+  for (TensorMap& half : state.halves) release_unsaved(graph_, half, keep);
+  for (TensorMap& half : grads)
+    for (int value : program.backward.input_grads) half.erase(value);  // sent (outgoing_gradients holds them)
+  state.weight_gradients = std::move(grads);
+  state.received.clear();
+  state.outputs.clear();
+  state.received_gradients.clear();
+}
+
+void PipelineExecutor::backward_weight(const Action& action, Pass& pass) {
+  const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
+  MicrobatchState& state = pass.microbatches[state_index(action)];
+  // No recomputed segment: their steps computed their parameter gradients in the input half.
+  run_backward_program(action, pass, program.split.weight, {}, state.weight_gradients);
+  state.values.clear();
+  state.halves = {};
+  state.weight_gradients = {};
 }
 
 std::array<TensorMap, 2> PipelineExecutor::seed_gradients(const StageProgram& program, const MicrobatchState& state) {
@@ -809,7 +873,7 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   for (std::size_t index = 0; index < actions_.size(); ++index) {
     const Action& action = actions_[index];
     const double action_start = now_us();
-    pass.in_last_backward = index == last_backward_;
+    pass.in_last_backward = index == last_backward_ || (last_backward_input_ > 0 && index == last_backward_input_);
     release_sent_outputs(pass);
     run_action(action, pass);
     pass.in_last_backward = false;

@@ -19,7 +19,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -133,6 +135,8 @@ class PipelineExecutor {
     TensorMap outgoing_gradients;   // gradients to send to the previous stage
     std::vector<int> kept;          // value ids kept for recomputation (data inputs and received)
     std::array<TensorMap, 2> halves;  // sub-pipelined TMP: each sub-microbatch's forward values
+    /// Zero bubble: per loss piece, the gradients a BackwardInput left for its BackwardWeight.
+    std::array<TensorMap, 2> weight_gradients;
   };
   /// The state one pass over an action list (a training step, or one batch of an evaluation)
   /// threads through its actions.
@@ -159,6 +163,9 @@ class PipelineExecutor {
       std::vector<Tensor> tensors;        // held until every request has completed
     };
     std::vector<SendingOutputs> sending;
+    /// zb_v: messages a rank sends to itself (its chunk S − 1 to its chunk S, gradients back), by
+    /// (gradient?, microbatch, receiving local chunk), one tensor per value in send order.
+    std::map<std::tuple<bool, int, int>, std::vector<Tensor>> local_messages;
     double grad_norm = 0;                       // set by the Step action: global L2 norm before clipping
     double lr = 0;                              // set by the Step action
   };
@@ -214,7 +221,8 @@ class PipelineExecutor {
   // The overlapped, bucketed all-reduce (ZeRO-1: reduce-scatter) of the untied gradients over the
   // stage group, when the schedule has an AllReduce; it starts during the step's last Backward.
   std::unique_ptr<BucketedAllReduce> buckets_;
-  std::size_t last_backward_ = 0;               // index in actions_ of the step's last Backward
+  std::size_t last_backward_ = 0;               // index in actions_ of the step's last Backward (or BackwardWeight)
+  std::size_t last_backward_input_ = 0;         // index in actions_ of the step's last BackwardInput (zero bubble)
   LearningRateSchedule lr_schedule_;
   std::vector<io::TraceEvent> trace_;
   double clock_origin_ = 0;
@@ -244,6 +252,15 @@ class PipelineExecutor {
   // ---- One method per action kind (run_action dispatches) ----
   void forward(const Action& action, Pass& pass);
   void backward(const Action& action, Pass& pass);
+  /// Zero-bubble halves of a backward (StageProgram::split): the input gradients (sent to the
+  /// previous stage), keeping what the weight half reads; then, later, the parameter gradients.
+  void backward_input(const Action& action, Pass& pass);
+  void backward_weight(const Action& action, Pass& pass);
+  /// Runs `program` (a whole backward or one half) on the action's microbatch with its recomputed
+  /// `segments`, the gradient maps `grads` (one per loss piece) seeded; parameter gradients are
+  /// handed to the overlapped all-reduce during the step's last backward.
+  void run_backward_program(const Action& action, Pass& pass, const BackwardProgram& program,
+                            std::span<const RecomputedSegment> segments, std::array<TensorMap, 2>& grads);
   void recompute(const Action& action, Pass& pass);
   void send(const Action& action, Pass& pass);      // SendActivation, SendGradient
   void receive(const Action& action, Pass& pass);   // ReceiveActivation, ReceiveGradient

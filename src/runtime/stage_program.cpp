@@ -52,6 +52,26 @@ void add_recomputed_segments(const Graph& graph, StageProgram& program, const st
   std::sort(program.segments.begin(), program.segments.end(),
             [](const RecomputedSegment& a, const RecomputedSegment& b) { return a.first_step < b.first_step; });
 }
+
+// The zero-bubble split of the stage's backward (StageProgram::split).
+void add_split_backward(const Graph& graph, StageProgram& program) {
+  auto in_segment = [&](std::size_t step) {
+    return std::any_of(program.segments.begin(), program.segments.end(), [&](const RecomputedSegment& segment) {
+      return step >= segment.first_step && step < segment.end_step;
+    });
+  };
+  program.split = split_backward(graph, program.backward, [&](std::size_t step) { return !in_segment(step); });
+  const std::vector<int> position = step_positions(program.backward, program.split.input);
+  for (RecomputedSegment segment : program.segments) {  // every step of a segment runs in the input half
+    PARTRAIN_CHECK(segment.end_step > segment.first_step && position[segment.first_step] >= 0 &&
+                       position[segment.end_step - 1] >= 0,
+                   "stage " << program.stage << ": a recomputed segment's steps are not in the input-gradient half");
+    segment.first_step = static_cast<std::size_t>(position[segment.first_step]);
+    segment.end_step = static_cast<std::size_t>(position[segment.end_step - 1]) + 1;
+    program.input_segments.push_back(std::move(segment));
+  }
+  program.weight_saved = saved_for_backward(graph, program.split.weight);
+}
 }  // namespace
 
 std::vector<StageProgram> build_stage_programs(const Graph& graph, const Plan& plan) {
@@ -98,6 +118,7 @@ std::vector<StageProgram> build_stage_programs(const Graph& graph, const Plan& p
         program.loss = output;
     if (const std::vector<std::vector<int>> segments = recomputed_segments(graph, plan.stages[s]); !segments.empty())
       add_recomputed_segments(graph, program, segments);
+    if (schedule_splits_backward(plan.schedule)) add_split_backward(graph, program);
     for (int value : program.subgraph.inputs) {
       switch (graph.value(value).kind) {
         case ValueKind::Param: program.parameters.push_back(value); break;

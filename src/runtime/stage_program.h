@@ -39,6 +39,14 @@ struct StageProgram {
   /// backward whose forward values the forward drops and the backward recomputes, in backward order.
   /// `saved` then holds the checkpoints and the saved tensors of the tasks outside the segments.
   std::vector<RecomputedSegment> segments;
+  /// Zero-bubble schedules (PlanStage's schedule zb_h1): the backward split into its input- and
+  /// weight-gradient halves (graph/autodiff.h split_backward; a recomputed segment's steps keep
+  /// their parameter gradients in the input half, since its recomputed values go right after it),
+  /// `segments` renumbered for the input half, and the saved tensors the weight half reads (what a
+  /// microbatch keeps from its BackwardInput to its BackwardWeight), ascending id. Empty otherwise.
+  SplitBackward split;
+  std::vector<RecomputedSegment> input_segments;
+  std::vector<int> weight_saved;
 };
 
 /// The programs of every stage of a plan, in stage order. Throws partrain::Error when a stage is not

@@ -121,7 +121,7 @@ def trace_figures(plan, directory):
         kind = e["name"].split(" mb ")[0]
         if kind == "Step":
             step_ms[e["args"]["step"]] = max(step_ms.get(e["args"]["step"], 0.0), e["dur"] / 1e3)
-        elif kind in ("Forward", "Backward", "Recompute"):
+        elif kind in ("Forward", "Backward", "BackwardInput", "BackwardWeight", "Recompute"):
             compute.setdefault((stages[e["pid"]], kind), []).append(e["dur"] / 1e6)
     # The simulator's per-action costs (TimelineCosts::from_plan): a recomputing stage's backward
     # is the plan's backward minus one forward, its Recompute one forward; only the (stage, kind)
@@ -130,9 +130,17 @@ def trace_figures(plan, directory):
         entry = plan["stages"][stage]
         # Per-layer and selective recomputation run inside the Backward (no Recompute action).
         recomputes = entry["recompute"] in ("boundaries", "stage_aware")
-        if kind == "Backward" and recomputes:
-            return max(0.0, entry["backward_seconds"] - entry["forward_seconds"])
-        return entry["backward_seconds"] if kind == "Backward" else entry["forward_seconds"]
+        backward = entry["backward_seconds"]
+        if recomputes:
+            backward = max(0.0, backward - entry["forward_seconds"])
+        weight = min(entry.get("weight_gradient_seconds", 0.0), backward)  # zero bubble: W's share
+        if kind == "Backward":
+            return backward
+        if kind == "BackwardInput":
+            return backward - weight
+        if kind == "BackwardWeight":
+            return weight
+        return entry["forward_seconds"]
     measured = sum(statistics.median(v) for v in compute.values())
     predicted = sum(predicted_cost(stage, kind) for stage, kind in compute)
     return (statistics.median(step_ms.values()) if step_ms else float("nan"),

@@ -45,7 +45,7 @@ Plan plan_manual(const Graph& graph, const CostModel& cost, const PlannerOptions
   const std::vector<LayerGroup> groups = layer_groups(graph);
   const std::vector<std::pair<std::size_t, std::size_t>> ranges = manual_stage_ranges(groups, options.boundaries);
   // Interleaved: the boundaries cut S·v model chunks; chunk c runs on pipeline stage c mod S.
-  const int v = options.schedule == ScheduleKind::Interleaved ? std::max(1, options.virtual_stages) : 1;
+  const int v = schedule_has_chunks(options.schedule) ? std::max(1, options.virtual_stages) : 1;
   const int chunks = static_cast<int>(ranges.size());
   PARTRAIN_CHECK(chunks % v == 0 && (v == 1 || chunks / v >= 2),
                  "[parallel] boundaries: " << options.boundaries.size() << " boundaries make " << chunks
@@ -78,7 +78,7 @@ Plan plan_manual(const Graph& graph, const CostModel& cost, const PlannerOptions
                                              << options.world_size << "; set replicas");
   }
   std::vector<int> chunk_replicas;  // every chunk has its pipeline stage's replicas
-  for (int c = 0; c < chunks; ++c) chunk_replicas.push_back(replicas[c % stages]);
+  for (int c = 0; c < chunks; ++c) chunk_replicas.push_back(replicas[stage_of_chunk(options.schedule, c, stages)]);
   std::vector<std::vector<int>> stage_tasks;
   for (const auto& [first, last] : ranges) stage_tasks.push_back(join_groups(groups, first, last));
   return plan_from_stages(graph, std::move(stage_tasks), chunk_replicas, cost, options, "manual");

@@ -86,7 +86,7 @@ Plan plan_uniform(const Graph& graph, const CostModel& cost, const PlannerOption
   PARTRAIN_CHECK(options.world_size >= 1, "uniform: world size " << options.world_size);
   if (options.schedule == ScheduleKind::Interleaved && options.virtual_stages == 0)
     return plan_uniform_choosing_chunks(graph, cost, options, groups);
-  const int v = options.schedule == ScheduleKind::Interleaved ? std::max(1, options.virtual_stages) : 1;
+  const int v = schedule_has_chunks(options.schedule) ? std::max(1, options.virtual_stages) : 1;
   int stages = options.stages;
   if (stages <= 0) {
     stages = std::max(1, std::min(options.world_size, dealt_layers(groups) / v));
@@ -98,7 +98,7 @@ Plan plan_uniform(const Graph& graph, const CostModel& cost, const PlannerOption
   const std::vector<std::pair<std::size_t, std::size_t>> ranges = uniform_stage_ranges(groups, stages * v);
   const std::vector<int> stage_replicas = equal_replicas(options.world_size, stages);
   std::vector<int> replicas;
-  for (int c = 0; c < stages * v; ++c) replicas.push_back(stage_replicas[c % stages]);
+  for (int c = 0; c < stages * v; ++c) replicas.push_back(stage_replicas[stage_of_chunk(options.schedule, c, stages)]);
   std::vector<std::vector<int>> stage_tasks;
   for (const auto& [first, last] : ranges) stage_tasks.push_back(join_groups(groups, first, last));
   return plan_from_stages(graph, std::move(stage_tasks), replicas, cost, options, "uniform");

@@ -1,3 +1,4 @@
+#include "partition/common/weight_gradient_share.h"
 #include "partition/common/plan_builder.h"
 
 #include <algorithm>
@@ -182,6 +183,10 @@ profile::MemoryPolicy stage_memory_policy(const PlannerOptions& options, int sta
     const int warmup = microbatches == S ? microbatches * v : std::min(microbatches * v, (S - p - 1) * 2 + (v - 1) * S);
     policy.microbatches_in_flight = std::max(1, std::min(microbatches, (warmup + 1 + v - 1) / v));
   }
+  // zb_v: a rank's two chunks hold at most 2S chunk-microbatches before their W (zero_bubble_v.h),
+  // S whole microbatches as 1F1B's first stage: min(S, M) per chunk.
+  if (options.schedule == ScheduleKind::ZeroBubbleV && stage_count >= 2)
+    policy.microbatches_in_flight = std::min(stage_count / 2, microbatches);
   return policy;
 }
 
@@ -270,7 +275,7 @@ void choose_stage_aware_recomputation(Plan& plan, const Graph& graph, const Cost
       profile::MemoryPolicy policy = f.policy;
       if (kept[s] >= static_cast<int>(f.starts.size())) {
         policy.recompute = false;
-        if (options.schedule != ScheduleKind::Interleaved)
+        if (!schedule_has_chunks(options.schedule))
           policy.microbatches_in_flight = microbatches_in_flight(options.schedule, s, stage_count, plan.microbatches, false);
       } else {
         policy.kept_activation_bytes = kept_bytes(f, plan.stages[s], kept[s]);
@@ -332,6 +337,10 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
     stage.forward_seconds = m.forward_seconds + cost.transfer_seconds(m.boundary_output_bytes, across_nodes);
     stage.backward_seconds = m.backward_seconds + cost.transfer_seconds(m.boundary_input_bytes, across_nodes) +
                              recompute_seconds;
+    // Recomputed segments keep their weight gradients in the input half (runtime/stage_program.h).
+    const bool segmented = stage.recompute == RecomputePolicy::Layers || stage.recompute == RecomputePolicy::Selective;
+    stage.weight_gradient_seconds =
+        m.backward_seconds * weight_gradient_share(graph, stage.tasks, segmented ? recomputed_tasks(graph, stage) : std::vector<int>{});
     stage.memory_bytes = profile::stage_memory_bytes(m, policy);
     if (stage.summary.empty()) stage.summary = summarize_tasks(graph, stage.tasks);
     // ZeRO-1's reduce-scatter + all-gather move what the all-reduce moves (ring: 2 (n − 1)/n of the
@@ -437,12 +446,13 @@ Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_ta
   PARTRAIN_CHECK(!stage_tasks.empty() && stage_tasks.size() == replicas.size(),
                  planner << ": " << stage_tasks.size() << " stages but " << replicas.size() << " replica counts");
   Plan base = plan_header(graph, options, planner);
-  base.virtual_stages = options.schedule == ScheduleKind::Interleaved ? options.virtual_stages : 1;
+  base.virtual_stages = schedule_has_chunks(options.schedule) ? options.virtual_stages : 1;
   const int depth = static_cast<int>(stage_tasks.size()) / base.virtual_stages;  // pipeline stages S
   PARTRAIN_CHECK(static_cast<int>(stage_tasks.size()) % base.virtual_stages == 0 && (depth >= 2 || base.virtual_stages == 1),
                  planner << ": " << stage_tasks.size() << " model chunks cannot run as [parallel] virtual_stages = "
                          << base.virtual_stages << " chunks on each of at least 2 pipeline stages");
-  PARTRAIN_CHECK(base.virtual_stages == 1 || options.microbatches <= 0 || options.microbatches % depth == 0,
+  const bool interleaved = options.schedule == ScheduleKind::Interleaved;  // zb_v takes any M
+  PARTRAIN_CHECK(!interleaved || base.virtual_stages == 1 || options.microbatches <= 0 || options.microbatches % depth == 0,
                  planner << ": [train] microbatches = " << options.microbatches
                          << " is not a multiple of the pipeline depth " << depth
                          << ", which the interleaved schedule needs (as in Megatron-LM)");
@@ -482,7 +492,7 @@ Plan plan_from_stages(const Graph& graph, std::vector<std::vector<int>> stage_ta
                      " microbatches of at least " + std::to_string(widest) + " samples";
       continue;
     }
-    if (base.virtual_stages > 1 && microbatches % depth != 0) {
+    if (interleaved && base.virtual_stages > 1 && microbatches % depth != 0) {
       last_problem = std::to_string(microbatches) + " microbatches are not a multiple of the pipeline depth " +
                      std::to_string(depth) + " (interleaved schedule)";
       continue;

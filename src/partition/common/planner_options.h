@@ -38,6 +38,9 @@ struct PlannerOptions {
   std::int64_t global_batch = 8;         // samples per optimizer step
   int microbatches = 0;                  // per step and pipeline replica; 0: the planner chooses
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
+  /// `[parallel] schedule = "auto"`: make_plan plans with 1f1b and with zb_h1 and keeps the plan of
+  /// the shorter predicted step among those that fit (schedule is then ignored).
+  bool choose_schedule = false;
   /// Interleaved schedule: model chunks per pipeline rank v (Narayanan et al. SC'21 §2.2). The
   /// manual and uniform planners lay out S·v chunks (`stages` and `replicas` count pipeline stages,
   /// `boundaries` chunks); the other planners need 1.

@@ -79,7 +79,7 @@ profile::MemoryPolicy recomputation_memory_policy(const PlannerOptions& options,
                                                   int microbatches, int data_parallel,
                                                   const StageRecomputation& recomputation) {
   profile::MemoryPolicy policy = stage_memory_policy(options, stage, stage_count, microbatches, data_parallel);
-  if (options.schedule != ScheduleKind::Interleaved)  // interleaved chunks: stage_memory_policy's count
+  if (!schedule_has_chunks(options.schedule))  // interleaved and zb_v chunks: stage_memory_policy's count
     policy.microbatches_in_flight =
         microbatches_in_flight(options.schedule, stage, stage_count, microbatches, recomputation.before_backward);
   recomputation.apply_to(policy);
