@@ -720,8 +720,8 @@ TEST_P(MixedPrecision, TracksFp32AndDistributesLikeOneRank) {
 // A property test (issues 16 and 30): random plans for the tiny models — cuts at any task boundary
 // (inside layers and, half the time, among the last tasks: the heads and the loss), random replicas
 // per stage and pipeline replicas on 2-4 ranks, tensor parallelism (t = 2, with or without sequence
-// parallelism and sub-pipelined TMP; not ResNet), ZeRO-1, two model chunks per rank (interleaved),
-// random schedule, recompute per stage, microbatch count, and bf16 for every third seed — each accepted
+// parallelism and sub-pipelined TMP; not ResNet), ZeRO-1, two model chunks per rank (interleaved or
+// zb_v), random schedule (zero-bubble zb_h1 / zb_v a third of the time), recompute per stage, microbatch count, and bf16 for every third seed — each accepted
 // by Plan::validate and trained against the single-rank run over the same loss pieces (in bf16
 // against the single-rank bf16 run).
 // PARTRAIN_RANDOM_PLAN_SEED (first seed) and PARTRAIN_RANDOM_PLAN_CASES (how many) choose the
@@ -873,6 +873,24 @@ RandomPlan draw_random_plan(const std::string& model, const ExperimentConfig& co
       plan.validate(planned);
     } catch (const Error&) {
       continue;  // e.g. a loss piece across stages of different replica counts
+    }
+    // A third of the plans run a zero-bubble schedule instead (issue 27), drawn last so that every
+    // seed keeps the layout it had: zb_h1 in place of gpipe, 1f1b or scp; zb_v in place of
+    // interleaved (chunk c ≥ S then runs on stage 2S − 1 − c and takes that stage's replicas).
+    const std::int64_t microbatch_size = plan.global_batch / plan.pipeline_replicas / plan.microbatches;
+    const bool loss_pieces_even = layout.virtual_stages == 1 || microbatch_size % replicas.front() == 0;  // zb_v: last chunk on stage 0
+    if (uniform(0, 2) == 0 && loss_pieces_even) {
+      Plan zero_bubble = plan;
+      zero_bubble.schedule = layout.virtual_stages > 1 ? ScheduleKind::ZeroBubbleV : ScheduleKind::ZeroBubbleH1;
+      for (int chunk = layout.depth; chunk < stage_count; ++chunk)
+        zero_bubble.stages[chunk].replicas = replicas[stage_of_chunk(zero_bubble.schedule, chunk, layout.depth)];
+      try {
+        zero_bubble.validate(planned);
+        const std::string old_name = schedule_name(plan.schedule);
+        drawn.description.replace(drawn.description.rfind(old_name), old_name.size(), schedule_name(zero_bubble.schedule));
+        plan = std::move(zero_bubble);
+      } catch (const Error&) {  // e.g. a loss piece across the V's stages of different replica counts
+      }
     }
     // Every third seed (1, 4, 7, ...: one case per model in the default run, seeds 1 and 2) trains in
     // bf16, against the single-rank bf16 run (see kBf16LossTolerance). A rule, not a draw: a bf16
