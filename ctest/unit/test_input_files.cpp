@@ -159,7 +159,7 @@ TEST(BatchFileValidation, UnboundedFieldsAreNotRangeChecked) {
 // A tiny text.h5 by hand: 2 documents of 2 sentences of 2 tokens; `float_tokens` stores /tokens as
 // float32; the offsets and the held-out split as given.
 std::string write_text(const std::string& name, bool float_tokens, const std::vector<std::int64_t>& sentence_offsets,
-                       const std::vector<std::int64_t>& heldout) {
+                       const std::vector<std::int64_t>& heldout, const std::vector<std::int64_t>& special = {}) {
   const std::string path = scratch_path(name);
   Hdf5File file = Hdf5File::create(path);
   const std::vector<std::int32_t> tokens = {4, 5, 6, 7, 8, 9, 10, 11};
@@ -175,6 +175,12 @@ std::string write_text(const std::string& name, bool float_tokens, const std::ve
   int id = 0;
   for (const char* special : {"pad_id", "unk_id", "bos_id", "eos_id"}) file.write_int_attribute("/", special, id++);
   for (const char* special : {"cls_id", "sep_id", "mask_id"}) file.write_int_attribute("/", special, 12 + id++ - 4);
+  if (!special.empty()) {  // a published tokenizer's ids (pad, unk, bos, eos, cls, sep, mask; -1: none)
+    const char* keys[] = {"pad_id", "unk_id", "bos_id", "eos_id", "cls_id", "sep_id", "mask_id"};
+    for (std::size_t i = 0; i < special.size(); ++i) file.write_int_attribute("/", keys[i], special[i]);
+    file.write_string_attribute("/", "tokenizer_type", "WordPiece");
+    file.write_string_attribute("/", "tokenizer_source", "/models/minilm/tokenizer.json");
+  }
   return path;
 }
 
@@ -202,6 +208,79 @@ TEST(TextDatasetValidation, OffsetsPastTheTokenCountAreRefused) {
 TEST(TextDatasetValidation, SplitNamingAMissingDocumentIsRefused) {
   const std::string path = write_text("split-range.h5", false, kSentenceOffsets, {2});
   EXPECT_ERROR_NAMES(TextDataset(path, TextSplit::HeldOut), path, "/split/heldout", "document 2 of 2");
+}
+
+// ---------------- the data's tokenizer against the model's (issue 28, item 1) ----------------
+
+// The well-formed text fixture with the special ids `special` (pad, unk, bos, eos, cls, sep, mask;
+// -1: none) and a recorded tokenizer, as data/prepare_text.py --tokenizer writes it.
+std::string write_tokenized_text(const std::string& name, const std::vector<std::int64_t>& special) {
+  return write_text(name, false, kSentenceOffsets, {1}, special);
+}
+
+ExperimentConfig text_config(const std::string& type, const std::string& path,
+                             std::vector<std::pair<std::string, std::int64_t>> declared = {}) {
+  ExperimentConfig config;
+  config.path = "configs/published.toml";
+  config.model.type = type;
+  config.model.vocab = 16;
+  config.model.seq_len = 3;
+  config.model.special_token_ids = std::move(declared);
+  config.data.path = path;
+  return config;
+}
+
+// WordPiece-like ids: [PAD] 0, [UNK] 1, no bos/eos, [CLS] 12, [SEP] 13, [MASK] 14.
+const std::vector<std::int64_t> kBertIds = {0, 1, -1, -1, 12, 13, 14};
+// Byte-level-BPE-like ids: only <|endoftext|> (15) as bos and eos.
+const std::vector<std::int64_t> kGptIds = {-1, -1, 15, 15, -1, -1, -1};
+
+TEST(TokenizerAgreement, TheModelsOwnTokenizersDataIsAccepted) {
+  const std::string bert = write_tokenized_text("bert-ids.h5", kBertIds);
+  EXPECT_NO_THROW(make_batch_source(text_config("bert", bert, {{"pad_id", 0}, {"cls_id", 12}, {"sep_id", 13},
+                                                               {"mask_id", 14}, {"eos_id", -1}}), false));
+  const std::string gpt = write_tokenized_text("gpt-ids.h5", kGptIds);
+  EXPECT_NO_THROW(make_batch_source(text_config("gpt", gpt, {{"eos_id", 15}, {"bos_id", 15}, {"cls_id", -1}}), false));
+  EXPECT_NO_THROW(make_batch_source(text_config("gpt", gpt), false));  // nothing declared: nothing checked
+}
+
+TEST(TokenizerAgreement, ADifferentSpecialIdNamesBothIdsTheKeyAndTheFiles) {
+  const std::string path = write_tokenized_text("other-cls.h5", kBertIds);
+  EXPECT_ERROR_NAMES(make_batch_source(text_config("bert", path, {{"cls_id", 101}}), false), path,
+                     "WordPiece tokenizer /models/minilm/tokenizer.json", "the data's cls_id is 12",
+                     "the model's is 101", "[model] cls_id in configs/published.toml", "data/prepare.sh --tokenizer");
+  // A model without a token the data has, and the other way round.
+  EXPECT_ERROR_NAMES(make_batch_source(text_config("bert", path, {{"bos_id", 2}}), false), "the data's bos_id is -1",
+                     "the model's is 2");
+  EXPECT_ERROR_NAMES(make_batch_source(text_config("gpt", write_tokenized_text("gpt-eos.h5", kGptIds),
+                                                   {{"eos_id", -1}}), true),
+                     "the data's eos_id is 15", "the model's is -1");
+}
+
+TEST(TokenizerAgreement, ADeclaredTokenizersVocabularyMustBeTheDatas) {
+  const std::string path = write_tokenized_text("vocab.h5", kBertIds);
+  ExperimentConfig config = text_config("bert", path, {{"cls_id", 12}});
+  config.model.vocab = 30522;  // the same [CLS] id, another tokenizer (bert-base-cased has 28996)
+  EXPECT_ERROR_NAMES(make_batch_source(config, false), path, "the data's vocabulary (16) differs from the model's",
+                     "[model] vocab = 30522 in configs/published.toml");
+  config.model.special_token_ids.clear();  // a model trained from scratch: a larger vocabulary is fine
+  EXPECT_NO_THROW(make_batch_source(config, false));
+  config.model.vocab = 15;
+  EXPECT_ERROR_NAMES(make_batch_source(config, false), "the data's vocabulary (16) exceeds the model's",
+                     "[model] vocab = 15");
+}
+
+TEST(TokenizerAgreement, BertRefusesDataWithoutItsSpecialTokensAndGptWithoutEos) {
+  const std::string gpt = write_tokenized_text("bpe-for-bert.h5", kGptIds);
+  EXPECT_ERROR_NAMES(make_batch_source(text_config("bert", gpt), false), gpt, "has no [CLS] token",
+                     "prepare the data with a BERT tokenizer");
+  const std::string bert = write_tokenized_text("wordpiece-for-gpt.h5", kBertIds);
+  EXPECT_ERROR_NAMES(make_batch_source(text_config("gpt", bert), false), bert, "no end-of-text token (eos_id)");
+}
+
+TEST(TokenizerAgreement, SpecialIdOutsideTheVocabularyIsRefused) {
+  const std::string path = write_tokenized_text("special-range.h5", {0, 1, -1, -1, 12, 13, 16});
+  EXPECT_ERROR_NAMES(TextDataset(path, TextSplit::Train), path, "special token id (16)", "[0, 16)");
 }
 
 // ---------------- prepared images (data/prepare.sh fashion_mnist.h5) ----------------

@@ -48,6 +48,38 @@ NamedTensors assemble(std::int64_t count, const std::vector<std::pair<NamedTenso
   return result;
 }
 
+// The data's id of a special-token key ("cls_id" -> special.cls).
+std::int32_t data_special_id(const SpecialTokens& special, const std::string& key) {
+  if (key == "pad_id") return special.pad;
+  if (key == "unk_id") return special.unk;
+  if (key == "bos_id") return special.bos;
+  if (key == "eos_id") return special.eos;
+  if (key == "cls_id") return special.cls;
+  if (key == "sep_id") return special.sep;
+  return special.mask;
+}
+
+// The model reads the data's token ids as rows of its embedding: the data's vocabulary must fit it,
+// and a model that declares its tokenizer's special ids ([model] pad_id ... mask_id: a published
+// model) must get data made by that tokenizer: the same ids and exactly its vocabulary.
+void check_tokenizer(const TextDataset& dataset, const std::string& path, const ExperimentConfig& config) {
+  const ModelConfig& model = config.model;
+  const std::string data = path + " (" + dataset.tokenizer_description() + ")";
+  const std::string hint = "; prepare the data with the model's tokenizer (data/prepare.sh --tokenizer PATH)";
+  PARTRAIN_CHECK(dataset.vocab_size() <= model.vocab,
+                 data << ": the data's vocabulary (" << dataset.vocab_size() << ") exceeds the model's ([model] vocab = "
+                      << model.vocab << " in " << config.path << ")" << hint);
+  if (model.special_token_ids.empty()) return;
+  PARTRAIN_CHECK(dataset.vocab_size() == model.vocab,
+                 data << ": the data's vocabulary (" << dataset.vocab_size() << ") differs from the model's ([model] vocab = "
+                      << model.vocab << " in " << config.path << ", a model made for another tokenizer)" << hint);
+  for (const auto& [key, id] : model.special_token_ids) {
+    const std::int32_t data_id = data_special_id(dataset.special_tokens(), key);
+    PARTRAIN_CHECK(data_id == id, data << ": the data's " << key << " is " << data_id << ", the model's is " << id
+                                       << " ([model] " << key << " in " << config.path << "; -1: no such token)" << hint);
+  }
+}
+
 class BertSource : public BatchSource {
  public:
   BertSource(const std::string& path, bool heldout, const ExperimentConfig& config)
@@ -55,9 +87,13 @@ class BertSource : public BatchSource {
     options_.sequence_length = config.model.seq_len;
     options_.next_sentence_prediction = config.model.nsp;
     options_.mask_probability = config.data.mask_probability;
-    PARTRAIN_CHECK(dataset_.vocab_size() <= config.model.vocab,
-                   path << ": the tokenizer's vocabulary (" << dataset_.vocab_size() << ") exceeds [model] vocab "
-                        << config.model.vocab);
+    check_tokenizer(dataset_, path, config);
+    const SpecialTokens& special = dataset_.special_tokens();
+    for (const auto& [id, name] : {std::pair{special.cls, "[CLS]"}, std::pair{special.sep, "[SEP]"},
+                                   std::pair{special.mask, "[MASK]"}, std::pair{special.pad, "[PAD]"}})
+      PARTRAIN_CHECK(id >= 0, path << " (" << dataset_.tokenizer_description() << "): the tokenizer has no " << name
+                                   << " token, which BERT samples need ([CLS] A [SEP] B [SEP], masking, padding); "
+                                      "prepare the data with a BERT tokenizer");
     per_epoch_ = dataset_.bert_sample_count(options_);
     PARTRAIN_CHECK(per_epoch_ > 0, path << ": no BERT samples in this split");
   }
@@ -94,9 +130,10 @@ class GptSource : public BatchSource {
   GptSource(const std::string& path, bool heldout, const ExperimentConfig& config)
       : path_(path), dataset_(path, heldout ? TextSplit::HeldOut : TextSplit::Train), seed_(config.train.seed),
         length_(config.model.seq_len) {
-    PARTRAIN_CHECK(dataset_.vocab_size() <= config.model.vocab,
-                   path << ": the tokenizer's vocabulary (" << dataset_.vocab_size() << ") exceeds [model] vocab "
-                        << config.model.vocab);
+    check_tokenizer(dataset_, path, config);
+    PARTRAIN_CHECK(dataset_.special_tokens().eos >= 0,
+                   path << " (" << dataset_.tokenizer_description()
+                        << "): the tokenizer has no end-of-text token (eos_id), which separates GPT's documents");
     per_epoch_ = dataset_.gpt_sample_count(length_);
     PARTRAIN_CHECK(per_epoch_ > 0, path << ": no GPT windows of " << length_ << " tokens in this split");
   }

@@ -341,6 +341,13 @@ ModelConfig read_model_config(const ConfigDocument& document) {
   reader.read("initializer_range", config.initializer_range);
   reader.read("nsp", config.nsp);
   reader.read("fused_attention", config.fused_attention);
+  for (const char* key : {"pad_id", "unk_id", "bos_id", "eos_id", "cls_id", "sep_id", "mask_id"}) {
+    std::int64_t id = -1;
+    reader.read(key, id);
+    if (!reader.has(key)) continue;
+    if (id < -1) reader.fail(key, "must be a token id (or -1: the tokenizer has no such token), not " + std::to_string(id));
+    config.special_token_ids.emplace_back(key, id);
+  }
   reader.read("depth", config.depth);
   reader.read("width_factor", config.width_factor);
   reader.read("base_width", config.base_width);
@@ -371,6 +378,9 @@ ModelConfig read_model_config(const ConfigDocument& document) {
     require_probability("dropout", config.dropout);
     require_probability("attention_dropout", config.attention_dropout);
     if (config.layer_norm_eps == 0) reader.fail("layer_norm_eps", "must be positive (or negative for the default)");
+    for (const auto& [key, id] : config.special_token_ids)
+      if (id >= config.vocab)
+        reader.fail(key, std::to_string(id) + " is outside the vocabulary (vocab = " + std::to_string(config.vocab) + ")");
   } else {
     const std::array<std::int64_t, 5> depths = {18, 34, 50, 101, 152};
     if (std::find(depths.begin(), depths.end(), config.depth) == depths.end())

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace partrain {
@@ -113,6 +114,12 @@ struct ModelConfig {
   bool nsp = true;                  // bert: pooler + next-sentence-prediction head and loss
   bool fused_attention = false;     // one Attention task instead of MatMul/Scale/Softmax/Dropout/MatMul
                                     // (the fused op has no attention dropout)
+  // The special token ids of the tokenizer the embeddings were trained with: the [model] keys
+  // pad_id, unk_id, bos_id, eos_id, cls_id, sep_id, mask_id that the file sets (a published model's,
+  // written by validation/import_hf.py), in that order; -1: that tokenizer has no such token. Keys
+  // not set are not checked. When any is set, the data (text.h5) must hold exactly these ids and
+  // exactly `vocab` tokens (io/batch_source.h).
+  std::vector<std::pair<std::string, std::int64_t>> special_token_ids;
   // ---- resnet ----
   std::int64_t depth = 50;          // 18, 34 (basic blocks), 50, 101, 152 (bottleneck blocks)
   std::int64_t width_factor = 1;    // BiT-style multiplier of every channel width (RaNNC's ResNet152x8: 8)
