@@ -64,11 +64,13 @@ if [ -n "$tokenizer" ]; then
   # The data venv: the system interpreter's Debian modules plus PyPI's tokenizers (idempotent).
   python="$("$script_dir/make_venv.sh" | tail -1)"
   "$python" "$script_dir/prepare_text.py" "$output_dir" --tokenizer "$tokenizer"
+  "$python" "$script_dir/prepare_pos.py" "$output_dir"
 else
   # The system interpreter, not a pyenv/venv python that lacks the Debian modules.
   python=/usr/bin/python3
   "$python" "$script_dir/prepare_images.py" "$output_dir" "${image_args[@]+"${image_args[@]}"}"
   "$python" "$script_dir/prepare_text.py" "$output_dir" --vocab-size "$vocab_size"
+  "$python" "$script_dir/prepare_pos.py" "$output_dir"
 fi
 echo "prepare.sh: done in $(( $(date +%s) - start )) s:"
 ls -l "$output_dir"

@@ -24,7 +24,7 @@ and its tokenizer's special ids (the directory's tokenizer.json, read as data/pr
 reads it) as [model] pad_id ... mask_id, so that partrain trains it only on data made by that
 tokenizer; it writes the resulting experiment file (CONFIG's other sections, --set applied last) to
 OUT.toml and into the checkpoint. Parameters the source lacks that partrain's model has (a bare
-BertModel's MLM and NSP heads) are newly initialised by the library under [train] seed and listed as
+BertModel's MLM and NSP heads, or the classifier of [model] task = "classification") are newly initialised by the library under [train] seed and listed as
 such; any other missing or unexpected parameter is an error.
 
 Needs torch, h5py and transformers (BERT, GPT) or torchvision (ResNet): validation/golden/.venv
@@ -40,7 +40,7 @@ from script_errors import fail, read_toml, require_output_directory  # noqa: E40
 
 PREFIXES = {"bert": ("bert.", ("embeddings.", "encoder.", "pooler.")), "gpt": ("transformer.", ("wte.", "wpe.", "h.", "ln_f."))}
 # Task heads a published checkpoint may lack (a bare BertModel): newly initialised, reported as such.
-HEADS = {"bert": ("cls.",), "gpt": (), "resnet": ()}
+HEADS = {"bert": ("cls.", "classifier."), "gpt": (), "resnet": ()}
 
 
 def load_config(path, settings):
@@ -132,11 +132,13 @@ def source_state(source, model, config, seed):
     if os.path.isdir(source):
         if model == "resnet":
             fail(f"SOURCE {source}: a directory is a Hugging Face model; give torchvision's state dict file")
-        from transformers import BertForPreTraining, GPT2LMHeadModel
-        cls = BertForPreTraining if model == "bert" else GPT2LMHeadModel
+        from transformers import BertForPreTraining, BertForSequenceClassification, GPT2LMHeadModel
+        classification = model == "bert" and config["model"].get("task") == "classification"
+        cls = BertForSequenceClassification if classification else BertForPreTraining if model == "bert" else GPT2LMHeadModel
+        options = {"num_labels": config["model"]["classes"]} if classification else {}
         torch.manual_seed(seed)
         try:
-            net, info = cls.from_pretrained(source, local_files_only=True, output_loading_info=True)
+            net, info = cls.from_pretrained(source, local_files_only=True, output_loading_info=True, **options)
         except (OSError, ValueError) as error:
             fail(f"SOURCE {source}: not a Hugging Face model directory ({error})")
         if info.get("mismatched_keys"):

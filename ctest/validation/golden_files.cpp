@@ -54,7 +54,8 @@ std::string run_golden(const std::string& model, int ranks, const std::string& e
   arguments << "train " << PARTRAIN_SOURCE_DIR << "/configs/" << model << "-tiny.toml" << golden_overrides(golden)
             << " --set log.dir=" << directory
             << " --set log.save_parameters=true --set log.save_gradients=true --set log.save_initial=true"
-            << " --set data.path=" << PARTRAIN_DATA_DIR << (model == "resnet" ? "/fashion_mnist.h5" : "/text.h5")
+            << " --set data.path=" << PARTRAIN_DATA_DIR
+            << (model == "resnet" ? "/fashion_mnist.h5" : model == "bert-pos" ? "/pos.h5" : "/text.h5")
             << extra;
   const testing::PartrainRun run = testing::run_partrain(ranks, arguments.str(), directory + ".log");
   EXPECT_EQ(run.status, 0) << run.command << "\n" << run.log;
@@ -140,8 +141,13 @@ TEST_P(GoldenFiles, SingleRankMatchesLibraryModel) {
   expect_matches_golden(model, run_golden(model, 1, "", model + "-1rank"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, GoldenFiles, ::testing::Values("bert", "gpt", "resnet"),
-                         [](const auto& info) { return info.param; });
+// bert-pos: BERT's sequence classification (configs/bert-pos-tiny.toml, BertForSequenceClassification).
+INSTANTIATE_TEST_SUITE_P(Tiny, GoldenFiles, ::testing::Values("bert", "gpt", "resnet", "bert-pos"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');  // gtest names: no '-'
+                           return name;
+                         });
 
 // Mixed precision against PyTorch's: partrain with [train] precision = "bf16" (bf16 compute, fp32
 // masters) against the library model under torch.autocast(bfloat16) (the file's /bf16 group). The

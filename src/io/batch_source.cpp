@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "io/classification_dataset.h"
 #include "io/config.h"
 #include "io/image_dataset.h"
 #include "io/text_dataset.h"
@@ -62,7 +63,8 @@ std::int32_t data_special_id(const SpecialTokens& special, const std::string& ke
 // The model reads the data's token ids as rows of its embedding: the data's vocabulary must fit it,
 // and a model that declares its tokenizer's special ids ([model] pad_id ... mask_id: a published
 // model) must get data made by that tokenizer: the same ids and exactly its vocabulary.
-void check_tokenizer(const TextDataset& dataset, const std::string& path, const ExperimentConfig& config) {
+template <typename Dataset>
+void check_tokenizer(const Dataset& dataset, const std::string& path, const ExperimentConfig& config) {
   const ModelConfig& model = config.model;
   const std::string data = path + " (" + dataset.tokenizer_description() + ")";
   const std::string hint = "; prepare the data with the model's tokenizer (data/prepare.sh --tokenizer PATH)";
@@ -157,6 +159,41 @@ class GptSource : public BatchSource {
   std::int64_t per_epoch_ = 0;
 };
 
+// BERT's sequence classification ([model] task = "classification") on a pos.h5-layout file.
+class ClassificationSource : public BatchSource {
+ public:
+  ClassificationSource(const std::string& path, bool heldout, const ExperimentConfig& config)
+      : path_(path), dataset_(path, heldout), seed_(config.train.seed), length_(config.model.seq_len) {
+    check_tokenizer(dataset_, path, config);
+    PARTRAIN_CHECK(dataset_.classes() <= config.model.classes,
+                   path << ": " << dataset_.classes() << " classes, but [model] classes = " << config.model.classes
+                        << " in " << config.path);
+  }
+  NamedTensors samples(std::int64_t first, std::int64_t count) const override {
+    std::vector<std::pair<NamedTensors, std::vector<std::int64_t>>> parts;
+    for (const auto& [epoch, group] : by_epoch(first, count, dataset_.size())) {
+      const ClassificationBatch batch = dataset_.batch(length_, seed_, epoch, group.first);
+      const std::int64_t rows = static_cast<std::int64_t>(group.first.size());
+      Tensor mask = Tensor::empty({rows, 1, 1, length_});  // additive, as BertSource's
+      for (std::int64_t i = 0; i < rows * length_; ++i)
+        mask.data<float>()[i] = batch.attention_mask.data<std::int64_t>()[i] != 0 ? 0.0f : -10000.0f;
+      parts.emplace_back(NamedTensors{{"input_ids", batch.input_ids}, {"token_type_ids", batch.token_type_ids},
+                                      {"attention_mask", mask}, {"labels", batch.labels}},
+                         group.second);
+    }
+    return assemble(count, parts);
+  }
+  std::int64_t samples_per_epoch() const override { return dataset_.size(); }
+  std::int64_t tokens_per_sample() const override { return length_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  ClassificationDataset dataset_;
+  std::uint64_t seed_;
+  std::int64_t length_;
+};
+
 class ImageSource : public BatchSource {
  public:
   ImageSource(const std::string& path, bool heldout, const ExperimentConfig& config)
@@ -194,10 +231,12 @@ class ImageSource : public BatchSource {
 std::unique_ptr<BatchSource> make_batch_source(const ExperimentConfig& config, bool heldout,
                                                const std::string& default_directory) {
   const bool images = config.model.type == "resnet";
+  const bool classification = config.model.type == "bert" && config.model.task == "classification";
   const std::string path = !config.data.path.empty() ? config.data.path
-                           : default_directory + (images ? "/fashion_mnist.h5" : "/text.h5");
+                           : default_directory + (images ? "/fashion_mnist.h5" : classification ? "/pos.h5" : "/text.h5");
   PARTRAIN_CHECK(std::filesystem::exists(path),
                  path << ": the training data is missing; run data/prepare.sh to create it (or set [data] path)");
+  if (classification) return std::make_unique<ClassificationSource>(path, heldout, config);
   if (config.model.type == "bert") return std::make_unique<BertSource>(path, heldout, config);
   if (config.model.type == "gpt") return std::make_unique<GptSource>(path, heldout, config);
   return std::make_unique<ImageSource>(path, heldout, config);

@@ -112,6 +112,9 @@ struct ModelConfig {
   double layer_norm_eps = -1;       // < 0: 1e-12 for bert, 1e-5 for gpt
   double initializer_range = 0.02;  // std of the normal init of linear and embedding weights
   bool nsp = true;                  // bert: pooler + next-sentence-prediction head and loss
+  std::string task = "pretraining"; // bert: "pretraining" (MLM + NSP heads) or "classification" (the
+                                    // pooled [CLS] -> dropout -> linear to `classes`, cross-entropy:
+                                    // BertForSequenceClassification)
   bool fused_attention = false;     // one Attention task instead of MatMul/Scale/Softmax/Dropout/MatMul
                                     // (the fused op has no attention dropout)
   // The special token ids of the tokenizer the embeddings were trained with: the [model] keys
@@ -124,10 +127,13 @@ struct ModelConfig {
   std::int64_t depth = 50;          // 18, 34 (basic blocks), 50, 101, 152 (bottleneck blocks)
   std::int64_t width_factor = 1;    // BiT-style multiplier of every channel width (RaNNC's ResNet152x8: 8)
   std::int64_t base_width = 64;     // channels of the stem and of layer1 before the width factor
-  std::int64_t classes = 1000;      // classifier outputs
+  std::int64_t classes = 1000;      // classifier outputs (resnet; bert with task = "classification")
   std::int64_t image_size = 224;    // input height = width
   std::int64_t channels = 3;        // input channels
 
+  /// True for models whose loss is one classification over `classes` (ResNet, BERT's
+  /// sequence classification): evaluation reports top-1 accuracy.
+  bool is_classifier() const { return type == "resnet" || (type == "bert" && task == "classification"); }
   /// The MLP inner size (intermediate, or 4 * hidden when 0).
   std::int64_t intermediate_size() const { return intermediate > 0 ? intermediate : 4 * hidden; }
   /// The attention dropout probability (attention_dropout, or dropout when negative).

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Golden files from the libraries' own models (docs/validation.md §Golden files, llm.c's method).
 
-For bert-tiny, gpt-tiny and resnet-tiny (made smaller by GOLDEN_SETTINGS) this script
+For bert-tiny, gpt-tiny, resnet-tiny and bert-pos-tiny (made smaller by GOLDEN_SETTINGS) this script
 
 1. runs `partrain train` for STEPS steps with `log.save_initial=true`, which writes partrain's
    initial parameters and every step's global batch (initial_parameters.h5);
-2. builds the *library* model -- transformers' BertForPreTraining / GPT2LMHeadModel, torchvision's
+2. builds the *library* model -- transformers' BertForPreTraining / GPT2LMHeadModel /
+   BertForSequenceClassification, torchvision's
    ResNet with its BasicBlock (resnet18's layout at a smaller base width, one input channel) --
    loads those parameters by name, and trains it STEPS steps on the same batches in fp32 with dropout
    0 and the optimizer partrain uses (torch.optim.AdamW or SGD-momentum, weight decay on >1-D
@@ -21,7 +22,7 @@ For bert-tiny, gpt-tiny and resnet-tiny (made smaller by GOLDEN_SETTINGS) this s
 
 Usage (makes its own venv with torch, transformers, torchvision and h5py on first use; CI does not
 need it, the golden files are committed; --venv-only makes the venv and stops):
-    validation/golden/make_golden.py [--partrain build/cpu/bin/partrain] [bert gpt resnet]
+    validation/golden/make_golden.py [--partrain build/cpu/bin/partrain] [bert gpt resnet bert-pos]
 """
 import argparse
 import os
@@ -49,6 +50,10 @@ GOLDEN_SETTINGS = {
     "bert": ["model.seq_len=32", "model.hidden=32", "model.intermediate=128", "train.global_batch=4", "train.eps=1e-6"],
     "gpt": ["model.seq_len=32", "model.hidden=32", "train.global_batch=4", "train.eps=1e-6"],
     "resnet": ["model.base_width=8", "train.global_batch=8"],
+    # BERT's sequence classification (configs/bert-pos-tiny.toml, data/prepared/pos.h5) against
+    # transformers' BertForSequenceClassification.
+    "bert-pos": ["model.seq_len=32", "model.hidden=32", "model.intermediate=128", "train.global_batch=4",
+                 "train.eps=1e-6", "train.lr=1e-3"],
 }
 
 
@@ -74,7 +79,9 @@ def run_partrain(binary, model, directory):
     import json
     overrides = COMMON + GOLDEN_SETTINGS[model]
     command = [binary, "train", os.path.join(ROOT, "configs", f"{model}-tiny.toml")]
-    for setting in overrides + ["log.save_initial=true", f"log.dir={directory}"]:
+    data = os.path.join(ROOT, "data", "prepared", "pos.h5" if model == "bert-pos" else
+                        "fashion_mnist.h5" if model == "resnet" else "text.h5")
+    for setting in overrides + ["log.save_initial=true", f"log.dir={directory}", f"data.path={data}"]:
         command += ["--set", setting]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(directory, "metrics.jsonl")) as f:
@@ -119,6 +126,10 @@ def forward(model, net, batch, rows):
     import torch
     import torch.nn.functional as F
     t = {k: torch.from_numpy(v[rows]) for k, v in batch.items()}
+    if model == "bert-pos":  # BertForSequenceClassification: cross-entropy over the classes
+        mask = (t["attention_mask"].reshape(t["input_ids"].shape) == 0).long()
+        out = net(input_ids=t["input_ids"], token_type_ids=t["token_type_ids"], attention_mask=mask, labels=t["labels"])
+        return out.loss, {"logits": out.logits}
     if model == "bert":
         mask = (t["attention_mask"].reshape(t["input_ids"].shape) == 0).long()  # partrain: additive 0 / -1e4
         out = net(input_ids=t["input_ids"], token_type_ids=t["token_type_ids"], attention_mask=mask,
@@ -157,7 +168,7 @@ def train_library(model, config, initial, batch, bf16):
     import contextlib
     import torch
     batch_size, clip = config["train"]["global_batch"], config["train"].get("grad_clip", 1.0)
-    net = build_model(model, config).float()
+    net = build_model(config["model"]["type"], config).float()
     net.train()
     names = load_partrain_state(net, initial)
     optimizer = make_optimizer(net, config, names)
@@ -226,7 +237,7 @@ def golden(model, binary, out_dir):
 def main():
     ensure_venv()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("models", nargs="*", help="bert, gpt, resnet (default: all)")
+    parser.add_argument("models", nargs="*", help="bert, gpt, resnet, bert-pos (default: all)")
     parser.add_argument("--partrain", default=os.path.join(ROOT, "build", "cpu", "bin", "partrain"))
     parser.add_argument("--out", default=HERE)
     parser.add_argument("--venv-only", action="store_true",
@@ -236,7 +247,7 @@ def main():
         print(f"make_golden: {VENV} is ready")
         return
     os.chdir(ROOT)  # partrain's default data path (data/prepared) is relative
-    for model in args.models or ["bert", "gpt", "resnet"]:
+    for model in args.models or list(GOLDEN_SETTINGS):
         if model not in GOLDEN_SETTINGS:
             parser.error(f"unknown model {model!r}")
         golden(model, os.path.abspath(args.partrain), args.out)
