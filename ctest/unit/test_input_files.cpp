@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "io/batch_file.h"
 #include "io/batch_source.h"
+#include "io/classification_dataset.h"
 #include "io/config.h"
 #include "io/hdf5_file.h"
 #include "io/image_dataset.h"
@@ -281,6 +282,71 @@ TEST(TokenizerAgreement, BertRefusesDataWithoutItsSpecialTokensAndGptWithoutEos)
 TEST(TokenizerAgreement, SpecialIdOutsideTheVocabularyIsRefused) {
   const std::string path = write_tokenized_text("special-range.h5", {0, 1, -1, -1, 12, 13, 16});
   EXPECT_ERROR_NAMES(TextDataset(path, TextSplit::Train), path, "special token id (16)", "[0, 16)");
+}
+
+// ---------------- labelled texts (data/prepare_pos.py pos.h5; issue 28, item 3) ----------------
+
+// Three texts (ids 5 6 7 | 8 | 9 10 11 12 13) labelled 0, 1, 3 of 4 classes; texts 0 and 2 train,
+// 1 held out; [PAD] 0, [CLS] 14, [SEP] 15 (no [MASK]: classification needs none).
+std::string write_labelled_texts(const std::string& name, std::int64_t last_label = 3, std::int64_t cls = 14) {
+  const std::string path = scratch_path(name);
+  Hdf5File file = Hdf5File::create(path);
+  file.write("tokens", {9}, std::vector<std::int32_t>{5, 6, 7, 8, 9, 10, 11, 12, 13});
+  file.write("offsets", {4}, std::vector<std::int64_t>{0, 3, 4, 9});
+  file.write("labels", {3}, std::vector<std::int64_t>{0, 1, last_label});
+  file.write("split/train", {2}, std::vector<std::int64_t>{0, 2});
+  file.write("split/heldout", {1}, std::vector<std::int64_t>{1});
+  file.write_int_attribute("/", "classes", 4);
+  file.write_int_attribute("/", "vocab_size", 16);
+  const std::vector<std::int64_t> ids = {0, 1, -1, -1, cls, 15, -1};
+  const char* keys[] = {"pad_id", "unk_id", "bos_id", "eos_id", "cls_id", "sep_id", "mask_id"};
+  for (int i = 0; i < 7; ++i) file.write_int_attribute("/", keys[i], ids[i]);
+  return path;
+}
+
+TEST(ClassificationDataset, SamplesAreClsTextSepPaddedWithTheirLabels) {
+  const ClassificationDataset train(write_labelled_texts("pos.h5"), false);
+  ASSERT_EQ(train.size(), 2);
+  const ClassificationBatch batch = train.batch(5, 7, 0, {0, 1});
+  std::vector<std::vector<std::int64_t>> rows;
+  for (int row = 0; row < 2; ++row) {
+    const std::int64_t* ids = batch.input_ids.data<std::int64_t>() + row * 5;
+    rows.emplace_back(ids, ids + 5);
+    const std::int64_t label = batch.labels.data<std::int64_t>()[row];
+    // Text 0 fits; text 2 is cut to 3 tokens so that [CLS] and [SEP] fit; no padding needed in either.
+    const std::vector<std::int64_t> expected = label == 0 ? std::vector<std::int64_t>{14, 5, 6, 7, 15}
+                                                          : std::vector<std::int64_t>{14, 9, 10, 11, 15};
+    EXPECT_EQ(rows.back(), expected);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(batch.attention_mask.data<std::int64_t>()[row * 5 + i], 1);
+  }
+  EXPECT_NE(rows[0], rows[1]);  // the epoch's order is a permutation of the split
+  const ClassificationDataset heldout(write_labelled_texts("pos.h5"), true);
+  const ClassificationBatch padded = heldout.batch(5, 7, 0, {0});
+  EXPECT_EQ(std::vector<std::int64_t>(padded.input_ids.data<std::int64_t>(), padded.input_ids.data<std::int64_t>() + 5),
+            (std::vector<std::int64_t>{14, 8, 15, 0, 0}));
+  EXPECT_EQ(std::vector<std::int64_t>(padded.attention_mask.data<std::int64_t>(), padded.attention_mask.data<std::int64_t>() + 5),
+            (std::vector<std::int64_t>{1, 1, 1, 0, 0}));
+  EXPECT_EQ(padded.labels.data<std::int64_t>()[0], 1);
+}
+
+TEST(ClassificationDataset, BatchSourceGivesTheClassifiersInputsAndChecksClasses) {
+  ExperimentConfig config = text_config("bert", write_labelled_texts("pos-source.h5"));
+  config.model.task = "classification";
+  config.model.classes = 4;
+  const auto source = make_batch_source(config, false);
+  const NamedTensors samples = source->samples(0, 3);  // 3 samples of a 2-text epoch: into epoch 1
+  EXPECT_EQ(samples.at("labels").shape(), (Shape{3}));
+  EXPECT_EQ(samples.at("attention_mask").shape(), (Shape{3, 1, 1, 3}));
+  EXPECT_EQ(samples.count("mlm_labels"), 0u);
+  config.model.classes = 3;
+  EXPECT_ERROR_NAMES(make_batch_source(config, false), "4 classes, but [model] classes = 3");
+}
+
+TEST(ClassificationDataset, BadLabelsAndMissingSpecialTokensAreNamed) {
+  const std::string label = write_labelled_texts("pos-label.h5", 4);
+  EXPECT_ERROR_NAMES(ClassificationDataset(label, false), label, "/labels holds 4 at row 2", "[0, 4)");
+  const std::string cls = write_labelled_texts("pos-cls.h5", 3, -1);
+  EXPECT_ERROR_NAMES(ClassificationDataset(cls, false), cls, "has no [CLS] token");
 }
 
 // ---------------- prepared images (data/prepare.sh fashion_mnist.h5) ----------------

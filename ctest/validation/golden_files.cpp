@@ -291,5 +291,28 @@ TEST(GoldenPipeline, GptTwoStagesTwoReplicasMatchesLibraryModel) {
   expect_matches_golden("gpt", directory);
 }
 
+// BERT's sequence classification under other plans against the same golden file: a pipeline (the
+// encoder's second layer, pooler and classifier on stage 2) with two data-parallel replicas per stage
+// and two microbatches, and tensor parallelism t = 2 (Megatron's split of the encoder; the pooler and
+// classifier replicated) in two data-parallel replicas. Every sample has its label, so each piece's
+// mean loss averages to the batch's.
+TEST(GoldenPipeline, BertClassificationTwoStagesTwoReplicasMatchesLibraryModel) {
+  const std::string directory =
+      run_golden("bert-pos", 4,
+                 " --set parallel.planner=manual --set parallel.stages=2 --set 'parallel.replicas=[2, 2]'"
+                 " --set 'parallel.boundaries=[\"encoder.layer.1\"]' --set train.microbatches=2",
+                 "bert-pos-pipeline");
+  expect_matches_golden("bert-pos", directory);
+}
+
+TEST(GoldenPipeline, BertClassificationTensorParallelMatchesLibraryModel) {
+  const std::string directory =
+      run_golden("bert-pos", 4,
+                 " --set parallel.planner=manual --set parallel.stages=1 --set 'parallel.replicas=[2]'"
+                 " --set parallel.tensor_parallel=2 --set train.microbatches=1",
+                 "bert-pos-tensor-parallel");
+  expect_matches_golden("bert-pos", directory);
+}
+
 }  // namespace
 }  // namespace partrain
