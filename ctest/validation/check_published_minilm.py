@@ -19,7 +19,11 @@ library that published it.
 5. test_published_model (ctest/validation/published_model.cpp) runs partrain's graph with the
    imported parameters on those samples: within 1e-5 relative of the library;
 6. partrain train --resume trains the imported model 2 steps on the MiniLM data, and refuses the
-   SentencePiece data (data/prepared/text.h5) before profiling, naming both [CLS] ids.
+   SentencePiece data (data/prepared/text.h5) before profiling, naming both [CLS] ids;
+7. imported onto configs/bert-pos-tiny.toml (sequence classification: only the classifier fresh),
+   `partrain eval` on the part-of-speech data (pos.h5 of the MiniLM data) against transformers'
+   BertForSequenceClassification (validation/export_hf.py --check: eval_loss within 1e-4, the same
+   accuracy).
 
 Runs the library side with validation/golden/.venv/bin/python (PARTRAIN_TORCH_PYTHON overrides it).
 Exits 77 (CTest: skipped) when that interpreter lacks torch, transformers, h5py or the package
@@ -174,6 +178,20 @@ def main():
         if not error or ("the model's is 101" not in error[0] and "vocabulary (8000) differs" not in error[0]):
             fail(f"the SentencePiece data was not refused with the model's ids named:\n{log}")
         print(f"refused: {error[0]}")
+    # 7. Imported for sequence classification (configs/bert-pos-tiny.toml: a fresh classifier on the
+    # pooler), partrain eval on the part-of-speech data against BertForSequenceClassification.
+    classifier, classifier_config = os.path.join(run_dir, "minilm-pos.h5"), os.path.join(run_dir, "minilm-pos.toml")
+    log = run([python, os.path.join(source, "validation", "import_hf.py"), model_dir, classifier,
+               "--config", os.path.join(source, "configs", "bert-pos-tiny.toml"), "--write-config", classifier_config,
+               "--set", f"data.path={data_dir}/pos.h5"], "import_hf.py (classification)")
+    if "2 newly initialised" not in log or "classifier.bias, classifier.weight" not in log:
+        fail(f"the classification import did not newly initialise exactly the classifier:\n{log}")
+    log = run([python, os.path.join(source, "validation", "export_hf.py"), classifier, os.path.join(run_dir, "minilm-pos.bin"),
+               "--check", "--partrain", partrain, "--batches", "4"], "export_hf.py --check (classification)")
+    figures = [line for line in log.splitlines() if "relative difference" in line or "accuracy:" in line]
+    if len(figures) != 2:
+        fail(f"export_hf.py did not compare loss and accuracy with BertForSequenceClassification:\n{log}")
+    print("\n".join("classification: " + line for line in figures))
     print("published MiniLM: imported, hidden states within 1e-5 of transformers', trains")
     return 0
 
