@@ -3,7 +3,9 @@
 
 Steps: parse /usr/share/wordnet/data.{noun,verb,adj,adv}; turn each synset's gloss into sentences
 (the definition, then each quoted example); group consecutive synsets of the same lexicographer file
-into documents; train a SentencePiece unigram model with spm_train; encode; write text.h5:
+into documents; train a SentencePiece unigram model with spm_train (the default) or take a published
+model's Hugging Face tokenizer (--tokenizer: a tokenizer.json or a save_pretrained directory; WordPiece,
+byte-level BPE, ...; data/published_tokenizer.py); encode; write text.h5:
 
   /tokens             int32 [T]    every sentence's token ids, concatenated (no special tokens)
   /sentence_offsets   int64 [S+1]  sentence s is tokens[sentence_offsets[s]:sentence_offsets[s+1]]
@@ -12,21 +14,27 @@ into documents; train a SentencePiece unigram model with spm_train; encode; writ
   /split/train        int64 [Dt]   indices of the training documents (sorted)
   /split/heldout      int64 [Dh]   indices of the held-out documents (sorted, disjoint from train)
   attributes on "/": format, source, vocab_size, pad_id, unk_id, bos_id, eos_id, cls_id, sep_id,
-                     mask_id, tokenizer_model (file name of the .model beside text.h5)
+                     mask_id (-1: the tokenizer has no such token), tokenizer ("sentencepiece" or
+                     "huggingface"), tokenizer_type ("Unigram", "WordPiece", "BPE (byte-level)", ...),
+                     tokenizer_model (file name of the tokenizer beside text.h5: text.model, or
+                     text.tokenizer.json, a copy of the published one), tokenizer_source (the path
+                     given to --tokenizer; "spm_train" for the default), tokenizer_sha256 (of that file)
 
 Run by data/prepare.sh with the system interpreter (python3-h5py, python3-numpy,
-python3-sentencepiece).
+python3-sentencepiece), with --tokenizer in the data venv (data/make_venv.sh: the same plus PyPI's
+`tokenizers`).
 """
 import argparse
+import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 
 import h5py
 import numpy as np
-import sentencepiece as spm
 
 WORDNET_DIR = "/usr/share/wordnet"
 PARTS_OF_SPEECH = ["noun", "verb", "adj", "adv"]
@@ -83,21 +91,10 @@ def read_documents(synsets_per_document):
     return documents
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("output_dir")
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--synsets-per-document", type=int, default=8)
-    parser.add_argument("--heldout-fraction", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=1234)
-    arguments = parser.parse_args()
-    os.makedirs(arguments.output_dir, exist_ok=True)
-
-    documents = read_documents(arguments.synsets_per_document)
-    sentence_count = sum(len(d) for d in documents)
-    print(f"prepare_text: {len(documents)} documents, {sentence_count} sentences from WordNet glosses")
-
-    model_prefix = os.path.join(arguments.output_dir, "text")
+def sentencepiece_tokenizer(documents, output_dir, vocab_size):
+    """Trains text.model on the sentences; returns (one id list per sentence, attributes of text.h5)."""
+    import sentencepiece as spm
+    model_prefix = os.path.join(output_dir, "text")
     with tempfile.TemporaryDirectory() as scratch:
         corpus = os.path.join(scratch, "corpus.txt")
         with open(corpus, "w", encoding="utf-8") as handle:
@@ -106,15 +103,75 @@ def main():
                     handle.write(sentence + "\n")
         # The same flags as partrain::io::train_tokenizer (src/io/tokenizer.cpp).
         command = ["spm_train", f"--input={corpus}", f"--model_prefix={model_prefix}",
-                   f"--vocab_size={arguments.vocab_size}", "--model_type=unigram",
+                   f"--vocab_size={vocab_size}", "--model_type=unigram",
                    "--character_coverage=1.0", "--pad_id=0", "--unk_id=1", "--bos_id=2", "--eos_id=3",
                    "--user_defined_symbols=" + ",".join(SPECIAL_SYMBOLS),
                    f"--num_threads={os.cpu_count() or 1}", "--minloglevel=1"]
         subprocess.run(command, check=True)
 
     processor = spm.SentencePieceProcessor(model_file=model_prefix + ".model")
-    flat = [sentence for document in documents for sentence in document]
-    encoded = processor.encode(flat)
+    encoded = processor.encode([sentence for document in documents for sentence in document])
+    with open(model_prefix + ".model", "rb") as handle:
+        sha256 = hashlib.sha256(handle.read()).hexdigest()
+    attributes = {"tokenizer": "sentencepiece", "tokenizer_type": "Unigram", "tokenizer_model": "text.model",
+                  "tokenizer_source": "spm_train", "tokenizer_sha256": sha256,
+                  "vocab_size": processor.get_piece_size(), "pad_id": processor.pad_id(),
+                  "unk_id": processor.unk_id(), "bos_id": processor.bos_id(), "eos_id": processor.eos_id()}
+    for symbol, name in zip(SPECIAL_SYMBOLS, ["cls_id", "sep_id", "mask_id"]):
+        attributes[name] = processor.piece_to_id(symbol)
+    return encoded, attributes
+
+
+def published_tokenizer(documents, output_dir, path):
+    """Encodes with a published Hugging Face tokenizer (copied beside text.h5 as text.tokenizer.json);
+    returns (one id list per sentence, attributes of text.h5). Exits 2 with one line naming the path
+    when it cannot be used."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from published_tokenizer import PublishedTokenizer, TokenizerError
+    try:
+        tokenizer = PublishedTokenizer(path)
+    except TokenizerError as error:
+        print(f"prepare_text: {error}", file=sys.stderr)
+        sys.exit(2)
+    copy = os.path.join(output_dir, "text.tokenizer.json")
+    shutil.copyfile(tokenizer.file, copy)
+    for stale in ("text.model", "text.vocab"):  # an earlier SentencePiece run's: not this data's tokenizer
+        if os.path.exists(os.path.join(output_dir, stale)):
+            os.remove(os.path.join(output_dir, stale))
+    encoded = tokenizer.encode_documents(documents)
+    attributes = {"tokenizer": "huggingface", "tokenizer_type": tokenizer.kind,
+                  "tokenizer_model": os.path.basename(copy), "tokenizer_source": os.path.abspath(path),
+                  "tokenizer_sha256": tokenizer.sha256, "vocab_size": tokenizer.vocab_size}
+    for role, token_id in tokenizer.special_ids.items():
+        attributes[role + "_id"] = token_id
+    named = ", ".join(f"{role} {tokenizer.special_tokens[role]}={token_id}"
+                      for role, token_id in tokenizer.special_ids.items() if token_id >= 0)
+    print(f"prepare_text: {tokenizer.kind} tokenizer {tokenizer.file}: vocabulary {tokenizer.vocab_size}; {named}")
+    return encoded, attributes
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("output_dir")
+    parser.add_argument("--vocab-size", type=int, default=8000, help="SentencePiece vocabulary (not with --tokenizer)")
+    parser.add_argument("--tokenizer", help="a published model's tokenizer.json or save_pretrained directory")
+    parser.add_argument("--synsets-per-document", type=int, default=8)
+    parser.add_argument("--heldout-fraction", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=1234)
+    arguments = parser.parse_args()
+    if arguments.tokenizer is not None and not os.path.exists(arguments.tokenizer):
+        print(f"prepare_text: --tokenizer {arguments.tokenizer}: no such file or directory", file=sys.stderr)
+        return 2
+    os.makedirs(arguments.output_dir, exist_ok=True)
+
+    documents = read_documents(arguments.synsets_per_document)
+    sentence_count = sum(len(d) for d in documents)
+    print(f"prepare_text: {len(documents)} documents, {sentence_count} sentences from WordNet glosses")
+
+    if arguments.tokenizer is None:
+        encoded, attributes = sentencepiece_tokenizer(documents, arguments.output_dir, arguments.vocab_size)
+    else:
+        encoded, attributes = published_tokenizer(documents, arguments.output_dir, arguments.tokenizer)
     lengths = np.array([len(ids) for ids in encoded], dtype=np.int64)
     tokens = np.fromiter((t for ids in encoded for t in ids), dtype=np.int32, count=int(lengths.sum()))
     sentence_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -137,16 +194,10 @@ def main():
         output.create_dataset("split/heldout", data=heldout)
         output.attrs["format"] = "partrain-text-1"
         output.attrs["source"] = "WordNet 3.0 glosses (Debian wordnet-base)"
-        output.attrs["tokenizer_model"] = "text.model"
-        output.attrs["vocab_size"] = np.int64(processor.get_piece_size())
-        output.attrs["pad_id"] = np.int64(processor.pad_id())
-        output.attrs["unk_id"] = np.int64(processor.unk_id())
-        output.attrs["bos_id"] = np.int64(processor.bos_id())
-        output.attrs["eos_id"] = np.int64(processor.eos_id())
-        for symbol, name in zip(SPECIAL_SYMBOLS, ["cls_id", "sep_id", "mask_id"]):
-            output.attrs[name] = np.int64(processor.piece_to_id(symbol))
-    print(f"prepare_text: wrote {path}: {len(tokens)} tokens, vocab {processor.get_piece_size()}, "
-          f"{len(train)} train / {len(heldout)} held-out documents")
+        for name, value in attributes.items():
+            output.attrs[name] = np.int64(value) if isinstance(value, int) else value
+    print(f"prepare_text: wrote {path}: {len(tokens)} tokens, vocab {attributes['vocab_size']} "
+          f"({attributes['tokenizer_type']}), {len(train)} train / {len(heldout)} held-out documents")
     return 0
 
 

@@ -16,6 +16,7 @@ packages=(
   slurmctld slurmd slurm-client munge   # one-machine Slurm for the slurm CTest (jobscripts/slurm-local-cluster.sh);
                                         # srun's PMIx plugin comes with slurmd (slurm-wlm-basic-plugins)
   python3-matplotlib                    # validation/plot_run.py (loss, throughput, pipeline timeline)
+  python3-venv                          # the data venv of data/prepare.sh --tokenizer (data/make_venv.sh)
   clang libclang-rt-14-dev libomp-dev   # libFuzzer targets (fuzz preset) with clang's OpenMP
 )
 

@@ -92,7 +92,7 @@ def compare_with_partrain(arguments, net, config, config_text):
         else:
             print("export_hf: give --partrain BINARY or --eval-loss X to compare with partrain eval")
             return 0
-        batch = hf_models.read_batches(batch_file, hf_models.BATCH_FIELDS.get(model, ()))
+        batch = hf_models.read_batches(batch_file, hf_models.batch_fields(config))
         batch_size = config["train"].get("global_batch", 1)
         rows = len(next(iter(batch.values())))
         batches = int(partrain["samples"]) // batch_size if "samples" in partrain else (arguments.batches or rows // batch_size)
@@ -164,8 +164,9 @@ def main() -> int:
         step = int(file.attrs["step"])
         config_text = file.attrs.get("config_toml", b"")
         config_text = config_text.decode() if isinstance(config_text, bytes) else str(config_text)
+    pretraining_heads = any(name.startswith("cls.predictions.") for name in state)  # not a classifier's
     for alias, name in hf_models.TIED.items():  # the library lists tied tensors under both names
-        if name in state and alias not in state:
+        if name in state and alias not in state and (pretraining_heads or not alias.startswith("cls.")):
             state[alias] = state[name]
     torch.save(state, arguments.output)
     count = sum(t.numel() for name, t in state.items() if not name.endswith(("running_mean", "running_var")))

@@ -28,23 +28,32 @@ TIED = {
 IGNORED_BUFFERS = ("position_ids", "token_type_ids", "attn.bias", "attn.masked_bias", "num_batches_tracked")
 
 
+def layer_norm_eps(m, default):
+    """[model] layer_norm_eps, or the type's default where it is unset or negative (as partrain reads it)."""
+    value = m.get("layer_norm_eps", -1)
+    return value if value >= 0 else default
+
+
 def build_model(model, config):
     """The library model for partrain's experiment config (a dict from its TOML; [model] is read)."""
     m = config["model"]
     if model == "bert":
-        from transformers import BertConfig, BertForPreTraining
+        from transformers import BertConfig, BertForPreTraining, BertForSequenceClassification
         cfg = BertConfig(vocab_size=m["vocab"], hidden_size=m["hidden"], num_hidden_layers=m["layers"],
                          num_attention_heads=m["heads"], intermediate_size=m.get("intermediate", 4 * m["hidden"]),
                          hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                         max_position_embeddings=m["max_position"], type_vocab_size=m["type_vocab"],
-                         layer_norm_eps=1e-12, tie_word_embeddings=True)
+                         max_position_embeddings=m["max_position"], type_vocab_size=m.get("type_vocab", 2),
+                         layer_norm_eps=layer_norm_eps(m, 1e-12), tie_word_embeddings=True)
         cfg._attn_implementation = "eager"
+        if m.get("task") == "classification":  # [model] task: the pooled [CLS] -> dropout -> classifier
+            cfg.num_labels = m["classes"]
+            return BertForSequenceClassification(cfg)
         return BertForPreTraining(cfg)
     if model == "gpt":
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config(vocab_size=m["vocab"], n_embd=m["hidden"], n_layer=m["layers"], n_head=m["heads"],
                          n_positions=m["max_position"], n_inner=None, activation_function="gelu_new",
-                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
+                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=layer_norm_eps(m, 1e-5),
                          tie_word_embeddings=True)
         cfg._attn_implementation = "eager"
         return GPT2LMHeadModel(cfg)
@@ -78,9 +87,18 @@ def partrain_tensors(net):
     return tensors
 
 
-# The /batch datasets evaluate() reads, per model type (BERT's nsp_labels only with [model] nsp).
+# The /batch datasets evaluate() reads, per model type (BERT's nsp_labels only with [model] nsp;
+# "bert-classification": BERT with [model] task = "classification", batch_fields() picks it).
 BATCH_FIELDS = {"bert": ("input_ids", "token_type_ids", "attention_mask", "mlm_labels"),
+                "bert-classification": ("input_ids", "token_type_ids", "attention_mask", "labels"),
                 "gpt": ("input_ids", "labels"), "resnet": ("images", "labels")}
+
+
+def batch_fields(config):
+    """The /batch datasets evaluate() needs for partrain's experiment config dict."""
+    m = config["model"]
+    classification = m["type"] == "bert" and m.get("task") == "classification"
+    return BATCH_FIELDS["bert-classification" if classification else m["type"]]
 
 
 def read_batches(path, required=()):
@@ -108,7 +126,8 @@ def evaluate(model, net, batch, batch_size, batches):
     """`partrain eval`'s numbers with the library model in evaluation mode on batch rows
     [0, batches * batch_size), batch by batch: each cross-entropy term as a sum over the positions
     that count (label != -100) divided by their count, eval_loss the sum of the terms' means (BERT:
-    MLM + NSP), top-1 accuracy for ResNet. Returns {"eval_loss", "terms", "accuracy", "samples"}."""
+    MLM + NSP; sequence classification: its one term), top-1 accuracy for ResNet and BERT's sequence
+    classification. Returns {"eval_loss", "terms", "accuracy", "samples"}."""
     import torch
     import torch.nn.functional as F
     net.eval()
@@ -125,7 +144,11 @@ def evaluate(model, net, batch, batch_size, batches):
     with torch.no_grad():
         for b in range(batches):
             t = {k: torch.from_numpy(v[b * batch_size:(b + 1) * batch_size]) for k, v in batch.items()}
-            if model == "bert":
+            if model == "bert" and "mlm_labels" not in t:  # sequence classification
+                mask = (t["attention_mask"].reshape(t["input_ids"].shape) == 0).long()
+                out = net(input_ids=t["input_ids"], token_type_ids=t["token_type_ids"], attention_mask=mask)
+                add("loss", out.logits, t["labels"])
+            elif model == "bert":
                 mask = (t["attention_mask"].reshape(t["input_ids"].shape) == 0).long()  # partrain: additive 0 / -1e4
                 out = net(input_ids=t["input_ids"], token_type_ids=t["token_type_ids"], attention_mask=mask)
                 add("cls.predictions.loss", out.prediction_logits, t["mlm_labels"])
@@ -138,4 +161,4 @@ def evaluate(model, net, batch, batch_size, batches):
     terms = {term: sums[term] / counts[term] if counts[term] else 0.0 for term in sums}
     samples = batches * batch_size
     return {"eval_loss": sum(terms.values()), "terms": terms, "samples": samples,
-            "accuracy": correct / counts["loss"] if model == "resnet" else None}
+            "accuracy": correct / counts["loss"] if model == "resnet" or (model == "bert" and "loss" in counts) else None}

@@ -257,6 +257,8 @@ class Checker:
             for path in sorted((self.source_dir / folder).rglob("*")):
                 if path.name == "check_docs.py":
                     continue  # this file's docstring names the pattern itself
+                if any(part.startswith(".") for part in path.relative_to(self.source_dir).parts):
+                    continue  # git-ignored venvs (validation/golden/.venv): other projects' files
                 if not path.is_file() or path.suffix not in {".h", ".cpp", ".cu", ".cuh", ".py", ".sh", ".md", ".txt"}:
                     continue
                 lines = path.read_text(errors="replace").splitlines()

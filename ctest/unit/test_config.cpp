@@ -250,6 +250,37 @@ TEST(Config, InvalidValuesAreErrors) {
             std::string::npos);
 }
 
+TEST(Config, BertTaskIsPretrainingOrClassification) {
+  EXPECT_EQ(read("[model]\ntype = \"bert\"\n").task, "pretraining");
+  EXPECT_FALSE(read("[model]\ntype = \"bert\"\n").is_classifier());
+  const ModelConfig classifier = read("[model]\ntype = \"bert\"\ntask = \"classification\"\nclasses = 4\n");
+  EXPECT_TRUE(classifier.is_classifier());
+  EXPECT_EQ(classifier.classes, 4);
+  EXPECT_NE(error_message([] { read("[model]\ntype = \"bert\"\ntask = \"tagging\"\n"); })
+                .find("[model] key 'task' is 'tagging'; expected one of pretraining classification"),
+            std::string::npos);
+  EXPECT_EQ(error_message([] { read("[model]\ntype = \"gpt\"\ntask = \"classification\"\nclasses = 4\n"); }),
+            "configs/x.toml:3: [model] key 'task' = \"classification\" is BERT's sequence classification; a gpt has "
+            "only \"pretraining\"");
+  EXPECT_NE(error_message([] { read("[model]\ntype = \"bert\"\ntask = \"classification\"\nclasses = 1\n"); })
+                .find("[model] key 'classes' must be at least 2 for classification, not 1"),
+            std::string::npos);
+}
+
+TEST(Config, SpecialTokenIdsAreDeclaredOnlyWhenSet) {
+  EXPECT_TRUE(read("[model]\ntype = \"bert\"\n").special_token_ids.empty());  // nothing declared: nothing checked
+  const ModelConfig bert = read("[model]\ntype = \"bert\"\nmask_id = 103\ncls_id = 101\neos_id = -1\n", {"model.pad_id=0"});
+  using Ids = std::vector<std::pair<std::string, std::int64_t>>;
+  EXPECT_EQ(bert.special_token_ids, (Ids{{"pad_id", 0}, {"eos_id", -1}, {"cls_id", 101}, {"mask_id", 103}}));
+  EXPECT_EQ(error_message([] { read("[model]\ntype = \"bert\"\ncls_id = -2\n"); }),
+            "configs/x.toml:3: [model] key 'cls_id' must be a token id (or -1: the tokenizer has no such token), not -2");
+  EXPECT_EQ(error_message([] { read("[model]\ntype = \"bert\"\nvocab = 100\nsep_id = 102\n"); }),
+            "configs/x.toml:4: [model] key 'sep_id' 102 is outside the vocabulary (vocab = 100)");
+  EXPECT_NE(error_message([] { read("[model]\ntype = \"bert\"\ncls_id = \"[CLS]\"\n"); })
+                .find("[model] key 'cls_id' must be an integer"),
+            std::string::npos);
+}
+
 TEST(Config, VocabDivisibleByIsAPositiveIntegerDefaulting128) {
   EXPECT_EQ(read("[model]\ntype = \"gpt\"\n").vocab_divisible_by, 128);  // Megatron-LM's default
   EXPECT_EQ(read("[model]\ntype = \"bert\"\nvocab_divisible_by = 8\n").vocab_divisible_by, 8);

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "io/batch_file.h"
 #include "io/batch_source.h"
+#include "io/classification_dataset.h"
 #include "io/config.h"
 #include "io/hdf5_file.h"
 #include "io/image_dataset.h"
@@ -159,7 +160,7 @@ TEST(BatchFileValidation, UnboundedFieldsAreNotRangeChecked) {
 // A tiny text.h5 by hand: 2 documents of 2 sentences of 2 tokens; `float_tokens` stores /tokens as
 // float32; the offsets and the held-out split as given.
 std::string write_text(const std::string& name, bool float_tokens, const std::vector<std::int64_t>& sentence_offsets,
-                       const std::vector<std::int64_t>& heldout) {
+                       const std::vector<std::int64_t>& heldout, const std::vector<std::int64_t>& special = {}) {
   const std::string path = scratch_path(name);
   Hdf5File file = Hdf5File::create(path);
   const std::vector<std::int32_t> tokens = {4, 5, 6, 7, 8, 9, 10, 11};
@@ -175,6 +176,12 @@ std::string write_text(const std::string& name, bool float_tokens, const std::ve
   int id = 0;
   for (const char* special : {"pad_id", "unk_id", "bos_id", "eos_id"}) file.write_int_attribute("/", special, id++);
   for (const char* special : {"cls_id", "sep_id", "mask_id"}) file.write_int_attribute("/", special, 12 + id++ - 4);
+  if (!special.empty()) {  // a published tokenizer's ids (pad, unk, bos, eos, cls, sep, mask; -1: none)
+    const char* keys[] = {"pad_id", "unk_id", "bos_id", "eos_id", "cls_id", "sep_id", "mask_id"};
+    for (std::size_t i = 0; i < special.size(); ++i) file.write_int_attribute("/", keys[i], special[i]);
+    file.write_string_attribute("/", "tokenizer_type", "WordPiece");
+    file.write_string_attribute("/", "tokenizer_source", "/models/minilm/tokenizer.json");
+  }
   return path;
 }
 
@@ -202,6 +209,144 @@ TEST(TextDatasetValidation, OffsetsPastTheTokenCountAreRefused) {
 TEST(TextDatasetValidation, SplitNamingAMissingDocumentIsRefused) {
   const std::string path = write_text("split-range.h5", false, kSentenceOffsets, {2});
   EXPECT_ERROR_NAMES(TextDataset(path, TextSplit::HeldOut), path, "/split/heldout", "document 2 of 2");
+}
+
+// ---------------- the data's tokenizer against the model's (issue 28, item 1) ----------------
+
+// The well-formed text fixture with the special ids `special` (pad, unk, bos, eos, cls, sep, mask;
+// -1: none) and a recorded tokenizer, as data/prepare_text.py --tokenizer writes it.
+std::string write_tokenized_text(const std::string& name, const std::vector<std::int64_t>& special) {
+  return write_text(name, false, kSentenceOffsets, {1}, special);
+}
+
+ExperimentConfig text_config(const std::string& type, const std::string& path,
+                             std::vector<std::pair<std::string, std::int64_t>> declared = {}) {
+  ExperimentConfig config;
+  config.path = "configs/published.toml";
+  config.model.type = type;
+  config.model.vocab = 16;
+  config.model.seq_len = 3;
+  config.model.special_token_ids = std::move(declared);
+  config.data.path = path;
+  return config;
+}
+
+// WordPiece-like ids: [PAD] 0, [UNK] 1, no bos/eos, [CLS] 12, [SEP] 13, [MASK] 14.
+const std::vector<std::int64_t> kBertIds = {0, 1, -1, -1, 12, 13, 14};
+// Byte-level-BPE-like ids: only <|endoftext|> (15) as bos and eos.
+const std::vector<std::int64_t> kGptIds = {-1, -1, 15, 15, -1, -1, -1};
+
+TEST(TokenizerAgreement, TheModelsOwnTokenizersDataIsAccepted) {
+  const std::string bert = write_tokenized_text("bert-ids.h5", kBertIds);
+  EXPECT_NO_THROW(make_batch_source(text_config("bert", bert, {{"pad_id", 0}, {"cls_id", 12}, {"sep_id", 13},
+                                                               {"mask_id", 14}, {"eos_id", -1}}), false));
+  const std::string gpt = write_tokenized_text("gpt-ids.h5", kGptIds);
+  EXPECT_NO_THROW(make_batch_source(text_config("gpt", gpt, {{"eos_id", 15}, {"bos_id", 15}, {"cls_id", -1}}), false));
+  EXPECT_NO_THROW(make_batch_source(text_config("gpt", gpt), false));  // nothing declared: nothing checked
+}
+
+TEST(TokenizerAgreement, ADifferentSpecialIdNamesBothIdsTheKeyAndTheFiles) {
+  const std::string path = write_tokenized_text("other-cls.h5", kBertIds);
+  EXPECT_ERROR_NAMES(make_batch_source(text_config("bert", path, {{"cls_id", 101}}), false), path,
+                     "WordPiece tokenizer /models/minilm/tokenizer.json", "the data's cls_id is 12",
+                     "the model's is 101", "[model] cls_id in configs/published.toml", "data/prepare.sh --tokenizer");
+  // A model without a token the data has, and the other way round.
+  EXPECT_ERROR_NAMES(make_batch_source(text_config("bert", path, {{"bos_id", 2}}), false), "the data's bos_id is -1",
+                     "the model's is 2");
+  EXPECT_ERROR_NAMES(make_batch_source(text_config("gpt", write_tokenized_text("gpt-eos.h5", kGptIds),
+                                                   {{"eos_id", -1}}), true),
+                     "the data's eos_id is 15", "the model's is -1");
+}
+
+TEST(TokenizerAgreement, ADeclaredTokenizersVocabularyMustBeTheDatas) {
+  const std::string path = write_tokenized_text("vocab.h5", kBertIds);
+  ExperimentConfig config = text_config("bert", path, {{"cls_id", 12}});
+  config.model.vocab = 30522;  // the same [CLS] id, another tokenizer (bert-base-cased has 28996)
+  EXPECT_ERROR_NAMES(make_batch_source(config, false), path, "the data's vocabulary (16) differs from the model's",
+                     "[model] vocab = 30522 in configs/published.toml");
+  config.model.special_token_ids.clear();  // a model trained from scratch: a larger vocabulary is fine
+  EXPECT_NO_THROW(make_batch_source(config, false));
+  config.model.vocab = 15;
+  EXPECT_ERROR_NAMES(make_batch_source(config, false), "the data's vocabulary (16) exceeds the model's",
+                     "[model] vocab = 15");
+}
+
+TEST(TokenizerAgreement, BertRefusesDataWithoutItsSpecialTokensAndGptWithoutEos) {
+  const std::string gpt = write_tokenized_text("bpe-for-bert.h5", kGptIds);
+  EXPECT_ERROR_NAMES(make_batch_source(text_config("bert", gpt), false), gpt, "has no [CLS] token",
+                     "prepare the data with a BERT tokenizer");
+  const std::string bert = write_tokenized_text("wordpiece-for-gpt.h5", kBertIds);
+  EXPECT_ERROR_NAMES(make_batch_source(text_config("gpt", bert), false), bert, "no end-of-text token (eos_id)");
+}
+
+TEST(TokenizerAgreement, SpecialIdOutsideTheVocabularyIsRefused) {
+  const std::string path = write_tokenized_text("special-range.h5", {0, 1, -1, -1, 12, 13, 16});
+  EXPECT_ERROR_NAMES(TextDataset(path, TextSplit::Train), path, "special token id (16)", "[0, 16)");
+}
+
+// ---------------- labelled texts (data/prepare_pos.py pos.h5; issue 28, item 3) ----------------
+
+// Three texts (ids 5 6 7 | 8 | 9 10 11 12 13) labelled 0, 1, 3 of 4 classes; texts 0 and 2 train,
+// 1 held out; [PAD] 0, [CLS] 14, [SEP] 15 (no [MASK]: classification needs none).
+std::string write_labelled_texts(const std::string& name, std::int64_t last_label = 3, std::int64_t cls = 14) {
+  const std::string path = scratch_path(name);
+  Hdf5File file = Hdf5File::create(path);
+  file.write("tokens", {9}, std::vector<std::int32_t>{5, 6, 7, 8, 9, 10, 11, 12, 13});
+  file.write("offsets", {4}, std::vector<std::int64_t>{0, 3, 4, 9});
+  file.write("labels", {3}, std::vector<std::int64_t>{0, 1, last_label});
+  file.write("split/train", {2}, std::vector<std::int64_t>{0, 2});
+  file.write("split/heldout", {1}, std::vector<std::int64_t>{1});
+  file.write_int_attribute("/", "classes", 4);
+  file.write_int_attribute("/", "vocab_size", 16);
+  const std::vector<std::int64_t> ids = {0, 1, -1, -1, cls, 15, -1};
+  const char* keys[] = {"pad_id", "unk_id", "bos_id", "eos_id", "cls_id", "sep_id", "mask_id"};
+  for (int i = 0; i < 7; ++i) file.write_int_attribute("/", keys[i], ids[i]);
+  return path;
+}
+
+TEST(ClassificationDataset, SamplesAreClsTextSepPaddedWithTheirLabels) {
+  const ClassificationDataset train(write_labelled_texts("pos.h5"), false);
+  ASSERT_EQ(train.size(), 2);
+  const ClassificationBatch batch = train.batch(5, 7, 0, {0, 1});
+  std::vector<std::vector<std::int64_t>> rows;
+  for (int row = 0; row < 2; ++row) {
+    const std::int64_t* ids = batch.input_ids.data<std::int64_t>() + row * 5;
+    rows.emplace_back(ids, ids + 5);
+    const std::int64_t label = batch.labels.data<std::int64_t>()[row];
+    // Text 0 fits; text 2 is cut to 3 tokens so that [CLS] and [SEP] fit; no padding needed in either.
+    const std::vector<std::int64_t> expected = label == 0 ? std::vector<std::int64_t>{14, 5, 6, 7, 15}
+                                                          : std::vector<std::int64_t>{14, 9, 10, 11, 15};
+    EXPECT_EQ(rows.back(), expected);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(batch.attention_mask.data<std::int64_t>()[row * 5 + i], 1);
+  }
+  EXPECT_NE(rows[0], rows[1]);  // the epoch's order is a permutation of the split
+  const ClassificationDataset heldout(write_labelled_texts("pos.h5"), true);
+  const ClassificationBatch padded = heldout.batch(5, 7, 0, {0});
+  EXPECT_EQ(std::vector<std::int64_t>(padded.input_ids.data<std::int64_t>(), padded.input_ids.data<std::int64_t>() + 5),
+            (std::vector<std::int64_t>{14, 8, 15, 0, 0}));
+  EXPECT_EQ(std::vector<std::int64_t>(padded.attention_mask.data<std::int64_t>(), padded.attention_mask.data<std::int64_t>() + 5),
+            (std::vector<std::int64_t>{1, 1, 1, 0, 0}));
+  EXPECT_EQ(padded.labels.data<std::int64_t>()[0], 1);
+}
+
+TEST(ClassificationDataset, BatchSourceGivesTheClassifiersInputsAndChecksClasses) {
+  ExperimentConfig config = text_config("bert", write_labelled_texts("pos-source.h5"));
+  config.model.task = "classification";
+  config.model.classes = 4;
+  const auto source = make_batch_source(config, false);
+  const NamedTensors samples = source->samples(0, 3);  // 3 samples of a 2-text epoch: into epoch 1
+  EXPECT_EQ(samples.at("labels").shape(), (Shape{3}));
+  EXPECT_EQ(samples.at("attention_mask").shape(), (Shape{3, 1, 1, 3}));
+  EXPECT_EQ(samples.count("mlm_labels"), 0u);
+  config.model.classes = 3;
+  EXPECT_ERROR_NAMES(make_batch_source(config, false), "4 classes, but [model] classes = 3");
+}
+
+TEST(ClassificationDataset, BadLabelsAndMissingSpecialTokensAreNamed) {
+  const std::string label = write_labelled_texts("pos-label.h5", 4);
+  EXPECT_ERROR_NAMES(ClassificationDataset(label, false), label, "/labels holds 4 at row 2", "[0, 4)");
+  const std::string cls = write_labelled_texts("pos-cls.h5", 3, -1);
+  EXPECT_ERROR_NAMES(ClassificationDataset(cls, false), cls, "has no [CLS] token");
 }
 
 // ---------------- prepared images (data/prepare.sh fashion_mnist.h5) ----------------

@@ -170,7 +170,7 @@ float tiny_loss(const Graph& graph, const ModelConfig& config, std::int64_t batc
             images.data<float>()[copy * image_size + i] = pixel;
         }
       values.emplace(value.id, images);
-    } else if (config.type == "resnet") {
+    } else if (config.type == "resnet" || (config.task == "classification" && value.name == "labels")) {
       Tensor labels = Tensor::empty(shape, DType::I64);
       for (std::int64_t b = 0; b < batch; ++b) labels.data<std::int64_t>()[b] = b % config.classes;
       values.emplace(value.id, labels);
@@ -202,6 +202,25 @@ TEST(Model, TinyBertLossAtInitialisationIsNearLnVocab) {
   // With NSP the loss adds about ln 2.
   const ModelConfig with_nsp = config_file("bert-tiny.toml");
   EXPECT_NEAR(tiny_loss(build_model(with_nsp), with_nsp, 4), std::log(double(with_nsp.vocab)) + std::log(2.0), 0.4);
+}
+
+TEST(Model, BertSequenceClassificationHasThePooledClassifierAndNoPretrainingHeads) {
+  const ModelConfig config = config_file("bert-pos-tiny.toml");
+  ASSERT_EQ(config.task, "classification");
+  const Graph graph = build_model(config);
+  EXPECT_EQ(graph.value(graph.value_id("classifier.weight")).type.shape, (Shape{4, 128}));
+  EXPECT_EQ(graph.value(graph.value_id("classifier.bias")).type.shape, (Shape{4}));
+  EXPECT_EQ(graph.value(graph.value_id("bert.pooler.dense.weight")).kind, ValueKind::Param);
+  EXPECT_EQ(graph.value(graph.value_id("labels")).kind, ValueKind::Label);
+  EXPECT_EQ(graph.value(graph.value_id("labels")).type.shape, (Shape{kBatch}));
+  for (const Value& value : graph.values()) {
+    EXPECT_FALSE(value.name.starts_with("cls.")) << value.name;
+    EXPECT_NE(value.name, "mlm_labels");
+    EXPECT_NE(value.name, "nsp_labels");
+  }
+  EXPECT_TRUE(is_head_parameter("classifier.weight"));
+  // 4 balanced classes at initialisation: a loss near ln 4 (dropout on, as in training).
+  EXPECT_NEAR(tiny_loss(graph, config, 8), std::log(4.0), 0.3);
 }
 
 TEST(Model, TinyGptLossAtInitialisationIsNearLnVocab) {

@@ -54,7 +54,8 @@ std::string run_golden(const std::string& model, int ranks, const std::string& e
   arguments << "train " << PARTRAIN_SOURCE_DIR << "/configs/" << model << "-tiny.toml" << golden_overrides(golden)
             << " --set log.dir=" << directory
             << " --set log.save_parameters=true --set log.save_gradients=true --set log.save_initial=true"
-            << " --set data.path=" << PARTRAIN_DATA_DIR << (model == "resnet" ? "/fashion_mnist.h5" : "/text.h5")
+            << " --set data.path=" << PARTRAIN_DATA_DIR
+            << (model == "resnet" ? "/fashion_mnist.h5" : model == "bert-pos" ? "/pos.h5" : "/text.h5")
             << extra;
   const testing::PartrainRun run = testing::run_partrain(ranks, arguments.str(), directory + ".log");
   EXPECT_EQ(run.status, 0) << run.command << "\n" << run.log;
@@ -140,8 +141,13 @@ TEST_P(GoldenFiles, SingleRankMatchesLibraryModel) {
   expect_matches_golden(model, run_golden(model, 1, "", model + "-1rank"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, GoldenFiles, ::testing::Values("bert", "gpt", "resnet"),
-                         [](const auto& info) { return info.param; });
+// bert-pos: BERT's sequence classification (configs/bert-pos-tiny.toml, BertForSequenceClassification).
+INSTANTIATE_TEST_SUITE_P(Tiny, GoldenFiles, ::testing::Values("bert", "gpt", "resnet", "bert-pos"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');  // gtest names: no '-'
+                           return name;
+                         });
 
 // Mixed precision against PyTorch's: partrain with [train] precision = "bf16" (bf16 compute, fp32
 // masters) against the library model under torch.autocast(bfloat16) (the file's /bf16 group). The
@@ -283,6 +289,29 @@ TEST(GoldenPipeline, GptTwoStagesTwoReplicasMatchesLibraryModel) {
                  " --set 'parallel.boundaries=[\"h.1\"]' --set train.microbatches=2",
                  "gpt-pipeline");
   expect_matches_golden("gpt", directory);
+}
+
+// BERT's sequence classification under other plans against the same golden file: a pipeline (the
+// encoder's second layer, pooler and classifier on stage 2) with two data-parallel replicas per stage
+// and two microbatches, and tensor parallelism t = 2 (Megatron's split of the encoder; the pooler and
+// classifier replicated) in two data-parallel replicas. Every sample has its label, so each piece's
+// mean loss averages to the batch's.
+TEST(GoldenPipeline, BertClassificationTwoStagesTwoReplicasMatchesLibraryModel) {
+  const std::string directory =
+      run_golden("bert-pos", 4,
+                 " --set parallel.planner=manual --set parallel.stages=2 --set 'parallel.replicas=[2, 2]'"
+                 " --set 'parallel.boundaries=[\"encoder.layer.1\"]' --set train.microbatches=2",
+                 "bert-pos-pipeline");
+  expect_matches_golden("bert-pos", directory);
+}
+
+TEST(GoldenPipeline, BertClassificationTensorParallelMatchesLibraryModel) {
+  const std::string directory =
+      run_golden("bert-pos", 4,
+                 " --set parallel.planner=manual --set parallel.stages=1 --set 'parallel.replicas=[2]'"
+                 " --set parallel.tensor_parallel=2 --set train.microbatches=1",
+                 "bert-pos-tensor-parallel");
+  expect_matches_golden("bert-pos", directory);
 }
 
 }  // namespace

@@ -177,7 +177,7 @@ int evaluate(const EvalArguments& arguments, comm::Communicator& world, bool& di
                 plan.tensor_parallel, plan.microbatches);
     std::fflush(stdout);
   }
-  const bool classifier = config.model.type == "resnet";
+  const bool classifier = config.model.is_classifier();
   const runtime::EvaluationResult result = executor.evaluate(*data, batches, classifier);
   if (!leader) return 0;
   std::printf("eval_loss: %.9g\n", result.loss());

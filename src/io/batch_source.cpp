@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "io/classification_dataset.h"
 #include "io/config.h"
 #include "io/image_dataset.h"
 #include "io/text_dataset.h"
@@ -48,6 +49,39 @@ NamedTensors assemble(std::int64_t count, const std::vector<std::pair<NamedTenso
   return result;
 }
 
+// The data's id of a special-token key ("cls_id" -> special.cls).
+std::int32_t data_special_id(const SpecialTokens& special, const std::string& key) {
+  if (key == "pad_id") return special.pad;
+  if (key == "unk_id") return special.unk;
+  if (key == "bos_id") return special.bos;
+  if (key == "eos_id") return special.eos;
+  if (key == "cls_id") return special.cls;
+  if (key == "sep_id") return special.sep;
+  return special.mask;
+}
+
+// The model reads the data's token ids as rows of its embedding: the data's vocabulary must fit it,
+// and a model that declares its tokenizer's special ids ([model] pad_id ... mask_id: a published
+// model) must get data made by that tokenizer: the same ids and exactly its vocabulary.
+template <typename Dataset>
+void check_tokenizer(const Dataset& dataset, const std::string& path, const ExperimentConfig& config) {
+  const ModelConfig& model = config.model;
+  const std::string data = path + " (" + dataset.tokenizer_description() + ")";
+  const std::string hint = "; prepare the data with the model's tokenizer (data/prepare.sh --tokenizer PATH)";
+  PARTRAIN_CHECK(dataset.vocab_size() <= model.vocab,
+                 data << ": the data's vocabulary (" << dataset.vocab_size() << ") exceeds the model's ([model] vocab = "
+                      << model.vocab << " in " << config.path << ")" << hint);
+  if (model.special_token_ids.empty()) return;
+  PARTRAIN_CHECK(dataset.vocab_size() == model.vocab,
+                 data << ": the data's vocabulary (" << dataset.vocab_size() << ") differs from the model's ([model] vocab = "
+                      << model.vocab << " in " << config.path << ", a model made for another tokenizer)" << hint);
+  for (const auto& [key, id] : model.special_token_ids) {
+    const std::int32_t data_id = data_special_id(dataset.special_tokens(), key);
+    PARTRAIN_CHECK(data_id == id, data << ": the data's " << key << " is " << data_id << ", the model's is " << id
+                                       << " ([model] " << key << " in " << config.path << "; -1: no such token)" << hint);
+  }
+}
+
 class BertSource : public BatchSource {
  public:
   BertSource(const std::string& path, bool heldout, const ExperimentConfig& config)
@@ -55,9 +89,13 @@ class BertSource : public BatchSource {
     options_.sequence_length = config.model.seq_len;
     options_.next_sentence_prediction = config.model.nsp;
     options_.mask_probability = config.data.mask_probability;
-    PARTRAIN_CHECK(dataset_.vocab_size() <= config.model.vocab,
-                   path << ": the tokenizer's vocabulary (" << dataset_.vocab_size() << ") exceeds [model] vocab "
-                        << config.model.vocab);
+    check_tokenizer(dataset_, path, config);
+    const SpecialTokens& special = dataset_.special_tokens();
+    for (const auto& [id, name] : {std::pair{special.cls, "[CLS]"}, std::pair{special.sep, "[SEP]"},
+                                   std::pair{special.mask, "[MASK]"}, std::pair{special.pad, "[PAD]"}})
+      PARTRAIN_CHECK(id >= 0, path << " (" << dataset_.tokenizer_description() << "): the tokenizer has no " << name
+                                   << " token, which BERT samples need ([CLS] A [SEP] B [SEP], masking, padding); "
+                                      "prepare the data with a BERT tokenizer");
     per_epoch_ = dataset_.bert_sample_count(options_);
     PARTRAIN_CHECK(per_epoch_ > 0, path << ": no BERT samples in this split");
   }
@@ -94,9 +132,10 @@ class GptSource : public BatchSource {
   GptSource(const std::string& path, bool heldout, const ExperimentConfig& config)
       : path_(path), dataset_(path, heldout ? TextSplit::HeldOut : TextSplit::Train), seed_(config.train.seed),
         length_(config.model.seq_len) {
-    PARTRAIN_CHECK(dataset_.vocab_size() <= config.model.vocab,
-                   path << ": the tokenizer's vocabulary (" << dataset_.vocab_size() << ") exceeds [model] vocab "
-                        << config.model.vocab);
+    check_tokenizer(dataset_, path, config);
+    PARTRAIN_CHECK(dataset_.special_tokens().eos >= 0,
+                   path << " (" << dataset_.tokenizer_description()
+                        << "): the tokenizer has no end-of-text token (eos_id), which separates GPT's documents");
     per_epoch_ = dataset_.gpt_sample_count(length_);
     PARTRAIN_CHECK(per_epoch_ > 0, path << ": no GPT windows of " << length_ << " tokens in this split");
   }
@@ -118,6 +157,41 @@ class GptSource : public BatchSource {
   std::uint64_t seed_;
   std::int64_t length_;
   std::int64_t per_epoch_ = 0;
+};
+
+// BERT's sequence classification ([model] task = "classification") on a pos.h5-layout file.
+class ClassificationSource : public BatchSource {
+ public:
+  ClassificationSource(const std::string& path, bool heldout, const ExperimentConfig& config)
+      : path_(path), dataset_(path, heldout), seed_(config.train.seed), length_(config.model.seq_len) {
+    check_tokenizer(dataset_, path, config);
+    PARTRAIN_CHECK(dataset_.classes() <= config.model.classes,
+                   path << ": " << dataset_.classes() << " classes, but [model] classes = " << config.model.classes
+                        << " in " << config.path);
+  }
+  NamedTensors samples(std::int64_t first, std::int64_t count) const override {
+    std::vector<std::pair<NamedTensors, std::vector<std::int64_t>>> parts;
+    for (const auto& [epoch, group] : by_epoch(first, count, dataset_.size())) {
+      const ClassificationBatch batch = dataset_.batch(length_, seed_, epoch, group.first);
+      const std::int64_t rows = static_cast<std::int64_t>(group.first.size());
+      Tensor mask = Tensor::empty({rows, 1, 1, length_});  // additive, as BertSource's
+      for (std::int64_t i = 0; i < rows * length_; ++i)
+        mask.data<float>()[i] = batch.attention_mask.data<std::int64_t>()[i] != 0 ? 0.0f : -10000.0f;
+      parts.emplace_back(NamedTensors{{"input_ids", batch.input_ids}, {"token_type_ids", batch.token_type_ids},
+                                      {"attention_mask", mask}, {"labels", batch.labels}},
+                         group.second);
+    }
+    return assemble(count, parts);
+  }
+  std::int64_t samples_per_epoch() const override { return dataset_.size(); }
+  std::int64_t tokens_per_sample() const override { return length_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  ClassificationDataset dataset_;
+  std::uint64_t seed_;
+  std::int64_t length_;
 };
 
 class ImageSource : public BatchSource {
@@ -157,10 +231,12 @@ class ImageSource : public BatchSource {
 std::unique_ptr<BatchSource> make_batch_source(const ExperimentConfig& config, bool heldout,
                                                const std::string& default_directory) {
   const bool images = config.model.type == "resnet";
+  const bool classification = config.model.type == "bert" && config.model.task == "classification";
   const std::string path = !config.data.path.empty() ? config.data.path
-                           : default_directory + (images ? "/fashion_mnist.h5" : "/text.h5");
+                           : default_directory + (images ? "/fashion_mnist.h5" : classification ? "/pos.h5" : "/text.h5");
   PARTRAIN_CHECK(std::filesystem::exists(path),
                  path << ": the training data is missing; run data/prepare.sh to create it (or set [data] path)");
+  if (classification) return std::make_unique<ClassificationSource>(path, heldout, config);
   if (config.model.type == "bert") return std::make_unique<BertSource>(path, heldout, config);
   if (config.model.type == "gpt") return std::make_unique<GptSource>(path, heldout, config);
   return std::make_unique<ImageSource>(path, heldout, config);

@@ -35,7 +35,8 @@ class BatchSource {
 };
 
 /// The source for config.model.type from config.data.path (or the default path under
-/// `default_directory`): text.h5 for bert/gpt, fashion_mnist.h5 for resnet. `heldout` selects the
+/// `default_directory`): text.h5 for bert/gpt, pos.h5 for bert with [model] task = "classification"
+/// (io/classification_dataset.h), fashion_mnist.h5 for resnet. `heldout` selects the
 /// held-out split (evaluation). Throws partrain::Error naming the file when it is missing (and says
 /// to run data/prepare.sh) or does not match the model (vocabulary, image size, sequence length).
 std::unique_ptr<BatchSource> make_batch_source(const ExperimentConfig& config, bool heldout,

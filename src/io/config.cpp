@@ -340,7 +340,15 @@ ModelConfig read_model_config(const ConfigDocument& document) {
   reader.read("layer_norm_eps", config.layer_norm_eps);
   reader.read("initializer_range", config.initializer_range);
   reader.read("nsp", config.nsp);
+  reader.read_choice("task", config.task, {"pretraining", "classification"});
   reader.read("fused_attention", config.fused_attention);
+  for (const char* key : {"pad_id", "unk_id", "bos_id", "eos_id", "cls_id", "sep_id", "mask_id"}) {
+    std::int64_t id = -1;
+    reader.read(key, id);
+    if (!reader.has(key)) continue;
+    if (id < -1) reader.fail(key, "must be a token id (or -1: the tokenizer has no such token), not " + std::to_string(id));
+    config.special_token_ids.emplace_back(key, id);
+  }
   reader.read("depth", config.depth);
   reader.read("width_factor", config.width_factor);
   reader.read("base_width", config.base_width);
@@ -362,6 +370,10 @@ ModelConfig read_model_config(const ConfigDocument& document) {
                               {"max_position", config.max_position}, {"seq_len", config.seq_len}})
       require_positive(key, value);
     if (config.type == "bert") require_positive("type_vocab", config.type_vocab);
+    if (config.task == "classification") {
+      if (config.type != "bert") reader.fail("task", "= \"classification\" is BERT's sequence classification; a gpt has only \"pretraining\"");
+      if (config.classes < 2) reader.fail("classes", "must be at least 2 for classification, not " + std::to_string(config.classes));
+    }
     if (config.intermediate < 0) reader.fail("intermediate", "must be positive (or 0 for 4 * hidden)");
     if (config.hidden % config.heads != 0)
       reader.fail("heads", std::to_string(config.heads) + " does not divide hidden " + std::to_string(config.hidden));
@@ -371,6 +383,9 @@ ModelConfig read_model_config(const ConfigDocument& document) {
     require_probability("dropout", config.dropout);
     require_probability("attention_dropout", config.attention_dropout);
     if (config.layer_norm_eps == 0) reader.fail("layer_norm_eps", "must be positive (or negative for the default)");
+    for (const auto& [key, id] : config.special_token_ids)
+      if (id >= config.vocab)
+        reader.fail(key, std::to_string(id) + " is outside the vocabulary (vocab = " + std::to_string(config.vocab) + ")");
   } else {
     const std::array<std::int64_t, 5> depths = {18, 34, 50, 101, 152};
     if (std::find(depths.begin(), depths.end(), config.depth) == depths.end())

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace partrain {
@@ -111,16 +112,28 @@ struct ModelConfig {
   double layer_norm_eps = -1;       // < 0: 1e-12 for bert, 1e-5 for gpt
   double initializer_range = 0.02;  // std of the normal init of linear and embedding weights
   bool nsp = true;                  // bert: pooler + next-sentence-prediction head and loss
+  std::string task = "pretraining"; // bert: "pretraining" (MLM + NSP heads) or "classification" (the
+                                    // pooled [CLS] -> dropout -> linear to `classes`, cross-entropy:
+                                    // BertForSequenceClassification)
   bool fused_attention = false;     // one Attention task instead of MatMul/Scale/Softmax/Dropout/MatMul
                                     // (the fused op has no attention dropout)
+  // The special token ids of the tokenizer the embeddings were trained with: the [model] keys
+  // pad_id, unk_id, bos_id, eos_id, cls_id, sep_id, mask_id that the file sets (a published model's,
+  // written by validation/import_hf.py), in that order; -1: that tokenizer has no such token. Keys
+  // not set are not checked. When any is set, the data (text.h5) must hold exactly these ids and
+  // exactly `vocab` tokens (io/batch_source.h).
+  std::vector<std::pair<std::string, std::int64_t>> special_token_ids;
   // ---- resnet ----
   std::int64_t depth = 50;          // 18, 34 (basic blocks), 50, 101, 152 (bottleneck blocks)
   std::int64_t width_factor = 1;    // BiT-style multiplier of every channel width (RaNNC's ResNet152x8: 8)
   std::int64_t base_width = 64;     // channels of the stem and of layer1 before the width factor
-  std::int64_t classes = 1000;      // classifier outputs
+  std::int64_t classes = 1000;      // classifier outputs (resnet; bert with task = "classification")
   std::int64_t image_size = 224;    // input height = width
   std::int64_t channels = 3;        // input channels
 
+  /// True for models whose loss is one classification over `classes` (ResNet, BERT's
+  /// sequence classification): evaluation reports top-1 accuracy.
+  bool is_classifier() const { return type == "resnet" || (type == "bert" && task == "classification"); }
   /// The MLP inner size (intermediate, or 4 * hidden when 0).
   std::int64_t intermediate_size() const { return intermediate > 0 ? intermediate : 4 * hidden; }
   /// The attention dropout probability (attention_dropout, or dropout when negative).

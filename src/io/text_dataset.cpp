@@ -79,6 +79,12 @@ TextDataset::TextDataset(const std::string& path, TextSplit split) : path_(path)
   special_.cls = static_cast<std::int32_t>(file.read_int_attribute("/", "cls_id"));
   special_.sep = static_cast<std::int32_t>(file.read_int_attribute("/", "sep_id"));
   special_.mask = static_cast<std::int32_t>(file.read_int_attribute("/", "mask_id"));
+  const auto text_attribute = [&](const char* name) {
+    return file.has_attribute("/", name) ? file.read_string_attribute("/", name) : std::string();
+  };
+  tokenizer_description_ = text_attribute("tokenizer_type").empty() && text_attribute("tokenizer_source").empty()
+                               ? "tokenizer not recorded"
+                               : text_attribute("tokenizer_type") + " tokenizer " + text_attribute("tokenizer_source");
 
   const std::int64_t token_total = static_cast<std::int64_t>(tokens_.size());
   PARTRAIN_CHECK(sentence_offsets_.size() >= 2 && sentence_offsets_.front() == 0 &&
@@ -97,9 +103,10 @@ TextDataset::TextDataset(const std::string& path, TextSplit split) : path_(path)
     PARTRAIN_CHECK(token >= 0 && token < vocab_size_,
                    "'" << path << "': /tokens holds id " << token << " outside vocabulary " << vocab_size_);
   }
-  for (std::int32_t id : {special_.pad, special_.eos, special_.cls, special_.sep, special_.mask}) {
-    PARTRAIN_CHECK(id >= 0 && id < vocab_size_, "'" << path << "': a special token id (" << id
-                                                    << ") is missing or outside the vocabulary");
+  // -1: the tokenizer has no such token (the samplers refuse data without the tokens they need).
+  for (std::int32_t id : {special_.pad, special_.unk, special_.bos, special_.eos, special_.cls, special_.sep, special_.mask}) {
+    PARTRAIN_CHECK(id >= -1 && id < vocab_size_, "'" << path << "': a special token id (" << id
+                                                     << ") is outside the vocabulary [0, " << vocab_size_ << ")");
   }
 
   const std::int64_t document_count = static_cast<std::int64_t>(document_offsets_.size()) - 1;
@@ -308,6 +315,8 @@ BertBatch TextDataset::bert_batch(const BertSampleOptions& options, std::uint64_
 
 std::int64_t TextDataset::gpt_sample_count(std::int64_t sequence_length) const {
   PARTRAIN_CHECK(sequence_length >= 1, "GPT sequence length " << sequence_length << " is below 1");
+  PARTRAIN_CHECK(special_.eos >= 0, "'" << path_ << "': no eos_id (" << tokenizer_description_
+                                        << "), which GPT samples put between documents");
   return (static_cast<std::int64_t>(stream_.size()) - 1) / sequence_length;
 }
 

