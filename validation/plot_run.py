@@ -106,9 +106,10 @@ def trace_events(trace):
 
 
 def split_name(name):
-    """("Forward", 3) for "Forward mb 3"; ("AllReduce", None) for "AllReduce"."""
+    """("Forward", 3) for "Forward mb 3" (and "Forward mb 3 chunk 1": several model chunks per rank);
+    ("AllReduce", None) for "AllReduce"."""
     words = name.split()
-    if len(words) == 3 and words[1] == "mb":
+    if len(words) in (3, 5) and words[1] == "mb" and (len(words) == 3 or words[3] == "chunk"):
         return words[0], int(words[2])
     return name, None
 
