@@ -322,6 +322,48 @@ TEST(Plan, InterleavedJsonRoundTripAndValidation) {
   EXPECT_EQ(Plan::from_json(old, "test").virtual_stages, 1);
 }
 
+TEST(Plan, ZeroBubbleJsonRoundTripAndValidation) {
+  // gpt-tiny in 4 model chunks in a V on 2 pipeline stages: chunks 0 and 3 on stage 0, 1 and 2 on 1.
+  const Graph graph = build_model(tiny_model_config("gpt"));
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  Plan plan;
+  plan.planner = "test";
+  plan.graph_hash = graph.hash();
+  plan.global_batch = 8;
+  plan.microbatches = 3;  // zb_v takes any microbatch count
+  plan.schedule = ScheduleKind::ZeroBubbleV;
+  plan.virtual_stages = 2;
+  const std::vector<std::pair<std::size_t, std::size_t>> chunks = {{0, 1}, {1, 2}, {2, 3}, {3, 6}};
+  const std::vector<int> replicas = {1, 2, 2, 1};  // stage 0: 1 replica, stage 1: 2
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    PlanStage stage;
+    stage.tasks = join_groups(groups, chunks[c].first, chunks[c].second);
+    stage.replicas = replicas[c];
+    stage.weight_gradient_seconds = 0.001 * static_cast<double>(c + 1);
+    plan.stages.push_back(stage);
+  }
+  plan.world_size = 3;
+  plan.global_batch = 6;
+  plan.microbatches = 3;
+  EXPECT_NO_THROW(plan.validate(graph));
+  const Plan loaded = Plan::from_json(plan.to_json(), "test");
+  EXPECT_EQ(loaded.schedule, ScheduleKind::ZeroBubbleV);
+  EXPECT_EQ(loaded.to_json(), plan.to_json());
+  EXPECT_EQ(loaded.stages[2].weight_gradient_seconds, 0.003);
+  EXPECT_EQ(loaded.chunks_of_stage(0), (std::vector<int>{0, 3}));
+  EXPECT_EQ(loaded.chunks_of_stage(1), (std::vector<int>{1, 2}));
+  EXPECT_EQ(loaded.stage_of_chunk(3), 0);
+  EXPECT_EQ(loaded.local_chunk_index(2), 1);
+  Plan wrong = plan;
+  wrong.stages[3].replicas = 2;  // chunk 3 runs on stage 0, which has 1 replica
+  EXPECT_NE(error_message([&] { wrong.validate(graph); }).find("model chunk 3 has 2 replicas"), std::string::npos);
+  wrong = plan;
+  wrong.virtual_stages = 3;
+  EXPECT_NE(error_message([&] { wrong.validate(graph); }).find("zb_v schedule needs virtual_stages = 2"), std::string::npos);
+  plan.schedule = ScheduleKind::ZeroBubbleH1;  // one chunk per stage
+  EXPECT_NE(error_message([&] { plan.validate(graph); }).find("needs the interleaved or zb_v schedule"), std::string::npos);
+}
+
 TEST(Plan, SummariesNameLayerRanges) {
   const Graph graph = build_model(tiny_model_config("bert"));
   const std::vector<LayerGroup> groups = layer_groups(graph);
