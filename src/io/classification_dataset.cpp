@@ -11,34 +11,17 @@ namespace partrain::io {
 ClassificationDataset::ClassificationDataset(const std::string& path, bool heldout) : path_(path) {
   Hdf5File file = Hdf5File::open_read(path);
   const char* split_name = heldout ? "split/heldout" : "split/train";
-  for (const char* dataset : {"tokens", "offsets", "labels", split_name}) {
-    PARTRAIN_CHECK(file.has_dataset(dataset), "'" << path << "': no dataset /" << dataset
-                                                   << " (not a data/prepare.sh classification file such as pos.h5?)");
-    PARTRAIN_CHECK(file.dataset_is_integer(dataset), "'" << path << "': dataset /" << dataset << " stores "
-                                                         << file.dataset_type_name(dataset) << ", expected integers");
-    PARTRAIN_CHECK(file.dataset_shape(dataset).size() == 1,
-                   "'" << path << "': dataset /" << dataset << " has rank " << file.dataset_shape(dataset).size()
-                       << ", expected 1");
-  }
+  require_integer_vectors(file, path, {"tokens", "offsets", "labels", split_name},
+                          "a data/prepare.sh classification file such as pos.h5");
   tokens_ = file.read<std::int32_t>("tokens");
   offsets_ = file.read<std::int64_t>("offsets");
   labels_ = file.read<std::int64_t>("labels");
   texts_ = file.read<std::int64_t>(split_name);
   classes_ = file.read_int_attribute("/", "classes");
-  vocab_size_ = static_cast<std::int32_t>(file.read_int_attribute("/", "vocab_size"));
-  std::int32_t* ids[] = {&special_.pad, &special_.unk, &special_.bos, &special_.eos, &special_.cls, &special_.sep, &special_.mask};
-  const char* keys[] = {"pad_id", "unk_id", "bos_id", "eos_id", "cls_id", "sep_id", "mask_id"};
-  for (int i = 0; i < 7; ++i) {
-    *ids[i] = static_cast<std::int32_t>(file.read_int_attribute("/", keys[i]));
-    PARTRAIN_CHECK(*ids[i] >= -1 && *ids[i] < vocab_size_,
-                   "'" << path << "': " << keys[i] << " " << *ids[i] << " is outside the vocabulary [0, " << vocab_size_ << ")");
-  }
-  const auto text_attribute = [&](const char* name) {
-    return file.has_attribute("/", name) ? file.read_string_attribute("/", name) : std::string();
-  };
-  tokenizer_description_ = text_attribute("tokenizer_type").empty() && text_attribute("tokenizer_source").empty()
-                               ? "tokenizer not recorded"
-                               : text_attribute("tokenizer_type") + " tokenizer " + text_attribute("tokenizer_source");
+  PreparedVocabulary vocabulary = read_prepared_vocabulary(file, path);
+  vocab_size_ = vocabulary.vocab_size;
+  special_ = vocabulary.special;
+  tokenizer_description_ = std::move(vocabulary.tokenizer_description);
 
   const std::int64_t count = static_cast<std::int64_t>(labels_.size());
   PARTRAIN_CHECK(static_cast<std::int64_t>(offsets_.size()) == count + 1 && offsets_.front() == 0 &&

@@ -54,37 +54,54 @@ float sample_uniform(std::uint64_t seed, std::int64_t epoch, std::int64_t sample
   return uniform_from_word(sample_word(seed, epoch, sample, stream, index));
 }
 
-TextDataset::TextDataset(const std::string& path, TextSplit split) : path_(path) {
-  const Hdf5File file = Hdf5File::open_read(path);
-  const char* split_name = split == TextSplit::Train ? "split/train" : "split/heldout";
-  // Integer one-dimensional datasets only: HDF5 would truncate floats to integers silently.
-  for (const char* dataset : {"tokens", "sentence_offsets", "document_offsets", split_name}) {
-    PARTRAIN_CHECK(file.has_dataset(dataset), "'" << path << "': no dataset /" << dataset
-                                                   << " (not a data/prepare.sh text file?)");
+void require_integer_vectors(const Hdf5File& file, const std::string& path, std::initializer_list<const char*> datasets,
+                             const char* what) {
+  for (const char* dataset : datasets) {
+    PARTRAIN_CHECK(file.has_dataset(dataset), "'" << path << "': no dataset /" << dataset << " (not " << what << "?)");
     PARTRAIN_CHECK(file.dataset_is_integer(dataset), "'" << path << "': dataset /" << dataset << " stores "
                                                          << file.dataset_type_name(dataset) << ", expected integers");
     PARTRAIN_CHECK(file.dataset_shape(dataset).size() == 1,
                    "'" << path << "': dataset /" << dataset << " has rank " << file.dataset_shape(dataset).size()
                        << ", expected 1");
   }
+}
+
+PreparedVocabulary read_prepared_vocabulary(const Hdf5File& file, const std::string& path) {
+  PreparedVocabulary vocabulary;
+  vocabulary.vocab_size = static_cast<std::int32_t>(file.read_int_attribute("/", "vocab_size"));
+  SpecialTokens& special = vocabulary.special;
+  std::int32_t* ids[] = {&special.pad, &special.unk, &special.bos, &special.eos, &special.cls, &special.sep, &special.mask};
+  const char* keys[] = {"pad_id", "unk_id", "bos_id", "eos_id", "cls_id", "sep_id", "mask_id"};
+  for (int i = 0; i < 7; ++i) {
+    *ids[i] = static_cast<std::int32_t>(file.read_int_attribute("/", keys[i]));
+    // -1: the tokenizer has no such token (the samplers refuse data without the tokens they need).
+    PARTRAIN_CHECK(*ids[i] >= -1 && *ids[i] < vocabulary.vocab_size,
+                   "'" << path << "': " << keys[i] << ": a special token id (" << *ids[i]
+                       << ") is outside the vocabulary [0, " << vocabulary.vocab_size << ")");
+  }
+  const auto text_attribute = [&](const char* name) {
+    return file.has_attribute("/", name) ? file.read_string_attribute("/", name) : std::string();
+  };
+  vocabulary.tokenizer_description = text_attribute("tokenizer_type").empty() && text_attribute("tokenizer_source").empty()
+                                         ? "tokenizer not recorded"
+                                         : text_attribute("tokenizer_type") + " tokenizer " + text_attribute("tokenizer_source");
+  return vocabulary;
+}
+
+TextDataset::TextDataset(const std::string& path, TextSplit split) : path_(path) {
+  const Hdf5File file = Hdf5File::open_read(path);
+  const char* split_name = split == TextSplit::Train ? "split/train" : "split/heldout";
+  // Integer one-dimensional datasets only: HDF5 would truncate floats to integers silently.
+  require_integer_vectors(file, path, {"tokens", "sentence_offsets", "document_offsets", split_name},
+                          "a data/prepare.sh text file");
   tokens_ = file.read<std::int32_t>("tokens");
   sentence_offsets_ = file.read<std::int64_t>("sentence_offsets");
   document_offsets_ = file.read<std::int64_t>("document_offsets");
   documents_ = file.read<std::int64_t>(split_name);
-  vocab_size_ = static_cast<std::int32_t>(file.read_int_attribute("/", "vocab_size"));
-  special_.pad = static_cast<std::int32_t>(file.read_int_attribute("/", "pad_id"));
-  special_.unk = static_cast<std::int32_t>(file.read_int_attribute("/", "unk_id"));
-  special_.bos = static_cast<std::int32_t>(file.read_int_attribute("/", "bos_id"));
-  special_.eos = static_cast<std::int32_t>(file.read_int_attribute("/", "eos_id"));
-  special_.cls = static_cast<std::int32_t>(file.read_int_attribute("/", "cls_id"));
-  special_.sep = static_cast<std::int32_t>(file.read_int_attribute("/", "sep_id"));
-  special_.mask = static_cast<std::int32_t>(file.read_int_attribute("/", "mask_id"));
-  const auto text_attribute = [&](const char* name) {
-    return file.has_attribute("/", name) ? file.read_string_attribute("/", name) : std::string();
-  };
-  tokenizer_description_ = text_attribute("tokenizer_type").empty() && text_attribute("tokenizer_source").empty()
-                               ? "tokenizer not recorded"
-                               : text_attribute("tokenizer_type") + " tokenizer " + text_attribute("tokenizer_source");
+  PreparedVocabulary vocabulary = read_prepared_vocabulary(file, path);
+  vocab_size_ = vocabulary.vocab_size;
+  special_ = vocabulary.special;
+  tokenizer_description_ = std::move(vocabulary.tokenizer_description);
 
   const std::int64_t token_total = static_cast<std::int64_t>(tokens_.size());
   PARTRAIN_CHECK(sentence_offsets_.size() >= 2 && sentence_offsets_.front() == 0 &&
@@ -103,11 +120,7 @@ TextDataset::TextDataset(const std::string& path, TextSplit split) : path_(path)
     PARTRAIN_CHECK(token >= 0 && token < vocab_size_,
                    "'" << path << "': /tokens holds id " << token << " outside vocabulary " << vocab_size_);
   }
-  // -1: the tokenizer has no such token (the samplers refuse data without the tokens they need).
-  for (std::int32_t id : {special_.pad, special_.unk, special_.bos, special_.eos, special_.cls, special_.sep, special_.mask}) {
-    PARTRAIN_CHECK(id >= -1 && id < vocab_size_, "'" << path << "': a special token id (" << id
-                                                     << ") is outside the vocabulary [0, " << vocab_size_ << ")");
-  }
+
 
   const std::int64_t document_count = static_cast<std::int64_t>(document_offsets_.size()) - 1;
   const std::int64_t sentence_count = static_cast<std::int64_t>(sentence_offsets_.size()) - 1;

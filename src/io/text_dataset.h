@@ -8,6 +8,7 @@
 // Every sample is a deterministic function of (seed, epoch, sample index): any rank can produce any
 // sample without coordination. The whole split is held in memory (a few MB for WordNet glosses).
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,24 @@ std::vector<std::int64_t> shuffled_order(std::int64_t count, std::uint64_t seed,
 /// Uniform [0, 1) that depends only on its arguments (Philox4x32-10 keyed by seed).
 float sample_uniform(std::uint64_t seed, std::int64_t epoch, std::int64_t sample, std::uint32_t stream,
                      std::uint64_t index);
+
+class Hdf5File;
+
+/// Checks that each of `datasets` of `file` exists and is a one-dimensional integer dataset; throws
+/// partrain::Error naming `path` and the dataset (`what`: the kind of file expected, for the message
+/// about a missing one, e.g. "a data/prepare.sh text file").
+void require_integer_vectors(const Hdf5File& file, const std::string& path, std::initializer_list<const char*> datasets,
+                             const char* what);
+
+/// What a prepared file records of its tokenizer: the vocabulary size, the special ids (-1 where the
+/// tokenizer has no such token; others must lie in the vocabulary, else partrain::Error naming
+/// `path`) and a readable description ("wordpiece tokenizer PATH", or "tokenizer not recorded").
+struct PreparedVocabulary {
+  std::int32_t vocab_size = 0;
+  SpecialTokens special;
+  std::string tokenizer_description;
+};
+PreparedVocabulary read_prepared_vocabulary(const Hdf5File& file, const std::string& path);
 
 /// Which documents a dataset reads.
 enum class TextSplit { Train, HeldOut };
