@@ -162,6 +162,11 @@ void PipelineExecutor::schedule_actions() {
   for (std::size_t i = 0; i < actions_.size(); ++i)
     if (actions_[i].kind == ActionKind::Backward || actions_[i].kind == ActionKind::BackwardWeight) last_backward_ = i;
     else if (actions_[i].kind == ActionKind::BackwardInput) last_backward_input_ = i;
+  // A list with BackwardInput needs every chunk's backward split (build_stage_programs does it for
+  // the zero-bubble schedules): say so here, not at the first microbatch.
+  for (const StageProgram& program : programs_)
+    PARTRAIN_CHECK(last_backward_input_ == 0 || program.split.input.output_grads == program.backward.output_grads,
+                   "executor: stage " << program.stage << "'s backward was not split for a zero-bubble schedule");
   // The Step action finishes the step (optimizer_step): it must come last, after every send.
   PARTRAIN_CHECK(!actions_.empty() && actions_.back().kind == ActionKind::Step,
                  "executor: rank " << world_.rank() << "'s action list does not end with its Step");
@@ -638,6 +643,14 @@ void PipelineExecutor::run_backward_program(const Action& action, Pass& pass, co
   for (auto& [live, copy] : buffers) backend_.copy(live, copy);
 }
 
+// After a microbatch's backward (or its input half): what came from and went to the neighbouring
+// stages is no longer needed (the outgoing gradients stay until sent).
+void PipelineExecutor::release_transfers(MicrobatchState& state) {
+  state.received.clear();
+  state.outputs.clear();
+  state.received_gradients.clear();
+}
+
 void PipelineExecutor::backward(const Action& action, Pass& pass) {
   const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
   MicrobatchState& state = pass.microbatches[state_index(action)];
@@ -646,15 +659,11 @@ void PipelineExecutor::backward(const Action& action, Pass& pass) {
   collect_outgoing_gradients(program, state, grads);
   state.values.clear();
   state.halves = {};
-  state.received.clear();
-  state.outputs.clear();
-  state.received_gradients.clear();
+  release_transfers(state);
 }
 
 void PipelineExecutor::backward_input(const Action& action, Pass& pass) {
   const StageProgram& program = programs_.at(static_cast<std::size_t>(action.chunk));
-  PARTRAIN_CHECK(program.split.input.output_grads == program.backward.output_grads,
-                 "executor: stage " << program.stage << "'s backward was not split for a zero-bubble schedule");
   MicrobatchState& state = pass.microbatches[state_index(action)];
   std::array<TensorMap, 2> grads = seed_gradients(program, state);
   run_backward_program(action, pass, program.split.input, program.input_segments, grads);
@@ -667,9 +676,7 @@ void PipelineExecutor::backward_input(const Action& action, Pass& pass) {
   for (TensorMap& half : grads)
     for (int value : program.backward.input_grads) half.erase(value);  // sent (outgoing_gradients holds them)
   state.weight_gradients = std::move(grads);
-  state.received.clear();
-  state.outputs.clear();
-  state.received_gradients.clear();
+  release_transfers(state);
 }
 
 void PipelineExecutor::backward_weight(const Action& action, Pass& pass) {

@@ -256,6 +256,7 @@ class PipelineExecutor {
   /// previous stage), keeping what the weight half reads; then, later, the parameter gradients.
   void backward_input(const Action& action, Pass& pass);
   void backward_weight(const Action& action, Pass& pass);
+  static void release_transfers(MicrobatchState& state);
   /// Runs `program` (a whole backward or one half) on the action's microbatch with its recomputed
   /// `segments`, the gradient maps `grads` (one per loss piece) seeded; parameter gradients are
   /// handed to the overlapped all-reduce during the step's last backward.
