@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "graph/autodiff.h"
 #include "graph/subgraph.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/model.h"
+#include "partition/common/plan_builder.h"
 #include "profile/distributed_profiler.h"
 #include "profile/profiler.h"
 #include "support/tiny_models.h"
@@ -119,6 +121,48 @@ TEST(Profiler, EmbeddingsHeadAndWholeModelGetValidInputs) {
   EXPECT_DOUBLE_EQ(whole.boundary_input_bytes, 0.0);
   EXPECT_DOUBLE_EQ(whole.boundary_output_bytes, 0.0);
   EXPECT_DOUBLE_EQ(whole.parameter_bytes, 4.0 * static_cast<double>(bert().parameter_count()));
+}
+
+// The profiler times the backward the executor runs for the same tasks (build_backward of the
+// stage's subgraph): the same steps, each computing the same input gradients, and the gradients of
+// the boundary activations sent back. Cut out of the model, a layer's input is an Input of the
+// trimmed graph; a plain backward of the trimmed graph computes neither the loss's gradient of the
+// logits nor any layer's input gradient, which priced a GPT stage's backward at a third of its time.
+TEST(Profiler, TimesTheSameBackwardAsAStage) {
+  for (const std::string type : {"gpt", "bert", "resnet"}) {
+    const Graph graph = build_model(testing::tiny_model_config(type));
+    const std::vector<partition::LayerGroup> groups = partition::layer_groups(graph);
+    ASSERT_GE(groups.size(), 3u) << type;
+    int with_input_gradients = 0;
+    for (std::size_t first = 0; first < groups.size(); ++first) {
+      for (std::size_t last = first + 1; last <= std::min(groups.size(), first + 2); ++last) {
+        const std::vector<int> tasks = partition::join_groups(groups, first, last);
+        const Subgraph stage = extract_subgraph(graph, tasks);
+        const BackwardProgram executed = build_backward(graph, stage);
+        const Graph trimmed = standalone_graph(graph, stage);
+        const BackwardProgram profiled = standalone_backward(graph, stage, trimmed);
+        const std::string where = type + " groups [" + groups[first].name + ", " + groups[last - 1].name + "]";
+        ASSERT_EQ(profiled.steps.size(), executed.steps.size()) << where;
+        for (std::size_t i = 0; i < executed.steps.size(); ++i) {
+          EXPECT_EQ(trimmed.task(profiled.steps[i].task).name, graph.task(executed.steps[i].task).name) << where;
+          EXPECT_EQ(profiled.steps[i].input_grad_needed, executed.steps[i].input_grad_needed) << where;
+        }
+        EXPECT_EQ(profiled.input_grads.size(), executed.input_grads.size()) << where;
+        EXPECT_EQ(profiled.parameter_grads.size(), executed.parameter_grads.size()) << where;
+        with_input_gradients += executed.input_grads.empty() ? 0 : 1;
+      }
+    }
+    EXPECT_GT(with_input_gradients, 0) << type;
+  }
+}
+
+// The loss alone (GPT's last group) has no parameters; its backward is the gradient of the logits,
+// as expensive as its forward, not nothing.
+TEST(Profiler, LossBackwardIsMeasured) {
+  const Graph graph = build_model(testing::tiny_model_config("gpt"));
+  const std::vector<partition::LayerGroup> groups = partition::layer_groups(graph);
+  const profile::Measurement loss = profile::measure_task_set(graph, groups.back().tasks, 4, cpu_backend(), {});
+  EXPECT_GT(loss.backward_seconds, 0.2 * loss.forward_seconds) << groups.back().name;
 }
 
 TEST(Profiler, RejectsBadArguments) {

@@ -5,15 +5,12 @@
 
 namespace partrain {
 
-BackwardProgram build_backward(const Graph& graph, const Subgraph& subgraph) {
-  // Forward sweep: which values depend differentiably on a parameter or a boundary activation.
-  std::unordered_set<int> requires_grad;
-  for (int v : subgraph.inputs) {
-    const ValueKind kind = graph.value(v).kind;
-    if ((kind == ValueKind::Param || kind == ValueKind::Activation) && is_floating(graph.value(v).type.dtype))
-      requires_grad.insert(v);
-  }
-  for (int t : subgraph.tasks) {
+namespace {
+
+// Forward sweep over `tasks` (topological order): adds to `requires_grad` every floating output of
+// a task with a differentiable input already in it.
+void propagate_requires_grad(const Graph& graph, const std::vector<int>& tasks, std::unordered_set<int>& requires_grad) {
+  for (int t : tasks) {
     const Task& task = graph.task(t);
     const OpSchema& schema = op_schema(task.op);
     bool any = false;
@@ -23,6 +20,29 @@ BackwardProgram build_backward(const Graph& graph, const Subgraph& subgraph) {
       for (int output : task.outputs)
         if (is_floating(graph.value(output).type.dtype)) requires_grad.insert(output);
   }
+}
+
+}  // namespace
+
+std::unordered_set<int> values_requiring_gradient(const Graph& graph) {
+  const Subgraph whole = whole_graph(graph);
+  std::unordered_set<int> requires_grad;
+  for (int v : whole.inputs)
+    if (graph.value(v).kind == ValueKind::Param) requires_grad.insert(v);
+  propagate_requires_grad(graph, whole.tasks, requires_grad);
+  return requires_grad;
+}
+
+BackwardProgram build_backward(const Graph& graph, const Subgraph& subgraph, std::span<const int> gradient_inputs) {
+  // Forward sweep: which values depend differentiably on a parameter or a boundary activation.
+  const std::unordered_set<int> stand_ins(gradient_inputs.begin(), gradient_inputs.end());
+  std::unordered_set<int> requires_grad;
+  for (int v : subgraph.inputs) {
+    const ValueKind kind = graph.value(v).kind;
+    const bool boundary = kind == ValueKind::Activation || (kind == ValueKind::Input && stand_ins.count(v));
+    if ((kind == ValueKind::Param || boundary) && is_floating(graph.value(v).type.dtype)) requires_grad.insert(v);
+  }
+  propagate_requires_grad(graph, subgraph.tasks, requires_grad);
 
   // Backward sweep: which values actually receive a gradient, starting from the subgraph outputs.
   BackwardProgram program;
@@ -54,9 +74,17 @@ BackwardProgram build_backward(const Graph& graph, const Subgraph& subgraph) {
   for (int v : subgraph.inputs) {
     if (!receives_grad.count(v)) continue;
     if (graph.value(v).kind == ValueKind::Param) program.parameter_grads.push_back(v);
-    else if (graph.value(v).kind == ValueKind::Activation) program.input_grads.push_back(v);
+    else program.input_grads.push_back(v);  // a boundary activation, or an Input standing for one
   }
   return program;
+}
+
+BackwardProgram standalone_backward(const Graph& graph, const Subgraph& subgraph, const Graph& standalone) {
+  const std::unordered_set<int> requiring = values_requiring_gradient(graph);
+  std::vector<int> stand_ins;  // standalone_graph keeps the names of the values it cuts
+  for (int v : subgraph.boundary_activations(graph))
+    if (requiring.count(v)) stand_ins.push_back(standalone.value_id(graph.value(v).name));
+  return build_backward(standalone, whole_graph(standalone), stand_ins);
 }
 
 SplitBackward split_backward(const Graph& graph, const BackwardProgram& program,

@@ -1,4 +1,6 @@
 #pragma once
+#include <span>
+#include <unordered_set>
 // Reverse-mode automatic differentiation of a convex subgraph. Each op has one backward rule (its
 // backward kernel, a vector-Jacobian product); the backward program of a subgraph lists, in reverse
 // topological order, which tasks run their rule and which input gradients each must produce.
@@ -59,7 +61,20 @@ std::vector<int> step_positions(const BackwardProgram& program, const BackwardPr
 /// Builds the backward program of `subgraph`. A value needs a gradient when it is a Param or a
 /// boundary activation, or a task output computed from one through differentiable inputs; a step
 /// runs only if some output gradient reaches it. Labels, indices, masks, buffers and constants get
-/// no gradient (OpSchema::differentiable_inputs).
-BackwardProgram build_backward(const Graph& graph, const Subgraph& subgraph);
+/// no gradient (OpSchema::differentiable_inputs). `gradient_inputs`: Input values that stand for
+/// boundary activations (those of a standalone_graph cut from a stage): they get a gradient, listed
+/// in input_grads, as the boundary activations of the graph they were cut from do.
+BackwardProgram build_backward(const Graph& graph, const Subgraph& subgraph,
+                               std::span<const int> gradient_inputs = {});
+
+/// The floating values of `graph` that depend on a parameter through differentiable inputs: those a
+/// backward of the whole graph gives a gradient to when a loss reads them.
+std::unordered_set<int> values_requiring_gradient(const Graph& graph);
+
+/// The backward program of `standalone` (standalone_graph(graph, subgraph)) that does the work of
+/// build_backward(graph, subgraph): the Inputs standing for boundary activations that depend on a
+/// parameter of `graph` get their gradient, as a stage sends it back. The profiler times this, so
+/// that a task set's backward includes its input gradients (a layer's, the loss's of the logits).
+BackwardProgram standalone_backward(const Graph& graph, const Subgraph& subgraph, const Graph& standalone);
 
 }  // namespace partrain

@@ -9,6 +9,10 @@
 
 namespace partrain::profile {
 
+namespace {
+constexpr int kProfileDbVersion = 3;
+}  // namespace
+
 std::string task_set_key(std::span<const int> tasks) {
   std::vector<int> sorted(tasks.begin(), tasks.end());
   std::sort(sorted.begin(), sorted.end());
@@ -82,9 +86,10 @@ nlohmann::json ProfileDB::to_json() const {
                        {"activation_bytes", m.activation_bytes}, {"boundary_input_bytes", m.boundary_input_bytes},
                        {"boundary_output_bytes", m.boundary_output_bytes}, {"peak_bytes", m.peak_bytes}});
   }
-  // Version 2: activation_bytes and peak_bytes count the saved tensors only (graph/saved_tensors.h);
-  // a version-1 cache measured every forward value and is measured again.
-  return {{"format", "partrain-profile-db"}, {"version", 2}, {"graph_hash", hash_hex(graph_hash_)},
+  // Version 2: activation_bytes and peak_bytes count the saved tensors only (graph/saved_tensors.h).
+  // Version 3: backward_seconds includes the set's input gradients (profile/profiler.cpp); older
+  // caches are measured again.
+  return {{"format", "partrain-profile-db"}, {"version", kProfileDbVersion}, {"graph_hash", hash_hex(graph_hash_)},
           {"backend", backend_}, {"dtype", dtype_}, {"measurements", entries},
           {"communication", communication_.to_json()},
           {"optimizer_seconds_per_byte", optimizer_seconds_per_byte_}, {"stage_peak_bytes", stage_peak_bytes_},
@@ -95,7 +100,7 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
   try {
     PARTRAIN_CHECK(document.value("format", "") == "partrain-profile-db",
                    source_name << ": not a partrain ProfileDB (key 'format' is not \"partrain-profile-db\")");
-    PARTRAIN_CHECK(document.at("version").get<int>() == 2,
+    PARTRAIN_CHECK(document.at("version").get<int>() == kProfileDbVersion,
                    source_name << ": ProfileDB version " << document.at("version") << " is not supported");
     ProfileDB db(std::stoull(document.at("graph_hash").get<std::string>(), nullptr, 16),
                  document.at("backend").get<std::string>(), document.at("dtype").get<std::string>());

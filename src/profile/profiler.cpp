@@ -179,7 +179,10 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
     // The trimmed model and its tensors (all released at the end of this scope).
     const Graph trimmed = standalone_graph(graph, original);
     const Subgraph whole = whole_graph(trimmed);
-    const BackwardProgram program = build_backward(trimmed, whole);
+    // The stage's backward also computes the gradients of what the set receives from a task set
+    // with parameters upstream (the input gradient a layer sends back, the loss's gradient of the
+    // logits): the trimmed graph's inputs that stand for those get one here as well.
+    const BackwardProgram program = standalone_backward(graph, original, trimmed);
     // What the executor keeps from the forward to the backward: the saved tensors (outputs it does
     // not read go once sent). The rest is freed right after the forward, as the executor does.
     std::unordered_set<int> kept;
