@@ -225,6 +225,21 @@ TEST(Config, GradientBucketSizeIsPositiveMebibytes) {
   EXPECT_NE(error("bucket_mb = \"big\"\n").find("key 'bucket_mb'"), std::string::npos);
 }
 
+TEST(Config, ReplanningKeysDefaultAndAreChecked) {
+  const auto profile = [](const std::string& text) {
+    return read_profile_config(ConfigDocument::parse("[profile]\n" + text, "configs/x.toml"));
+  };
+  EXPECT_DOUBLE_EQ(profile("").replan_threshold, 0.15);
+  EXPECT_EQ(profile("").replan_window, 3);
+  EXPECT_DOUBLE_EQ(profile("replan_threshold = 0\n").replan_threshold, 0.0);  // off
+  EXPECT_EQ(profile("replan_window = 5\n").replan_window, 5);
+  const auto error = [&](const std::string& text) { return error_message([&] { profile(text); }); };
+  EXPECT_EQ(error("replan_threshold = -0.1\n").find("configs/x.toml:2: [profile] key 'replan_threshold' must not be "
+                                                     "negative"), 0u) << error("replan_threshold = -0.1\n");
+  for (const std::string bad : {"replan_window = 0\n", "replan_window = -1\n"})
+    EXPECT_EQ(error(bad).find("configs/x.toml:2: [profile] key 'replan_window' must be positive"), 0u) << error(bad);
+}
+
 TEST(Config, UnknownKeyNamesFileLineAndKey) {
   const std::string message = error_message([] { read("# comment\n[model]\ntype = \"bert\"\nhiden = 12\n"); });
   EXPECT_EQ(message, "configs/x.toml:4: [model] key 'hiden' is unknown");

@@ -59,11 +59,10 @@ void adapt_to_current_speed(profile::ProfileDB& database, double calibration, co
 // 2, 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
 // every rank measures its share. Collective over `world`; returns the complete DB on every rank.
 profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& graph, comm::Communicator& world,
-                                  comm::Communicator& device_world, Backend& backend) {
+                                  comm::Communicator& device_world, Backend& backend, CachedSpeed cached_speed) {
   const std::string backend_name = profile_backend_name(backend);
   profile::ProfileDB database(graph.hash(), backend_name, config.train.precision);
-  const std::string cache = config.profile.cache_dir + "/" +
-                            profile::ProfileDB::cache_file_name(graph.hash(), database.backend(), database.dtype());
+  const std::string cache = profile_cache_path(config, graph, backend);
   std::vector<profile::ProfileRequest> requests;
   const double calibration = profile::speed_calibration_seconds(backend, world);  // collective
   if (world.rank() == 0) {
@@ -72,7 +71,7 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
     } else if (std::filesystem::exists(cache)) {
       try {
         database = profile::ProfileDB::load(cache);
-        adapt_to_current_speed(database, calibration, cache);
+        if (cached_speed == CachedSpeed::Calibrated) adapt_to_current_speed(database, calibration, cache);
       } catch (const Error& error) {  // a damaged cache is measured again, not fatal
         std::printf("profile: ignoring %s: %s\n", cache.c_str(), error.message().c_str());
         database = profile::ProfileDB(graph.hash(), backend_name, config.train.precision);
@@ -126,8 +125,14 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
 
 }  // namespace
 
+std::string profile_cache_path(const ExperimentConfig& config, const Graph& graph, const Backend& backend) {
+  return config.profile.cache_dir + "/" +
+         profile::ProfileDB::cache_file_name(graph.hash(), profile_backend_name(backend), config.train.precision);
+}
+
 Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const std::string& plan_file, bool profile,
-                   comm::Communicator& world, comm::Communicator& device_world, Backend& backend) {
+                   comm::Communicator& world, comm::Communicator& device_world, Backend& backend,
+                   CachedSpeed cached_speed) {
   const Graph& model = graphs.model();
   const bool profiling = profile && config.profile.enabled && plan_file.empty();
   // The graphs the planner may choose among, each with its measurements (the same list on every
@@ -144,7 +149,7 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
           if (!setup.options.choose_sequence_parallel) throw;
           continue;  // the sequence does not divide by t: make_3d_plan skips it too
         }
-        databases.emplace(graph->hash(), profile_layers(config, *graph, world, device_world, backend));
+        databases.emplace(graph->hash(), profile_layers(config, *graph, world, device_world, backend, cached_speed));
       }
     }
   }

@@ -12,6 +12,15 @@
 
 namespace partrain::app {
 
+/// The ProfileDB cache file of `graph` for this run: [profile] cache_dir, the graph's hash, the
+/// backend (with ranks per node and threads on the CPU) and [train] precision. Collective over
+/// MPI_COMM_WORLD (it asks how many ranks share the node): every rank calls it.
+std::string profile_cache_path(const ExperimentConfig& config, const Graph& graph, const Backend& backend);
+
+/// How a cached ProfileDB's times are taken: rescaled when its speed calibration differs from the
+/// run's (Calibrated), or as they are (AsMeasured: a cache just corrected with the run's own costs).
+enum class CachedSpeed { Calibrated, AsMeasured };
+
 /// Rank 0 loads `plan_file` (when non-empty; checked against `config` and the world size) or plans
 /// graphs.model() in three dimensions with [parallel] planner for world.size()
 /// ranks (plan_experiment: [parallel] tensor_parallel and zero fixed or "auto"), on the layers
@@ -21,8 +30,9 @@ namespace partrain::app {
 /// graphs.of_degree(plan.tensor_parallel), which this builds (once) where it needs it: on rank 0,
 /// and on every rank for the degrees profiled. A planning error on rank 0 becomes the same
 /// partrain::Error on every rank. Collective over `world` (and `device_world`, the communicator
-/// training runs on, whose costs profiling measures).
+/// training runs on, whose costs profiling measures). `cached_speed`: see CachedSpeed.
 Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const std::string& plan_file, bool profile,
-                   comm::Communicator& world, comm::Communicator& device_world, Backend& backend);
+                   comm::Communicator& world, comm::Communicator& device_world, Backend& backend,
+                   CachedSpeed cached_speed = CachedSpeed::Calibrated);
 
 }  // namespace partrain::app

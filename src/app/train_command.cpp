@@ -21,6 +21,7 @@
 #include "app/plan_agreement.h"
 #include "app/planning.h"
 #include "app/prediction_report.h"
+#include "app/replanning.h"
 #include "app/stop_signals.h"
 #include "comm/mpi_communicator.h"
 #include "comm/device_communicator.h"
@@ -28,6 +29,7 @@
 #include "core/backend_registry.h"
 #include "core/collective_error.h"
 #include "core/error.h"
+#include "core/statistics.h"
 #include "graph/op_profile.h"
 #include "graph/tensor_parallel.h"
 #include "io/batch_file.h"
@@ -39,6 +41,7 @@
 #include "io/metrics_file.h"
 #include "io/run_lock.h"
 #include "models/model.h"
+#include "profile/speed_calibration.h"
 #include "runtime/checkpointing.h"
 #include "runtime/executor.h"
 
@@ -241,6 +244,15 @@ struct StepLoopResult {
   std::vector<double> step_seconds;              // on rank 0: every step's time
   std::vector<double> measured_peak_bytes;       // on rank 0: every rank's peak net of its baseline
   int stop_signal = 0;                           // SIGUSR1 or SIGTERM that stopped the run, or 0
+  std::optional<Plan> next_plan;                 // re-planning: the plan to go on under, from
+  std::string switch_checkpoint;                 //   this checkpoint (empty: the run is finished)
+};
+
+// What re-planning during training needs beyond the run ([profile] replan_threshold).
+struct Replanning {
+  bool enabled = false;           // a plan made on profiled costs, not yet re-planned in this job
+  PlannedGraphs* graphs = nullptr;
+  comm::Communicator* device_world = nullptr;
 };
 
 // Rank 0 prints the model, the data and the plan table, and saves the plan as plan.json.
@@ -294,7 +306,7 @@ int stop_for_signal(const TrainingRun& run, std::int64_t step, std::int64_t chec
 void record_step(const TrainingRun& run, std::int64_t step, const runtime::StepResult& result,
                  std::optional<double> eval_loss,
                  const std::vector<double>& rank_peak_bytes, const std::vector<double>& rank_baseline_bytes,
-                 double flops_per_sample, std::ofstream& metrics) {
+                 double flops_per_sample, const nlohmann::json& replan, std::ofstream& metrics) {
   const ExperimentConfig& config = run.config;
   const double samples_per_second = run.plan.global_batch / result.seconds;
   const double tokens_per_second = samples_per_second * run.data.tokens_per_sample();
@@ -312,6 +324,7 @@ void record_step(const TrainingRun& run, std::int64_t step, const runtime::StepR
                         {"rank_peak_memory_bytes", rank_peak_bytes},
                         {"rank_baseline_bytes", rank_baseline_bytes}};
   if (eval_loss) record["eval_loss"] = *eval_loss;
+  if (!replan.is_null()) record["replan"] = replan;
   metrics << record.dump() << '\n';
   metrics.flush();
   if ((step + 1) % config.log.every == 0 || step + 1 == config.train.steps) {
@@ -329,11 +342,99 @@ void record_step(const TrainingRun& run, std::int64_t step, const runtime::StepR
   }
 }
 
+// Whether the run re-plans after step `step` (0-based): the step closing [profile] replan_window
+// steps after one warm-up step, with steps left to train after it.
+bool replans_after(const TrainingRun& run, const Replanning& replanning, std::int64_t first_step, std::int64_t step) {
+  const ProfileConfig& profile = run.config.profile;
+  const std::int64_t last_of_window = first_step + profile.replan_window;
+  return replanning.enabled && profile.replan_threshold > 0 && step == last_of_window &&
+         step + 1 < run.config.train.steps;
+}
+
+// What one re-planning check decided: the metrics row's "replan" record, and the plan to switch to.
+struct ReplanOutcome {
+  nlohmann::json record;
+  std::optional<Plan> plan;
+};
+
+// Issue 26 item 3: compares the window's measured step (rank 0's median, `window_seconds`) with the
+// plan's prediction; beyond [profile] replan_threshold, rank 0 corrects the plan graph's ProfileDB
+// with each stage's measured costs (saved, so later runs start from them) and every rank plans
+// again at the plan's tensor-parallel degree and ZeRO stage (the other degrees' profiles were not
+// corrected).
+// Collective over the world.
+ReplanOutcome check_prediction(const TrainingRun& run, const Replanning& replanning, std::int64_t first_step,
+                               const std::vector<double>& window_seconds) {
+  const ExperimentConfig& config = run.config;
+  comm::Communicator& world = run.world;
+  const std::int64_t window_begin = first_step + 1, window_end = first_step + 1 + config.profile.replan_window;
+  const std::map<int, MeasuredStageCosts> measured = gather_stage_costs(
+      measured_stage_costs(run.executor.trace(), run.plan, world.rank(), window_begin, window_end), world);
+  const double measured_step = median(window_seconds);  // rank 0's: its own step times, as logged
+  const double predicted = run.plan.predicted_step_seconds;
+  const double error = predicted > 0 ? measured_step / predicted - 1.0 : 0.0;
+  const std::map<int, profile::TimeCorrection> corrections = stage_corrections(run.plan, measured);
+  ReplanOutcome outcome;
+  outcome.record = {{"measured_seconds", measured_step}, {"predicted_seconds", predicted}, {"error", error},
+                    {"threshold", config.profile.replan_threshold}};
+  const bool replan = world.all_reduce_scalar(
+                          world.rank() == 0 && std::abs(error) > config.profile.replan_threshold ? 1.0 : 0.0,
+                          comm::ReduceOp::Max) > 0;
+  if (!replan) {
+    if (world.rank() == 0)
+      std::printf("replan: step time measured %.4f s, predicted %.4f s (%+.1f%%): within [profile] replan_threshold "
+                  "%.0f%%, plan kept\n", measured_step, predicted, 100 * error, 100 * config.profile.replan_threshold);
+    outcome.record["replanned"] = false;
+    return outcome;
+  }
+  Backend& backend = run.executor.backend();
+  const double calibration = profile::speed_calibration_seconds(backend, world);  // the corrected times' speed
+  const std::string cache = profile_cache_path(config, run.graph, backend);        // collective
+  if (world.rank() == 0) {
+    std::printf("%s\n", describe_corrections(measured_step, predicted, config.profile.replan_threshold, corrections).c_str());
+    profile::ProfileDB database = profile::ProfileDB::load(cache);
+    correct_profile(database, run.plan, corrections);
+    database.set_calibration_seconds(calibration);
+    database.save(cache);
+    std::printf("replan: corrected %s; planning again\n", cache.c_str());
+    std::fflush(stdout);
+  }
+  ExperimentConfig same_degree = config;  // the profiles of other degrees were not corrected
+  same_degree.parallel.tensor_parallel = run.plan.tensor_parallel;
+  same_degree.parallel.tensor_parallel_given = true;
+  same_degree.parallel.sequence_parallel = run.plan.sequence_parallel;
+  same_degree.parallel.choose_sequence_parallel = false;
+  same_degree.parallel.zero = run.plan.zero;
+  same_degree.parallel.zero_given = true;
+  // The corrected costs are this minute's: no rescaling by another speed calibration.
+  Plan candidate = agree_on_plan(same_degree, *replanning.graphs, "", true, world, *replanning.device_world, backend,
+                                 CachedSpeed::AsMeasured);
+  outcome.record["replanned"] = true;
+  outcome.record["new_predicted_seconds"] = candidate.predicted_step_seconds;
+  const bool same = same_layout(candidate, run.plan);
+  const bool better = !same && faster_plan(candidate, measured_step);
+  outcome.record["switched"] = better;
+  if (world.rank() == 0) {
+    if (same)
+      std::printf("replan: the corrected costs choose the same plan (now predicted at %.4f s per step): plan kept\n",
+                  candidate.predicted_step_seconds);
+    else
+      std::printf(better ? "replan: a new plan is predicted at %.4f s per step against %.4f s measured: switching to it "
+                           "at the next checkpoint\n"
+                         : "replan: the best plan on the corrected costs is predicted at %.4f s per step against %.4f "
+                           "s measured: not %.0f%% faster, plan kept\n",
+                  candidate.predicted_step_seconds, measured_step, 100 * kReplanMinimumGain);
+  }
+  std::fflush(stdout);
+  if (better) outcome.plan = std::move(candidate);
+  return outcome;
+}
+
 // The step loop from `first_step` to [train] steps (or a stop signal): each step trained, its
 // gradients saved ([log] save_gradients, step 0), evaluated and checkpointed when due, recorded
 // by rank 0; then, with [log] op_profile, the loop's kernel times. Collective.
-StepLoopResult run_steps(const TrainingRun& run, std::int64_t first_step, const std::vector<double>& rank_baseline_bytes,
-                         std::ofstream& metrics) {
+StepLoopResult run_steps(const TrainingRun& run, const Replanning& replanning, std::int64_t first_step,
+                         const std::vector<double>& rank_baseline_bytes, std::ofstream& metrics) {
   const ExperimentConfig& config = run.config;
   comm::Communicator& world = run.world;
   const double flops_per_sample = training_flops_per_sample(run.model);  // the whole model's, not one rank's part
@@ -344,6 +445,8 @@ StepLoopResult run_steps(const TrainingRun& run, std::int64_t first_step, const 
   double op_profiled_seconds = 0.0;
   std::optional<ScopedOpProfile> op_profile_scope;
   if (config.log.op_profile) op_profile_scope.emplace(&op_profile);
+  std::vector<double> window_seconds;  // every rank's own step times after the first (re-planning)
+  std::optional<Plan> pending_plan;     // re-planned, waiting for the next checkpoint
   for (std::int64_t step = first_step; step < config.train.steps; ++step) {
     if (step > first_step) {
       loop.stop_signal = stop_for_signal(run, step, checkpointed_step);
@@ -363,14 +466,36 @@ StepLoopResult run_steps(const TrainingRun& run, std::int64_t first_step, const 
     const bool evaluate = run.heldout && ((step + 1) % config.train.eval_every == 0 || step + 1 == config.train.steps);
     std::optional<double> eval_loss;
     if (evaluate) eval_loss = run.executor.evaluate(*run.heldout, config.train.eval_batches).loss();
+    if (step > first_step) window_seconds.push_back(result.seconds);
+    nlohmann::json replan_record;
+    if (replans_after(run, replanning, first_step, step)) {
+      ReplanOutcome outcome = check_prediction(run, replanning, first_step, window_seconds);
+      replan_record = std::move(outcome.record);
+      pending_plan = std::move(outcome.plan);
+    }
     if (config.checkpoint.every > 0 && ((step + 1) % config.checkpoint.every == 0 || step + 1 == config.train.steps))
       if (checkpoint_or_warn(run, step + 1)) checkpointed_step = step + 1;
-    if (world.rank() != 0) continue;
-    loop.step_seconds.push_back(result.seconds);
-    for (std::size_t rank = 0; rank < rank_peak_bytes.size(); ++rank)
-      loop.measured_peak_bytes[rank] =
-          std::max(loop.measured_peak_bytes[rank], rank_peak_bytes[rank] - rank_baseline_bytes[rank]);
-    record_step(run, step, result, eval_loss, rank_peak_bytes, rank_baseline_bytes, flops_per_sample, metrics);
+    // A new plan takes over at the next checkpoint; without periodic checkpoints, at once.
+    const bool switching = pending_plan && step + 1 < config.train.steps &&
+                           (checkpointed_step == step + 1 || config.checkpoint.every == 0);
+    if (switching) {
+      if (checkpointed_step != step + 1) save_checkpoint(run, step + 1);
+      replan_record["switch_after_step"] = step + 1;
+    }
+    if (world.rank() == 0) {
+      loop.step_seconds.push_back(result.seconds);
+      for (std::size_t rank = 0; rank < rank_peak_bytes.size(); ++rank)
+        loop.measured_peak_bytes[rank] =
+            std::max(loop.measured_peak_bytes[rank], rank_peak_bytes[rank] - rank_baseline_bytes[rank]);
+      record_step(run, step, result, eval_loss, rank_peak_bytes, rank_baseline_bytes, flops_per_sample, replan_record,
+                  metrics);
+    }
+    if (switching) {
+      loop.next_plan = std::move(pending_plan);
+      loop.switch_checkpoint =
+          (std::filesystem::path(run.checkpoint_directory) / io::checkpoint_file_name(step + 1)).string();
+      break;
+    }
   }
   op_profile_scope.reset();
   if (config.log.op_profile) print_op_profiles(op_profile, op_profiled_seconds, run.plan, world);
@@ -417,7 +542,7 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
                                     !is_within(checkpoint_directory, directory);
   const std::vector<io::RunLock> locks =
       lock_run_directories(directory, checkpoint_directory, checkpoint_elsewhere, world);
-  const std::string checkpoint_path = resume.empty() ? "" : resume_path(resume, checkpoint_directory, world);
+  std::string checkpoint_path = resume.empty() ? "" : resume_path(resume, checkpoint_directory, world);
   PlannedGraphs graphs(config);
   const Graph& model = graphs.model();
   const std::unique_ptr<io::BatchSource> data = io::make_batch_source(config, false);
@@ -426,42 +551,59 @@ int train(const TrainArguments& arguments, comm::Communicator& world, bool& trai
   const std::unique_ptr<comm::Communicator> device_world = comm::make_device_world(world, backend);
   comm::Communicator& run_world = device_world ? *device_world : world;
   // From here on the plan, not the config, says the global batch, degree, precision and optimizer.
-  const Plan plan = agree_on_plan(config, graphs, arguments.plan_file, true, world, run_world, backend);
-  // The graph the plan's stages index: the model, or its tensor_parallel_graph for the plan's degree.
-  const Graph& graph = graphs.of_degree(plan.tensor_parallel, plan.sequence_parallel);
-
+  Plan plan = agree_on_plan(config, graphs, arguments.plan_file, true, world, run_world, backend);
   PARTRAIN_CHECK(!(config.log.save_gradients && plan.zero == 1),
                  "[log] save_gradients = true (" << config.path << ") needs whole reduced gradients, which ZeRO-1 "
                                                    "(the plan's zero = 1) keeps only in parts; use zero = 0");
   if (leader) announce_run(config, model, *data, plan, directory);
   if (leader && config.log.save_initial)
     save_initial(directory + "/initial_parameters.h5", config, plan, model, *data);
-  // What the process holds before the stage exists (graphs' constants, data, profiles): the
-  // planners predict the stage's own memory, so the end-of-run check and the metrics' net peaks
-  // (rank_peak_memory_bytes − rank_baseline_bytes) leave it out — as CAPSlog's trimmed runs do.
-  backend.synchronise();
-  const double baseline_bytes = static_cast<double>(backend.allocator().current_bytes());
-  // The initial values are a temporary: the executor keeps its own stage's copy, so the whole model's
-  // host copy does not sit in the allocator (and in the measured peak) for the whole run. They are
-  // drawn for the whole model (the same numbers under any plan) and cut to this rank's tensor part.
-  runtime::PipelineExecutor executor(
-      graph, plan, run_world, backend, *data,
-      initial_values(config, model, graph, plan.placement_of(world.rank()).tensor_rank),
-      runtime_options(config.train, config.parallel));
   const std::unique_ptr<io::BatchSource> heldout =
       config.train.eval_every > 0 ? io::make_batch_source(config, true) : nullptr;
+  // Re-planning during training needs a plan made on profiled costs (not a --plan file).
+  Replanning replanning{config.profile.enabled && arguments.plan_file.empty() &&
+                            plan.cost_model.rfind("profiled", 0) == 0,
+                        &graphs, &run_world};
+  std::ofstream metrics;
+  for (int segment = 0;; ++segment) {  // one segment per plan: a re-planned run goes on under the new one
+    // The graph the plan's stages index: the model, or its tensor_parallel_graph for the plan's degree.
+    const Graph& graph = graphs.of_degree(plan.tensor_parallel, plan.sequence_parallel);
+    // What the process holds before the stage exists (graphs' constants, data, profiles): the
+    // planners predict the stage's own memory, so the end-of-run check and the metrics' net peaks
+    // (rank_peak_memory_bytes − rank_baseline_bytes) leave it out — as CAPSlog's trimmed runs do.
+    backend.synchronise();
+    const double baseline_bytes = static_cast<double>(backend.allocator().current_bytes());
+    // The initial values are a temporary: the executor keeps its own stage's copy, so the whole model's
+    // host copy does not sit in the allocator (and in the measured peak) for the whole run. They are
+    // drawn for the whole model (the same numbers under any plan) and cut to this rank's tensor part.
+    runtime::PipelineExecutor executor(
+        graph, plan, run_world, backend, *data,
+        initial_values(config, model, graph, plan.placement_of(world.rank()).tensor_rank),
+        runtime_options(config.train, config.parallel));
+    std::vector<double> rank_baseline_bytes;  // on rank 0: every rank's baseline_bytes
+    for (const std::string& bytes : world.gather_bytes(std::to_string(baseline_bytes), 0))
+      rank_baseline_bytes.push_back(std::stod(bytes));
+    const std::int64_t first_step = checkpoint_path.empty() ? 0 : resume_from(checkpoint_path, graph, executor, world);
+    training_started = true;
 
-  std::vector<double> rank_baseline_bytes;  // on rank 0: every rank's baseline_bytes
-  for (const std::string& bytes : world.gather_bytes(std::to_string(baseline_bytes), 0))
-    rank_baseline_bytes.push_back(std::stod(bytes));
-  const std::int64_t first_step = checkpoint_path.empty() ? 0 : resume_from(checkpoint_path, graph, executor, world);
-  training_started = true;
-
-  const TrainingRun run{config, plan, model, graph, executor, *data, heldout.get(), world, directory, checkpoint_directory};
-  std::ofstream metrics = open_metrics(directory, first_step, world);
-  const StepLoopResult loop = run_steps(run, first_step, rank_baseline_bytes, metrics);
-  finish_run(run, first_step, loop);
-  return loop.stop_signal != 0 ? kExitStoppedBySignal : 0;
+    const TrainingRun run{config, plan, model, graph, executor, *data, heldout.get(), world, directory, checkpoint_directory};
+    if (segment == 0) metrics = open_metrics(directory, first_step, world);
+    StepLoopResult loop = run_steps(run, replanning, first_step, rank_baseline_bytes, metrics);
+    if (!loop.next_plan) {
+      finish_run(run, first_step, loop);
+      return loop.stop_signal != 0 ? kExitStoppedBySignal : 0;
+    }
+    if (leader) {  // the first plan stays next to the run's outputs
+      std::filesystem::copy_file(directory + "/plan.json", directory + "/plan-before-replan.json",
+                                 std::filesystem::copy_options::overwrite_existing);
+      std::printf("replan: switching to the new plan after step %lld (plan-before-replan.json keeps the first)\n",
+                  static_cast<long long>(first_step + static_cast<std::int64_t>(loop.step_seconds.size())));
+      announce_run(config, model, *data, *loop.next_plan, directory);
+    }
+    plan = std::move(*loop.next_plan);
+    checkpoint_path = loop.switch_checkpoint;
+    replanning.enabled = false;  // once per job: a second correction would chase the noise of the first
+  }
 }
 
 }  // namespace

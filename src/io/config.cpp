@@ -603,9 +603,13 @@ ProfileConfig read_profile_config(const ConfigDocument& document) {
   reader.read("warmup", config.warmup);
   reader.read("repeats", config.repeats);
   reader.read("refresh", config.refresh);
+  reader.read("replan_threshold", config.replan_threshold);
+  reader.read("replan_window", config.replan_window);
   reader.finish();
   if (config.warmup < 0) reader.fail("warmup", "must not be negative");
   if (config.repeats <= 0) reader.fail("repeats", "must be positive");
+  if (!(config.replan_threshold >= 0)) reader.fail("replan_threshold", "must not be negative (0 turns re-planning off)");
+  if (config.replan_window <= 0) reader.fail("replan_window", "must be positive");
   return config;
 }
 

@@ -29,6 +29,30 @@ std::string task_set_key(std::span<const int> tasks) {
   return key.str();
 }
 
+std::vector<int> parse_task_set_key(const std::string& key) {
+  std::vector<int> tasks;
+  std::istringstream in(key);
+  std::string range;
+  while (std::getline(in, range, ',')) {
+    const std::size_t dash = range.find('-');
+    try {
+      std::size_t used = 0;
+      const int first = std::stoi(range.substr(0, dash), &used);
+      PARTRAIN_CHECK(used == (dash == std::string::npos ? range.size() : dash), "");
+      int last = first;
+      if (dash != std::string::npos) {
+        last = std::stoi(range.substr(dash + 1), &used);
+        PARTRAIN_CHECK(used == range.size() - dash - 1 && last >= first, "");
+      }
+      for (int t = first; t <= last; ++t) tasks.push_back(t);
+    } catch (const std::exception&) {
+      PARTRAIN_FAIL("ProfileDB: malformed task set key '" << key << "'");
+    }
+  }
+  PARTRAIN_CHECK(!tasks.empty(), "ProfileDB: empty task set key");
+  return tasks;
+}
+
 ProfileDB::ProfileDB(std::uint64_t graph_hash, std::string backend, std::string dtype)
     : graph_hash_(graph_hash), backend_(std::move(backend)), dtype_(std::move(dtype)) {}
 
@@ -58,6 +82,18 @@ void ProfileDB::rescale_times(double factor) {
   }
   for (auto& [optimizer, seconds] : optimizer_seconds_per_byte_) seconds *= factor;
   calibration_seconds_ *= factor;
+}
+
+void ProfileDB::correct_times(
+    const std::function<TimeCorrection(std::span<const int> tasks, std::int64_t batch)>& correction_of) {
+  for (auto& [key, measurement] : entries_) {
+    const TimeCorrection correction = correction_of(parse_task_set_key(key.first), key.second);
+    PARTRAIN_CHECK(correction.forward > 0 && correction.backward > 0,
+                   "ProfileDB::correct_times: factors must be positive, not " << correction.forward << " and "
+                                                                              << correction.backward);
+    measurement.forward_seconds *= correction.forward;
+    measurement.backward_seconds *= correction.backward;
+  }
 }
 
 void ProfileDB::merge(const ProfileDB& other) {

@@ -4,6 +4,7 @@
 // gathers); planners read it through partition/common/cost_model.h. It is saved as JSON, keyed by graph
 // hash, backend, dtype and the batch sizes, and reused by later runs on the same model and device.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -32,6 +33,15 @@ struct Measurement {
 /// The compact, readable key of a task set: sorted ids as ranges, e.g. "0-25,27,30-31". The input
 /// need not be sorted; duplicates are ignored.
 std::string task_set_key(std::span<const int> tasks);
+
+/// The task ids of a task_set_key ("0-25,27" -> 0..25, 27). Throws partrain::Error on a malformed key.
+std::vector<int> parse_task_set_key(const std::string& key);
+
+/// Factors (> 0) by which a task set's measured forward and backward times are multiplied.
+struct TimeCorrection {
+  double forward = 1.0;
+  double backward = 1.0;
+};
 
 /// Measurements by (task set, microbatch size) for one graph on one backend and dtype.
 class ProfileDB {
@@ -70,6 +80,10 @@ class ProfileDB {
   /// Multiplies every measured time (forward, backward, optimizer step) by `factor` > 0: a cache
   /// measured at another speed, rescaled by the ratio of the speed calibrations.
   void rescale_times(double factor);
+  /// Multiplies each measurement's forward and backward times by the factors
+  /// `correction_of(tasks, batch)` returns for it: costs measured during training put back into the
+  /// profile (app/replanning.h). Throws partrain::Error for a factor that is not positive.
+  void correct_times(const std::function<TimeCorrection(std::span<const int> tasks, std::int64_t batch)>& correction_of);
   /// Merges another DB of the same graph/backend/dtype (throws partrain::Error otherwise).
   void merge(const ProfileDB& other);
 
