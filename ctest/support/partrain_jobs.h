@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/partrain_runs.h"
+
 namespace partrain::testing {
 
 using Clock = std::chrono::steady_clock;
@@ -32,7 +34,8 @@ inline std::string read_text(const std::string& path) {
 }
 
 /// `exec mpiexec -n RANKS ... partrain ARGUMENTS > LOG 2>&1`, with `environment` ("NAME=value ...",
-/// exported to every rank with mpiexec -x) in front.
+/// exported to every rank with mpiexec -x) in front; a training run does not re-plan
+/// (without_replanning).
 inline std::string job_command(int ranks, const std::string& arguments, const std::string& log,
                                const std::vector<std::string>& environment = {}) {
   std::ostringstream command;
@@ -40,7 +43,7 @@ inline std::string job_command(int ranks, const std::string& arguments, const st
   command << "exec ";
   command << MPIEXEC << " -n " << ranks << " " << MPIEXEC_FLAGS << " ";
   for (const std::string& variable : environment) command << "-x " << variable.substr(0, variable.find('=')) << " ";
-  command << PARTRAIN_BINARY << " " << arguments << " > " << log << " 2>&1";
+  command << PARTRAIN_BINARY << " " << without_replanning(arguments) << " > " << log << " 2>&1";
   return command.str();
 }
 

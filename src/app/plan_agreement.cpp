@@ -59,7 +59,7 @@ void adapt_to_current_speed(profile::ProfileDB& database, double calibration, co
 // 2, 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
 // every rank measures its share. Collective over `world`; returns the complete DB on every rank.
 profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& graph, comm::Communicator& world,
-                                  comm::Communicator& device_world, Backend& backend, CachedSpeed cached_speed) {
+                                  comm::Communicator& device_world, Backend& backend) {
   const std::string backend_name = profile_backend_name(backend);
   profile::ProfileDB database(graph.hash(), backend_name, config.train.precision);
   const std::string cache = profile_cache_path(config, graph, backend);
@@ -71,7 +71,7 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
     } else if (std::filesystem::exists(cache)) {
       try {
         database = profile::ProfileDB::load(cache);
-        if (cached_speed == CachedSpeed::Calibrated) adapt_to_current_speed(database, calibration, cache);
+        adapt_to_current_speed(database, calibration, cache);
       } catch (const Error& error) {  // a damaged cache is measured again, not fatal
         std::printf("profile: ignoring %s: %s\n", cache.c_str(), error.message().c_str());
         database = profile::ProfileDB(graph.hash(), backend_name, config.train.precision);
@@ -132,7 +132,7 @@ std::string profile_cache_path(const ExperimentConfig& config, const Graph& grap
 
 Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const std::string& plan_file, bool profile,
                    comm::Communicator& world, comm::Communicator& device_world, Backend& backend,
-                   CachedSpeed cached_speed) {
+                   const profile::ProfileDB* corrected_profile) {
   const Graph& model = graphs.model();
   const bool profiling = profile && config.profile.enabled && plan_file.empty();
   // The graphs the planner may choose among, each with its measurements (the same list on every
@@ -149,7 +149,10 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
           if (!setup.options.choose_sequence_parallel) throw;
           continue;  // the sequence does not divide by t: make_3d_plan skips it too
         }
-        databases.emplace(graph->hash(), profile_layers(config, *graph, world, device_world, backend, cached_speed));
+        if (corrected_profile && corrected_profile->graph_hash() == graph->hash())
+          databases.emplace(graph->hash(), *corrected_profile);
+        else
+          databases.emplace(graph->hash(), profile_layers(config, *graph, world, device_world, backend));
       }
     }
   }

@@ -9,6 +9,7 @@
 #include "graph/graph.h"
 #include "io/config.h"
 #include "plan/plan.h"
+#include "profile/profile_db.h"
 
 namespace partrain::app {
 
@@ -16,10 +17,6 @@ namespace partrain::app {
 /// backend (with ranks per node and threads on the CPU) and [train] precision. Collective over
 /// MPI_COMM_WORLD (it asks how many ranks share the node): every rank calls it.
 std::string profile_cache_path(const ExperimentConfig& config, const Graph& graph, const Backend& backend);
-
-/// How a cached ProfileDB's times are taken: rescaled when its speed calibration differs from the
-/// run's (Calibrated), or as they are (AsMeasured: a cache just corrected with the run's own costs).
-enum class CachedSpeed { Calibrated, AsMeasured };
 
 /// Rank 0 loads `plan_file` (when non-empty; checked against `config` and the world size) or plans
 /// graphs.model() in three dimensions with [parallel] planner for world.size()
@@ -30,9 +27,11 @@ enum class CachedSpeed { Calibrated, AsMeasured };
 /// graphs.of_degree(plan.tensor_parallel), which this builds (once) where it needs it: on rank 0,
 /// and on every rank for the degrees profiled. A planning error on rank 0 becomes the same
 /// partrain::Error on every rank. Collective over `world` (and `device_world`, the communicator
-/// training runs on, whose costs profiling measures). `cached_speed`: see CachedSpeed.
+/// training runs on, whose costs profiling measures). `corrected_profile` (every rank passes one of
+/// the same graph hash; rank 0's holds the measurements): the costs of that graph, used as they are
+/// instead of profiling it (re-planning during training, app/replanning.h).
 Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const std::string& plan_file, bool profile,
                    comm::Communicator& world, comm::Communicator& device_world, Backend& backend,
-                   CachedSpeed cached_speed = CachedSpeed::Calibrated);
+                   const profile::ProfileDB* corrected_profile = nullptr);
 
 }  // namespace partrain::app

@@ -41,7 +41,6 @@
 #include "io/metrics_file.h"
 #include "io/run_lock.h"
 #include "models/model.h"
-#include "profile/speed_calibration.h"
 #include "runtime/checkpointing.h"
 #include "runtime/executor.h"
 
@@ -359,9 +358,9 @@ struct ReplanOutcome {
 
 // Issue 26 item 3: compares the window's measured step (rank 0's median, `window_seconds`) with the
 // plan's prediction; beyond [profile] replan_threshold, rank 0 corrects the plan graph's ProfileDB
-// with each stage's measured costs (saved, so later runs start from them) and every rank plans
-// again at the plan's tensor-parallel degree and ZeRO stage (the other degrees' profiles were not
-// corrected).
+// with each stage's measured costs (in memory: the cache keeps what profiling measured, and this
+// job's conditions need not be the next one's) and every rank plans again at the plan's
+// tensor-parallel degree and ZeRO stage (the other degrees' profiles were not corrected).
 // Collective over the world.
 ReplanOutcome check_prediction(const TrainingRun& run, const Replanning& replanning, std::int64_t first_step,
                                const std::vector<double>& window_seconds) {
@@ -387,16 +386,15 @@ ReplanOutcome check_prediction(const TrainingRun& run, const Replanning& replann
     outcome.record["replanned"] = false;
     return outcome;
   }
+  // Rank 0 corrects the plan graph's profile in memory: the cache keeps what profiling measured.
   Backend& backend = run.executor.backend();
-  const double calibration = profile::speed_calibration_seconds(backend, world);  // the corrected times' speed
-  const std::string cache = profile_cache_path(config, run.graph, backend);        // collective
+  const std::string cache = profile_cache_path(config, run.graph, backend);  // collective
+  profile::ProfileDB corrected(run.graph.hash(), "", config.train.precision);
   if (world.rank() == 0) {
     std::printf("%s\n", describe_corrections(measured_step, predicted, config.profile.replan_threshold, corrections).c_str());
-    profile::ProfileDB database = profile::ProfileDB::load(cache);
-    correct_profile(database, run.plan, corrections);
-    database.set_calibration_seconds(calibration);
-    database.save(cache);
-    std::printf("replan: corrected %s; planning again\n", cache.c_str());
+    corrected = profile::ProfileDB::load(cache);
+    correct_profile(corrected, run.plan, corrections);
+    std::printf("replan: planning again on %s corrected with the measured stage costs\n", cache.c_str());
     std::fflush(stdout);
   }
   ExperimentConfig same_degree = config;  // the profiles of other degrees were not corrected
@@ -406,9 +404,8 @@ ReplanOutcome check_prediction(const TrainingRun& run, const Replanning& replann
   same_degree.parallel.choose_sequence_parallel = false;
   same_degree.parallel.zero = run.plan.zero;
   same_degree.parallel.zero_given = true;
-  // The corrected costs are this minute's: no rescaling by another speed calibration.
   Plan candidate = agree_on_plan(same_degree, *replanning.graphs, "", true, world, *replanning.device_world, backend,
-                                 CachedSpeed::AsMeasured);
+                                 &corrected);
   outcome.record["replanned"] = true;
   outcome.record["new_predicted_seconds"] = candidate.predicted_step_seconds;
   const bool same = same_layout(candidate, run.plan);
