@@ -193,9 +193,13 @@ class Call {
   void run(const dnnl::primitive& primitive, const memory::desc& scratchpad,
            std::unordered_map<int, memory> arguments) {
     arguments.insert({DNNL_ARG_SCRATCHPAD, buffer(scratchpad)});
-    primitive.execute(stream_, arguments);
-    for (auto& [staged, user] : pending_) dnnl::reorder(staged, user).execute(stream_, staged, user);
-    stream_.wait();
+    try {
+      primitive.execute(stream_, arguments);
+      for (auto& [staged, user] : pending_) dnnl::reorder(staged, user).execute(stream_, staged, user);
+      stream_.wait();
+    } catch (const dnnl::error& error) {
+      PARTRAIN_FAIL("oneDNN convolution failed: " << error.what() << " (status " << error.status << ")");
+    }
   }
 
  private:
@@ -263,13 +267,13 @@ bool onednn_convolution_available(const ConvGeometry&, bool, ConvolutionPass) {
   return false;
 }
 void onednn_convolution_forward(const ConvGeometry&, const float*, const float*, const float*, float*) {
-  PARTRAIN_CHECK(false, "partrain was built without oneDNN");
+  PARTRAIN_FAIL("partrain was built without oneDNN");
 }
 void onednn_convolution_backward_data(const ConvGeometry&, const float*, const float*, float*) {
-  PARTRAIN_CHECK(false, "partrain was built without oneDNN");
+  PARTRAIN_FAIL("partrain was built without oneDNN");
 }
 void onednn_convolution_backward_weights(const ConvGeometry&, const float*, const float*, float*, float*) {
-  PARTRAIN_CHECK(false, "partrain was built without oneDNN");
+  PARTRAIN_FAIL("partrain was built without oneDNN");
 }
 #endif
 
