@@ -9,6 +9,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools        # parallel HDF5 (checkpoints, datasets) and h5dump
   libtomlplusplus-dev                   # experiment files
   libopenblas-dev                       # CPU GEMM (BLAS calls outside the kernels' hot paths)
+  libdnnl-dev                           # oneDNN: the CPU convolutions (optional in CMake: PARTRAIN_WITH_ONEDNN)
   libsentencepiece-dev sentencepiece    # tokeniser
   libgtest-dev libgmock-dev             # unit tests
   libcli11-dev nlohmann-json3-dev       # command line, JSON (plans, metrics, traces)

@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "graph/op_schema.h"
+#include "kernels/common/op_geometry.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/onednn_convolution.h"
 #include "support/errors.h"
 #include "support/expectations.h"
 
@@ -48,6 +52,11 @@ std::vector<ConvConfig> conv_configs() {
       {{2, 3, 5, 5}, {2, 3, 1, 1}, true, {2, 2}},                               // 1x1 stride 2 (im2col)
       {{2, 3, 5, 8}, {4, 3, 2, 3}, true, {1, 2}, {1, 0}, {1, 2}},               // non-square everything
       {{1, 4, 3, 3}, {4, 1, 3, 3}, true, {1, 1}, {1, 1}, {1, 1}, 4},            // depthwise
+      {{2, 8, 4, 4}, {8, 8, 3, 3}, false, {1, 1}, {1, 1}},                      // ResNet block (oneDNN on AVX2)
+      {{2, 5, 1, 1}, {3, 5, 3, 3}, true, {1, 1}, {1, 1}},                       // 1x1 map: single live tap
+      {{2, 4, 1, 1}, {3, 4, 3, 3}, false, {2, 2}, {1, 1}},                      // single tap, stride 2
+      {{2, 4, 1, 1}, {3, 4, 2, 2}, true, {2, 2}, {1, 1}},                       // single tap in a corner
+      {{2, 4, 1, 1}, {3, 4, 3, 3}, true, {1, 1}, {2, 2}, {2, 2}},               // single tap, dilation 2
   };
 }
 
@@ -201,6 +210,29 @@ TEST(ConvolutionOps, Conv2dBackwardMatchesDirectLoops) {
       if (grads[1].defined()) expect_close(grads[1].to_float_vector(), dw, 1e-4, "dweight");
       if (grads.size() > 2 && grads[2].defined()) expect_close(grads[2].to_float_vector(), db, 1e-4, "dbias");
     }
+  }
+}
+
+// On a CPU with AVX2 and a oneDNN build, stride-1 ResNet convolutions take the oneDNN path (so the
+// tests above checked it); strided ones and 1x1 maps do not. PARTRAIN_CPU_CONVOLUTION=im2col (the
+// ConvolutionOps_im2col test) switches it off.
+TEST(ConvolutionOps, OneDnnServesStrideOneConvolutionsOnAvx2) {
+  const char* selected = std::getenv("PARTRAIN_CPU_CONVOLUTION");
+  const bool im2col = selected != nullptr && std::string(selected) == "im2col";
+  const auto geometry = [](const ConvConfig& config) {
+    const Attributes attributes = config.attributes();
+    const std::vector<Tensor> inputs = config.inputs(1);
+    const Tensor y = run_forward(OpType::Conv2d, attributes, inputs)[0];
+    return kernels::conv_geometry(attributes, inputs[0], inputs[1], y);
+  };
+  const auto block = geometry({{2, 8, 4, 4}, {8, 8, 3, 3}, false, {1, 1}, {1, 1}});
+  const auto strided = geometry({{2, 8, 4, 4}, {8, 8, 3, 3}, false, {2, 2}, {1, 1}});
+  const bool expected = cpu::onednn_convolution_built() && __builtin_cpu_supports("avx2") &&
+                        __builtin_cpu_supports("fma") && !im2col;
+  for (auto pass : {cpu::ConvolutionPass::Forward, cpu::ConvolutionPass::BackwardData,
+                    cpu::ConvolutionPass::BackwardWeights}) {
+    EXPECT_EQ(cpu::onednn_convolution_available(block, false, pass), expected);
+    EXPECT_FALSE(cpu::onednn_convolution_available(strided, false, pass));
   }
 }
 

@@ -1,7 +1,9 @@
 // CPU kernels of the convolution ops (schemas and semantics: src/graph/ops/convolution.cpp).
 // Conv2d is im2col over a chunk of samples at once (in parallel over the samples) and one sgemm
 // (oneDNN, over every thread) per (chunk, group), so late stages with small feature maps make one
-// GEMM of the batch rather than one GEMV-like product per sample.
+// GEMM of the batch rather than one GEMV-like product per sample. 1 x 1 feature maps are one GEMM
+// over their single live tap (kernels/cpu/single_tap_convolution.h); where oneDNN serves a shape and
+// pass (kernels/cpu/onednn_convolution.h: built with it, AVX2, stride 1) its primitives run instead.
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +12,8 @@
 #include "kernels/common/op_geometry.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/onednn_convolution.h"
+#include "kernels/cpu/single_tap_convolution.h"
 
 namespace partrain {
 
@@ -129,6 +133,15 @@ void conv2d_forward(const KernelContext& context, std::span<const Tensor> inputs
   const float* pw = weight.data<float>();
   const float* pb = inputs.size() > 2 && inputs[2].defined() ? inputs[2].data<float>() : nullptr;
   float* py = y.data<float>();
+  std::int64_t tap_h = 0, tap_w = 0;
+  if (cpu::single_tap(g, tap_h, tap_w)) {
+    cpu::single_tap_convolution_forward(g, tap_h, tap_w, px, pw, pb, py);
+    return;
+  }
+  if (cpu::onednn_convolution_available(g, pb != nullptr, cpu::ConvolutionPass::Forward)) {
+    cpu::onednn_convolution_forward(g, px, pw, pb, py);
+    return;
+  }
   const std::int64_t rows = g.col_rows(), cols = g.col_cols();
   const std::int64_t group_out = g.group_out_channels();
   const std::int64_t chunk = chunk_samples(g);
@@ -190,17 +203,34 @@ void conv2d_backward(const KernelContext& context, std::span<const Tensor> input
     }
   }
   if (!dx.defined() && !dweight.defined()) return;
+  std::int64_t tap_h = 0, tap_w = 0;
+  if (cpu::single_tap(g, tap_h, tap_w)) {
+    cpu::single_tap_convolution_backward(g, tap_h, tap_w, px, pw, dy, dx.defined() ? dx.data<float>() : nullptr,
+                                         dweight.defined() ? dweight.data<float>() : nullptr);
+    return;
+  }
+  // oneDNN for the passes it has direct kernels for; the im2col loop below for the others.
+  Tensor dx_left = dx, dweight_left = dweight;
+  if (dx.defined() && cpu::onednn_convolution_available(g, false, cpu::ConvolutionPass::BackwardData)) {
+    cpu::onednn_convolution_backward_data(g, pw, dy, dx.data<float>());
+    dx_left = Tensor();
+  }
+  if (dweight.defined() && cpu::onednn_convolution_available(g, false, cpu::ConvolutionPass::BackwardWeights)) {
+    cpu::onednn_convolution_backward_weights(g, px, dy, dweight.data<float>(), nullptr);
+    dweight_left = Tensor();
+  }
+  if (!dx_left.defined() && !dweight_left.defined()) return;
 
   const std::int64_t chunk = chunk_samples(g);
   // Workspace: dy_chunk, and the chunk's columns (for dweight) and column gradients (for dx).
   const std::int64_t column_floats = rows * chunk * cols;
   Tensor workspace = Tensor::empty(
-      {group_out * chunk * cols + (dweight.defined() ? column_floats : 0) + (dx.defined() ? column_floats : 0)});
+      {group_out * chunk * cols + (dweight_left.defined() ? column_floats : 0) + (dx_left.defined() ? column_floats : 0)});
   float* dy_chunk = workspace.data<float>();
   float* columns = dy_chunk + group_out * chunk * cols;
-  float* column_grads = columns + (dweight.defined() ? column_floats : 0);
-  float* dw = dweight.defined() ? dweight.data<float>() : nullptr;
-  float* pdx = dx.defined() ? dx.data<float>() : nullptr;
+  float* column_grads = columns + (dweight_left.defined() ? column_floats : 0);
+  float* dw = dweight_left.defined() ? dweight_left.data<float>() : nullptr;
+  float* pdx = dx_left.defined() ? dx_left.data<float>() : nullptr;
   for (std::int64_t first = 0; first < g.batch; first += chunk) {
     const std::int64_t count = std::min(chunk, g.batch - first);
     const std::int64_t ld = count * cols;

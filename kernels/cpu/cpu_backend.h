@@ -1,5 +1,5 @@
 #pragma once
-// The CPU backend: OpenMP loops + OpenBLAS GEMM. It is the reference every other backend is tested
+// The CPU backend: OpenMP loops + OpenBLAS GEMM (+ oneDNN convolutions where built and faster). It is the reference every other backend is tested
 // against, so kernels favour clarity and fp32 accuracy (float accumulators are double where a
 // reduction is long).
 #include "core/backend.h"
