@@ -6,7 +6,8 @@
 Trains configs/gpt-tiny.toml for STEPS steps on one rank in fp32, bf16 and fp16 (same seed, same
 data, dropout as configured, the single-rank dpl plan) and prints, per 16-bit precision, the largest
 and the final gap between its loss and fp32's at the same step (absolute and relative), the fp16 run's
-skipped steps and loss scales, as a Markdown table. Standard library only.
+skipped steps and loss scales, as a Markdown table. A run directory under --out whose metrics.jsonl
+already has STEPS rows is read, not rerun. Standard library only.
 """
 import argparse
 import json
@@ -20,6 +21,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def train(partrain, precision, steps, out):
     """Runs partrain train; returns its metrics rows."""
     directory = os.path.join(out, precision)
+    metrics_path = os.path.join(directory, "metrics.jsonl")
+    if os.path.exists(metrics_path):  # a finished run of the same length (e.g. the three run in parallel)
+        with open(metrics_path) as metrics:
+            rows = [json.loads(line) for line in metrics]
+        if len(rows) == steps:
+            return rows
     settings = [f"train.precision={precision}", f"train.steps={steps}", f"log.dir={directory}", "log.every=50",
                 "log.trace=", "checkpoint.every=0", "profile.enabled=false", "parallel.planner=dpl",
                 "train.microbatches=1", f"data.path={os.path.join(ROOT, 'data', 'prepared', 'text.h5')}"]
@@ -28,7 +35,7 @@ def train(partrain, precision, steps, out):
         command += ["--set", setting]
     if subprocess.run(command, stdout=subprocess.DEVNULL).returncode != 0:
         sys.exit(f"precision_loss_gap: {' '.join(command)} failed")
-    with open(os.path.join(directory, "metrics.jsonl")) as metrics:
+    with open(metrics_path) as metrics:
         return [json.loads(line) for line in metrics]
 
 
