@@ -234,8 +234,8 @@ void expect_matches_single_rank(const TrainingCase& c, const std::string& distri
   EXPECT_GT(compared, 10);
   if (bf16) {
     const double relative = std::sqrt(difference / norm);
-    std::printf("bf16 against one rank: worst step loss %.3g relative, parameters %.3g relative L2 (worst element %.3g)\n",
-                worst_loss, relative, worst_parameter);
+    std::printf("%s against one rank: worst step loss %.3g relative, parameters %.3g relative L2 (worst element %.3g)\n",
+                plan.value("precision", std::string("fp32")).c_str(), worst_loss, relative, worst_parameter);
     EXPECT_LE(relative, kBf16ParameterTolerance) << "parameters, relative L2 distance over the model";
   }
 }

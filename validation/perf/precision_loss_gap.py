@@ -40,10 +40,12 @@ def train(partrain, precision, steps, out):
 
 
 def gaps(rows, reference):
-    """(largest |gap|, its step, its relative size, final |gap|, final relative) against fp32."""
+    """(largest |gap|, its step, its relative size, final |gap|, final relative, largest |gap| of the
+    first 10 steps, mean signed gap) against fp32."""
     pairs = [(abs(r["loss"] - f["loss"]), r["step"], abs(r["loss"] - f["loss"]) / abs(f["loss"])) for r, f in zip(rows, reference)]
     worst = max(pairs)
-    return worst[0], worst[1], worst[2], pairs[-1][0], pairs[-1][2]
+    mean = sum(r["loss"] - f["loss"] for r, f in zip(rows, reference)) / len(rows)
+    return worst[0], worst[1], worst[2], pairs[-1][0], pairs[-1][2], max(p[0] for p in pairs[:10]), mean
 
 
 def main():
@@ -55,14 +57,16 @@ def main():
     runs = {precision: train(args.partrain, precision, args.steps, args.out) for precision in ("fp32", "bf16", "fp16")}
     fp32 = runs["fp32"]
     print(f"gpt-tiny, {args.steps} steps, 1 rank; fp32 loss {fp32[0]['loss']:.4f} -> {fp32[-1]['loss']:.4f}\n")
-    print("| precision | largest gap to fp32 (step) | relative | final gap | relative | skipped steps | loss scales |")
-    print("|---|---|---|---|---|---|---|")
+    print("| precision | largest gap to fp32 (step) | relative | final gap | relative | largest gap, steps 1-10 | "
+          "mean gap (signed) | skipped steps | loss scales |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for precision in ("bf16", "fp16"):
         rows = runs[precision]
-        worst, step, worst_relative, final, final_relative = gaps(rows, fp32)
+        worst, step, worst_relative, final, final_relative, early, mean = gaps(rows, fp32)
         skipped = sum(1 for r in rows if r.get("skipped"))
         scales = sorted({r["loss_scale"] for r in rows if "loss_scale" in r})
         print(f"| {precision} | {worst:.2e} ({step}) | {worst_relative:.2e} | {final:.2e} | {final_relative:.2e} | "
+              f"{early:.2e} | {mean:+.2e} | "
               f"{skipped if precision == 'fp16' else '-'} | {', '.join('%g' % s for s in scales) or '-'} |")
 
 
