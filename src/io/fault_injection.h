@@ -1,5 +1,5 @@
 #pragma once
-// The test hook PARTRAIN_FAULT_INJECT=<fault>:RANK[:STEP] (README "Faults"): a test makes one rank
+// The test hook PARTRAIN_FAULT_INJECT=<fault>:RANK[:STEP] (docs/checkpoints.md): a test makes one rank
 // meet a fault that a real run meets rarely, to check that every rank handles it alike. The faults:
 // checkpoint_write and checkpoint_write_abandon (io/checkpoint.h), gradient_overflow (an inf put
 // into RANK's gradients at optimizer step STEP, runtime/executor.h: the fp16 loss scaler must skip
