@@ -5,6 +5,9 @@
 // multiply-adds). Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "cuda/cuda_op_check.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "io/config.h"
@@ -60,6 +63,56 @@ TEST(CudaBackend, ConvertAccumulateScaleAndSumOfSquaresMatchTheCpu) {
   const std::vector<double> weights = {1.0, 1.0, 0.25};
   const double expected = cpu_backend().sum_of_squares(cpu_list, weights);
   EXPECT_NEAR(gpu().sum_of_squares(gpu_list, weights), expected, 1e-9 * expected);
+}
+
+// fp16 mixed precision: f32 <-> f16 conversion bit-identical to the host's Float16 (subnormals, the
+// overflow to inf and NaN included), f16 gradients accumulated into f32, f16 scaling, the sum of
+// squares of an f16 list, and an inf in a list making the sum inf (the loss scaler's overflow test).
+TEST(CudaBackend, Float16ConvertAccumulateScaleAndSumOfSquaresMatchTheCpu) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  Tensor a = normal_tensor({1000, 37}, 4);
+  float* values = a.data<float>();
+  values[0] = 65519.0f, values[1] = 65520.0f, values[2] = 3e-8f, values[3] = -1e-7f, values[4] = 6e-5f;
+  values[5] = std::numeric_limits<float>::quiet_NaN();
+  for (std::int64_t i = 6; i < 200; ++i) values[i] *= 1e-5f;  // subnormals in fp16
+  Tensor cpu_f16 = Tensor::empty(a.shape(), DType::F16);
+  cpu_backend().convert(cpu_f16, a);
+  Tensor gpu_f16 = gpu().empty(a.shape(), DType::F16);
+  gpu().convert(gpu_f16, to_backend(a, gpu()));
+  const Tensor back = to_host(gpu_f16, gpu());
+  for (std::int64_t i = 0; i < a.numel(); ++i)
+    ASSERT_EQ(back.data<Float16>()[i].bits & (i == 5 ? 0x7c00 : 0xffff), cpu_f16.data<Float16>()[i].bits & (i == 5 ? 0x7c00 : 0xffff)) << i;
+  Tensor gpu_wide = gpu().empty(a.shape(), DType::F32);
+  gpu().convert(gpu_wide, gpu_f16);
+  Tensor cpu_wide = Tensor::empty(a.shape(), DType::F32);
+  cpu_backend().convert(cpu_wide, cpu_f16);
+  const std::vector<float> wide = to_host(gpu_wide, gpu()).to_float_vector(), expected_wide = cpu_wide.to_float_vector();
+  for (std::size_t i = 6; i < wide.size(); ++i) ASSERT_EQ(wide[i], expected_wide[i]) << i;
+
+  values[5] = 0.0f;  // finite from here on (65520 became inf in f16: drop it too)
+  values[1] = 1.0f;
+  cpu_backend().convert(cpu_f16, a);
+  gpu_f16 = to_backend(cpu_f16, gpu());
+  const Tensor b = normal_tensor({1000, 37}, 5);
+  Tensor cpu_sum = b.clone();
+  cpu_backend().accumulate(cpu_sum, cpu_f16);
+  cpu_backend().scale(cpu_sum, 1.0 / 1024);
+  Tensor gpu_sum = to_backend(b, gpu());
+  gpu().accumulate(gpu_sum, gpu_f16);
+  gpu().scale(gpu_sum, 1.0 / 1024);
+  EXPECT_EQ(to_host(gpu_sum, gpu()).to_float_vector(), cpu_sum.to_float_vector());
+  cpu_backend().scale(cpu_f16, 0.37);
+  gpu().scale(gpu_f16, 0.37);
+  EXPECT_EQ(to_host(gpu_f16, gpu()).to_float_vector(), cpu_f16.to_float_vector());
+
+  const std::vector<double> weights = {1.0, 0.5};
+  const std::vector<Tensor> cpu_list = {cpu_f16, b}, gpu_list = {gpu_f16, to_backend(b, gpu())};
+  const double expected = cpu_backend().sum_of_squares(cpu_list, weights);
+  EXPECT_NEAR(gpu().sum_of_squares(gpu_list, weights), expected, 1e-9 * expected);
+  Tensor overflowed = b.clone();
+  overflowed.data<float>()[17] = std::numeric_limits<float>::infinity();
+  const std::vector<Tensor> with_inf = {gpu_f16, to_backend(overflowed, gpu())};
+  EXPECT_TRUE(std::isinf(gpu().sum_of_squares(with_inf, weights)));
 }
 
 TEST(CudaBackend, AdamWAndSgdUpdatesMatchTheCpu) {

@@ -208,6 +208,12 @@ TEST(MpiCommunicator, AllReduceIntegersAndBf16RoundedOnce) {
   world().all_reduce(bf16);
   EXPECT_EQ(static_cast<float>(bf16.data<BFloat16>()[0]), static_cast<float>(BFloat16(255.0f + n)));
   EXPECT_EQ(static_cast<float>(bf16.data<BFloat16>()[1]), 0.25f * n * (n + 1));
+  // f16 likewise: rank 0 holds 2048 (fp16's spacing there is 2), the others 1: 2047 + n in fp32,
+  // rounded once (adding in fp16 would stay at 2048 from 3 ranks on).
+  const Tensor f16 = Tensor::from_vector<Float16>({2}, {Float16(r == 0 ? 2048.0f : 1.0f), Float16(0.5f * (r + 1))});
+  world().all_reduce(f16);
+  EXPECT_EQ(static_cast<float>(f16.data<Float16>()[0]), static_cast<float>(Float16(2047.0f + n)));
+  EXPECT_EQ(static_cast<float>(f16.data<Float16>()[1]), 0.25f * n * (n + 1));
 }
 
 TEST(MpiCommunicator, AllReduceAsyncSeveralInFlight) {

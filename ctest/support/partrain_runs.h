@@ -46,13 +46,16 @@ inline PartrainRun run_partrain(int ranks, const std::string& arguments, const s
   return run;
 }
 
-/// The values of `key` in `directory`/metrics.jsonl, in line order (lines without the key skipped).
+/// The values of `key` in `directory`/metrics.jsonl, in line order (lines without the key skipped;
+/// booleans as 0 and 1).
 inline std::vector<double> metric_values(const std::string& directory, const std::string& key) {
   std::vector<double> result;
   std::ifstream metrics(directory + "/metrics.jsonl");
   for (std::string line; std::getline(metrics, line);) {
     const nlohmann::json record = nlohmann::json::parse(line);
-    if (record.contains(key)) result.push_back(record.at(key).get<double>());
+    if (!record.contains(key)) continue;
+    const nlohmann::json& value = record.at(key);
+    result.push_back(value.is_boolean() ? (value.get<bool>() ? 1.0 : 0.0) : value.get<double>());  // "skipped": 0 or 1
   }
   return result;
 }

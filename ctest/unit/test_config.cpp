@@ -92,6 +92,31 @@ TEST(Config, TrainAndParallelErrorsNameTheKey) {
   EXPECT_EQ(train_error, "configs/x.toml:3: [train] key 'microbatches' exceeds global_batch 4");
 }
 
+TEST(Config, Fp16LossScalingKeysAreCheckedNamingTheKey) {
+  const TrainConfig defaults = read_train_config(ConfigDocument::parse("[train]\nprecision = \"fp16\"\n", "configs/x.toml"));
+  EXPECT_EQ(defaults.precision, "fp16");
+  EXPECT_EQ(defaults.initial_loss_scale, 65536.0);
+  EXPECT_EQ(defaults.loss_scale_growth_factor, 2.0);
+  EXPECT_EQ(defaults.loss_scale_backoff_factor, 0.5);
+  EXPECT_EQ(defaults.loss_scale_growth_interval, 2000);
+  EXPECT_EQ(defaults.min_loss_scale, 0.0);
+  auto train_error = [](const std::string& line) {
+    return error_message([&] { read_train_config(ConfigDocument::parse("[train]\n" + line + "\n", "configs/x.toml")); });
+  };
+  EXPECT_EQ(train_error("initial_loss_scale = -1.0"), "configs/x.toml:2: [train] key 'initial_loss_scale' must be positive and finite");
+  EXPECT_EQ(train_error("loss_scale_growth_factor = 1.0"),
+            "configs/x.toml:2: [train] key 'loss_scale_growth_factor' must be greater than 1");
+  EXPECT_EQ(train_error("loss_scale_backoff_factor = 1.5"),
+            "configs/x.toml:2: [train] key 'loss_scale_backoff_factor' must be in (0, 1)");
+  EXPECT_EQ(train_error("loss_scale_backoff_factor = 0.0"),
+            "configs/x.toml:2: [train] key 'loss_scale_backoff_factor' must be in (0, 1)");
+  EXPECT_EQ(train_error("loss_scale_growth_interval = 0"),
+            "configs/x.toml:2: [train] key 'loss_scale_growth_interval' must be at least 1");
+  EXPECT_EQ(train_error("min_loss_scale = 1e6"), "configs/x.toml:2: [train] key 'min_loss_scale' must be in [0, initial_loss_scale]");
+  EXPECT_EQ(train_error("precision = \"fp8\""),
+            "configs/x.toml:2: [train] key 'precision' is 'fp8'; expected one of fp32 bf16 fp16");
+}
+
 TEST(Config, InterleavedScheduleKeys) {
   auto parallel_error = [](const std::string& text) {
     return error_message([&] { read_parallel_config(ConfigDocument::parse(text, "configs/x.toml")); });

@@ -282,6 +282,17 @@ TEST(Plan, JsonRoundTripThroughAFile) {
   EXPECT_NE(error_message([] { Plan::from_json(nlohmann::json{{"format", "other"}}, "x.json"); }).find("x.json: not a partrain plan"),
             std::string::npos);
   EXPECT_NE(error_message([&] { loaded.validate(build_model(tiny_model_config("bert"))); }).find("another model"), std::string::npos);
+  // fp16 (dynamic loss scaling) is recorded and read back like bf16; an unknown precision is named.
+  nlohmann::json fp16 = plan.to_json();
+  fp16["precision"] = "fp16";
+  EXPECT_EQ(Plan::from_json(fp16, "fp16.json").precision, Precision::Fp16);
+  EXPECT_EQ(Plan::from_json(fp16, "fp16.json").to_json().at("precision"), "fp16");
+  EXPECT_EQ(compute_dtype_of(Precision::Fp16), DType::F16);
+  EXPECT_EQ(compute_dtype_of(Precision::Bf16), DType::BF16);
+  EXPECT_EQ(compute_dtype_of(Precision::Fp32), DType::F32);
+  fp16["precision"] = "fp8";
+  EXPECT_NE(error_message([&] { Plan::from_json(fp16, "fp8.json"); }).find("unknown precision 'fp8' (expected fp32, bf16 or fp16)"),
+            std::string::npos);
 }
 
 TEST(Plan, InterleavedJsonRoundTripAndValidation) {

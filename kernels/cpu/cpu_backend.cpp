@@ -16,11 +16,33 @@ void check_host_float(const Tensor& tensor, const char* what) {
 
 // Element i of a float host tensor as fp32, and the store that rounds to the tensor's dtype.
 inline float load(const Tensor& tensor, std::int64_t i) {
-  return tensor.dtype() == DType::F32 ? tensor.data<float>()[i] : static_cast<float>(tensor.data<BFloat16>()[i]);
+  if (tensor.dtype() == DType::F32) return tensor.data<float>()[i];
+  if (tensor.dtype() == DType::F16) return static_cast<float>(tensor.data<Float16>()[i]);
+  return static_cast<float>(tensor.data<BFloat16>()[i]);
 }
 inline void store(const Tensor& tensor, std::int64_t i, float value) {
   if (tensor.dtype() == DType::F32) tensor.data<float>()[i] = value;
+  else if (tensor.dtype() == DType::F16) tensor.data<Float16>()[i] = Float16(value);
   else tensor.data<BFloat16>()[i] = BFloat16(value);
+}
+
+// destination = source between fp32 and the 16-bit type `Half` (BFloat16 or Float16), the pointers
+// hoisted (as in sum_of_squares): load/store look the tensor's data up per element, which made
+// every widened op of mixed precision several times slower than its kernel.
+template <typename Half>
+void convert_half(const Tensor& destination, const Tensor& source) {
+  const std::int64_t n = source.numel();
+  if (source.dtype() != DType::F32) {
+    const Half* from = source.data<Half>();
+    float* to = destination.data<float>();
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (std::int64_t i = 0; i < n; ++i) to[i] = static_cast<float>(from[i]);
+    return;
+  }
+  const float* from = source.data<float>();
+  Half* to = destination.data<Half>();
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (std::int64_t i = 0; i < n; ++i) to[i] = Half(from[i]);
 }
 
 void check_same_shape(const Tensor& a, const Tensor& b, const char* what) {
@@ -71,20 +93,11 @@ void CpuBackend::convert(const Tensor& destination, const Tensor& source) {
   PARTRAIN_CHECK(destination.numel() == source.numel(), "convert: " << source.numel() << " elements into "
                                                                      << destination.numel());
   if (destination.dtype() == source.dtype()) return copy(destination, source);
-  const std::int64_t n = source.numel();
-  // The pointers hoisted (as in sum_of_squares): load/store look the tensor's data up per element,
-  // which made every widened bf16 op of mixed precision several times slower than its kernel.
-  if (source.dtype() == DType::BF16) {
-    const BFloat16* from = source.data<BFloat16>();
-    float* to = destination.data<float>();
-#pragma omp parallel for schedule(static) if (n > 32768)
-    for (std::int64_t i = 0; i < n; ++i) to[i] = static_cast<float>(from[i]);
-    return;
-  }
-  const float* from = source.data<float>();
-  BFloat16* to = destination.data<BFloat16>();
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (std::int64_t i = 0; i < n; ++i) to[i] = BFloat16(from[i]);
+  PARTRAIN_CHECK(destination.dtype() == DType::F32 || source.dtype() == DType::F32,
+                 "convert: " << dtype_name(source.dtype()) << " into " << dtype_name(destination.dtype())
+                             << " (one side must be f32)");
+  if (destination.dtype() == DType::F16 || source.dtype() == DType::F16) return convert_half<Float16>(destination, source);
+  convert_half<BFloat16>(destination, source);
 }
 
 double CpuBackend::sum_of_squares(std::span<const Tensor> tensors, std::span<const double> weights) {

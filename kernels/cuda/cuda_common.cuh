@@ -6,9 +6,11 @@
 // from_float<T>() on store: "bf16 storage, fp32 compute", which is also what the CPU backend
 // emulates for bf16 tensors, so CUDA bf16 results are compared against it element by element.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -18,11 +20,15 @@ namespace partrain::cuda {
 
 __host__ __device__ inline float to_float(float value) { return value; }
 __host__ __device__ inline float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
+__host__ __device__ inline float to_float(__half value) { return __half2float(value); }
 
 template <typename T> __host__ __device__ inline T from_float(float value);
 template <> __host__ __device__ inline float from_float<float>(float value) { return value; }
 template <> __host__ __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
   return __float2bfloat16_rn(value);  // round to nearest even, as BFloat16(float) on the host
+}
+template <> __host__ __device__ inline __half from_float<__half>(float value) {
+  return __float2half_rn(value);  // round to nearest even, as Float16(float) on the host
 }
 
 /// Threads per block of the element-wise kernels.
@@ -45,6 +51,10 @@ template <> inline __nv_bfloat16* device_data<__nv_bfloat16>(const Tensor& tenso
   PARTRAIN_CHECK(!tensor.device().is_cpu(), "CUDA kernel given a host tensor");
   return reinterpret_cast<__nv_bfloat16*>(tensor.data<BFloat16>());
 }
+template <> inline __half* device_data<__half>(const Tensor& tensor) {
+  PARTRAIN_CHECK(!tensor.device().is_cpu(), "CUDA kernel given a host tensor");
+  return reinterpret_cast<__half*>(tensor.data<Float16>());
+}
 template <> inline std::int32_t* device_data<std::int32_t>(const Tensor& tensor) {
   PARTRAIN_CHECK(!tensor.device().is_cpu(), "CUDA kernel given a host tensor");
   return tensor.data<std::int32_t>();
@@ -63,6 +73,15 @@ void dispatch_floating(DType dtype, const char* what, Function&& function) {
     case DType::BF16: function(__nv_bfloat16{}); return;
     default: PARTRAIN_FAIL(what << ": CUDA kernels take f32 or bf16, got " << dtype_name(dtype));
   }
+}
+
+/// dispatch_floating with f16 as well (T = __half): for the kernels that take every float dtype —
+/// conversion, accumulation, scaling, sums of squares. The op kernels take f32 and bf16 only; f16 ops
+/// run on widened fp32 copies (Backend::supports_f16 is false), as on the CPU.
+template <typename Function>
+void dispatch_any_floating(DType dtype, const char* what, Function&& function) {
+  if (dtype == DType::F16) return function(__half{});
+  dispatch_floating(dtype, what, std::forward<Function>(function));
 }
 
 /// Block-wide sum of one float or double per thread (any blockDim.x that is a multiple of 32, up to

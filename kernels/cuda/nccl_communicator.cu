@@ -104,6 +104,7 @@ ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
     case DType::F32: return ncclFloat32;
     case DType::BF16: return ncclBfloat16;
+    case DType::F16: return ncclFloat16;
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
   }
@@ -530,8 +531,8 @@ std::vector<Tensor> NcclCommunicator::enqueue_all_reduce(const Tensor& tensor, R
   if (tensor.numel() == 0) return {};
   const cudaStream_t stream = enter_communication_stream();
   const std::size_t count = static_cast<std::size_t>(tensor.numel());
-  if (tensor.dtype() == DType::BF16 && op == ReduceOp::Sum) {
-    // NCCL would add in bf16 at every step; reduce an f32 copy and round once, as the interface says.
+  if (is_half_float(tensor.dtype()) && op == ReduceOp::Sum) {
+    // NCCL would add in bf16 or f16 at every step; reduce an f32 copy and round once, as the interface says.
     // The conversions run on the communication stream with the reduction they belong to.
     const Tensor wide = backend_.empty(tensor.shape(), DType::F32);
     cuda::launch_convert(stream, wide, tensor);
@@ -587,8 +588,8 @@ void NcclCommunicator::all_reduce_device_coalesced(const std::vector<Tensor>& te
   }
   state_->check_health("all_reduce_coalesced");
   const DType dtype = tensors.front().dtype();
-  // A bf16 sum travels as f32 (one rounding at the end); everything else in its own dtype.
-  const DType wire = dtype == DType::BF16 && op == ReduceOp::Sum ? DType::F32 : dtype;
+  // A bf16 or f16 sum travels as f32 (one rounding at the end); everything else in its own dtype.
+  const DType wire = is_half_float(dtype) && op == ReduceOp::Sum ? DType::F32 : dtype;
   std::int64_t total = 0;
   for (const Tensor& tensor : tensors) total += tensor.numel();
   if (total == 0) return;

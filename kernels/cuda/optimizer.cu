@@ -101,9 +101,9 @@ void launch_sgd_update(cudaStream_t stream, const Tensor& parameter, const Tenso
 void launch_convert(cudaStream_t stream, const Tensor& destination, const Tensor& source) {
   check_same(destination, source, "convert");
   const std::int64_t n = source.numel();
-  dispatch_floating(destination.dtype(), "convert", [&](auto to) {
+  dispatch_any_floating(destination.dtype(), "convert", [&](auto to) {
     using To = decltype(to);
-    dispatch_floating(source.dtype(), "convert", [&](auto from) {
+    dispatch_any_floating(source.dtype(), "convert", [&](auto from) {
       using From = decltype(from);
       convert_kernel<To, From><<<blocks_for(n), kThreadsPerBlock, 0, stream>>>(device_data<To>(destination),
                                                                               device_data<From>(source), n);
@@ -115,9 +115,9 @@ void launch_convert(cudaStream_t stream, const Tensor& destination, const Tensor
 void launch_accumulate(cudaStream_t stream, const Tensor& accumulator, const Tensor& value) {
   check_same(accumulator, value, "accumulate");
   const std::int64_t n = value.numel();
-  dispatch_floating(accumulator.dtype(), "accumulate", [&](auto a) {
+  dispatch_any_floating(accumulator.dtype(), "accumulate", [&](auto a) {
     using A = decltype(a);
-    dispatch_floating(value.dtype(), "accumulate", [&](auto v) {
+    dispatch_any_floating(value.dtype(), "accumulate", [&](auto v) {
       using V = decltype(v);
       accumulate_kernel<A, V><<<blocks_for(n), kThreadsPerBlock, 0, stream>>>(device_data<A>(accumulator),
                                                                              device_data<V>(value), n);
@@ -128,7 +128,7 @@ void launch_accumulate(cudaStream_t stream, const Tensor& accumulator, const Ten
 
 void launch_scale(cudaStream_t stream, const Tensor& tensor, float factor) {
   const std::int64_t n = tensor.numel();
-  dispatch_floating(tensor.dtype(), "scale", [&](auto tag) {
+  dispatch_any_floating(tensor.dtype(), "scale", [&](auto tag) {
     using T = decltype(tag);
     scale_kernel<T><<<blocks_for(n), kThreadsPerBlock, 0, stream>>>(device_data<T>(tensor), n, factor);
   });
@@ -146,7 +146,7 @@ double sum_of_squares(cudaStream_t stream, std::span<const Tensor> tensors, std:
     const std::int64_t n = tensor.defined() ? tensor.numel() : 0;
     if (n == 0) continue;
     const unsigned int blocks = std::min(blocks_for(n), 1024u);  // few atomics; the grid-stride loop covers the rest
-    dispatch_floating(tensor.dtype(), "sum_of_squares", [&](auto tag) {
+    dispatch_any_floating(tensor.dtype(), "sum_of_squares", [&](auto tag) {
       using T = decltype(tag);
       sum_of_squares_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(device_data<T>(tensor), n, weights[i], total);
     });

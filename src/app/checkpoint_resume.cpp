@@ -49,6 +49,10 @@ std::int64_t resume_from(const std::string& path, const Graph& graph, runtime::P
       PARTRAIN_CHECK(checkpoint.tensors.count(name), path << ": dataset /" << name << " is missing (the file has "
                                                           << "optimizer state, but not for every parameter)");
   runtime::restore_checkpoint(checkpoint, graph, executor, optimizer_state && !model_only);
+  // fp16: the loss scaler goes on where it was; a checkpoint of an fp32/bf16 run has no scale, and
+  // the scaler then starts from [train] initial_loss_scale.
+  if (runtime::LossScaler* scaler = executor.loss_scaler(); scaler && !model_only && checkpoint.info.loss_scale > 0)
+    scaler->restore(checkpoint.info.loss_scale, checkpoint.info.loss_scale_good_steps);
   if (world.rank() == 0) {
     std::printf("resume: %s (step %lld)\n", path.c_str(), static_cast<long long>(checkpoint.info.step));
     if (!optimizer_state && !model_only)

@@ -31,6 +31,9 @@ int inspect_checkpoint(const std::string& path) {
               static_cast<long long>(info.step), static_cast<long long>(info.consumed_samples),
               static_cast<long long>(info.data_cursor), static_cast<unsigned long long>(info.seed),
               info.optimizer.c_str());
+  if (info.loss_scale > 0)  // an fp16 run's loss scaler
+    std::printf("loss_scale: %g\nloss_scale_good_steps: %lld\n", info.loss_scale,
+                static_cast<long long>(info.loss_scale_good_steps));
   std::int64_t parameters = 0;
   std::printf("%-70s %s\n", "tensor", "shape");
   for (const auto& [name, shape] : summary.tensors) {

@@ -84,7 +84,8 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   options.warmup = static_cast<int>(config.profile.warmup);
   options.repeats = static_cast<int>(config.profile.repeats);
   options.seed = static_cast<std::uint64_t>(config.train.seed);
-  options.mixed_precision = config.train.precision == "bf16";
+  options.mixed_precision = config.train.precision != "fp32";
+  options.compute_dtype = config.train.precision == "fp16" ? DType::F16 : DType::BF16;
   io::ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
   const profile::DistributedProfileReport report = profile::profile_distributed(
       graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });

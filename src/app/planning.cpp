@@ -16,8 +16,9 @@ partition::KernelModel kernel_model_of(const ParallelConfig& parallel, const std
   PARTRAIN_CHECK(preset, "[parallel] device_model = \"" << parallel.device_model << "\" is not a known GPU");
   partition::KernelModel kernels;
   // device_flops and device_efficiency default to the preset's bf16 peak and GEMM efficiency; a
-  // file that sets them changes the GEMM rate. fp32 plans run on the fp32 units.
-  kernels.peak_flops = precision == "bf16" ? parallel.device_flops : preset->peak_fp32_flops;
+  // file that sets them changes the GEMM rate (fp16's tensor-core peak is bf16's on these GPUs).
+  // fp32 plans run on the fp32 units.
+  kernels.peak_flops = precision != "fp32" ? parallel.device_flops : preset->peak_fp32_flops;
   kernels.gemm_efficiency = parallel.device_efficiency;
   kernels.memory_bandwidth = preset->memory_bandwidth;
   kernels.memory_efficiency = preset->memory_efficiency;
@@ -74,7 +75,8 @@ PlanningSetup planning_setup(const ExperimentConfig& config, int world_size, dou
   options.memory_margin = parallel.memory_margin;
   options.optimizer = config.train.optimizer;
   options.optimizer_state_copies = state_copies_of_optimizer(config.train.optimizer);
-  options.mixed_precision = config.train.precision == "bf16";
+  options.mixed_precision = config.train.precision != "fp32";
+  options.fp16 = config.train.precision == "fp16";
   // On GPUs NCCL runs the bucketed all-reduce on its own stream, overlapping the last backward.
   if (!parallel.device_model.empty()) options.overlap_bucket_bytes = parallel.bucket_mb * (1 << 20);
   options.blocks = static_cast<int>(parallel.blocks);
@@ -260,6 +262,8 @@ runtime::RuntimeOptions runtime_options(const TrainConfig& train, const Parallel
   options.optimizer.momentum = train.momentum;
   options.lr_schedule = learning_rate_schedule(train);
   options.grad_clip = train.grad_clip;
+  options.loss_scaling = {train.initial_loss_scale, train.loss_scale_growth_factor, train.loss_scale_backoff_factor,
+                          train.loss_scale_growth_interval, train.min_loss_scale};
   options.bucket_bytes = parallel.bucket_mb * (1 << 20);
   return options;
 }

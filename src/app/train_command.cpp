@@ -144,6 +144,10 @@ void save_checkpoint(const TrainingRun& run, std::int64_t step) {
   info.config_toml = config.text;
   info.plan_json = run.plan.to_json().dump();
   info.optimizer = run.plan.optimizer;
+  if (const runtime::LossScaler* scaler = run.executor.loss_scaler()) {
+    info.loss_scale = scaler->scale();
+    info.loss_scale_good_steps = scaler->good_steps();
+  }
   const std::string path =
       io::write_checkpoint(run.world, run.checkpoint_directory, info,
                            runtime::checkpoint_tensors(run.graph, run.plan, run.executor),
@@ -300,6 +304,14 @@ int stop_for_signal(const TrainingRun& run, std::int64_t step, std::int64_t chec
   return signal;
 }
 
+// fp16's part of a step's log line: " | loss scale S" and, for a skipped step, " | skipped (overflow)".
+std::string loss_scale_text(const runtime::StepResult& result) {
+  if (result.loss_scale <= 0) return {};
+  char text[96];
+  std::snprintf(text, sizeof text, " | loss scale %g%s", result.loss_scale, result.skipped ? " | skipped (overflow)" : "");
+  return text;
+}
+
 // Rank 0's record of step `step` (0-based): its metrics.jsonl row and, every [log] every steps, the
 // log line (samples/s of the plan's global batch), and the evaluation line when it evaluated.
 void record_step(const TrainingRun& run, std::int64_t step, const runtime::StepResult& result,
@@ -324,14 +336,18 @@ void record_step(const TrainingRun& run, std::int64_t step, const runtime::StepR
                         {"rank_baseline_bytes", rank_baseline_bytes}};
   if (eval_loss) record["eval_loss"] = *eval_loss;
   if (!replan.is_null()) record["replan"] = replan;
+  if (result.loss_scale > 0) {  // fp16: the scale the step's backward used, and whether it was skipped
+    record["loss_scale"] = result.loss_scale;
+    record["skipped"] = result.skipped;
+  }
   metrics << record.dump() << '\n';
   metrics.flush();
   if ((step + 1) % config.log.every == 0 || step + 1 == config.train.steps) {
     std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.1f samples/s | %.0f tokens/s | "
-                "%.4f TFLOP/s | peak %.1f MiB | predicted %.3f s/step\n",
+                "%.4f TFLOP/s | peak %.1f MiB | predicted %.3f s/step%s\n",
                 static_cast<long long>(step + 1), static_cast<long long>(config.train.steps), result.loss, result.lr,
                 result.grad_norm, samples_per_second, tokens_per_second, tflops,
-                result.peak_memory_bytes / (1 << 20), run.plan.predicted_step_seconds);
+                result.peak_memory_bytes / (1 << 20), run.plan.predicted_step_seconds, loss_scale_text(result).c_str());
     std::fflush(stdout);
   }
   if (eval_loss) {

@@ -44,11 +44,12 @@ std::string mpi_error_string(int code) {
       throw_mpi_error(__FILE__, __LINE__, #call, partrain_mpi_code_);              \
   } while (0)
 
-// Element type used on the wire (bf16 travels as its 16 bits).
+// Element type used on the wire (bf16 and f16 travel as their 16 bits).
 MPI_Datatype wire_type(DType dtype) {
   switch (dtype) {
     case DType::F32: return MPI_FLOAT;
     case DType::BF16: return MPI_UINT16_T;
+    case DType::F16: return MPI_UINT16_T;
     case DType::I32: return MPI_INT32_T;
     case DType::I64: return MPI_INT64_T;
   }
@@ -80,12 +81,23 @@ std::string describe(const Tensor& tensor) {
   return std::string(dtype_name(tensor.dtype())) + " " + shape_string(tensor.shape());
 }
 
-void bf16_to_f32(const Tensor& source, float* destination) {
+// A 16-bit float tensor (bf16 or f16) widened to fp32, and fp32 rounded back into one.
+void half_to_f32(const Tensor& source, float* destination) {
+  if (source.dtype() == DType::F16) {
+    const Float16* values = source.data<Float16>();
+    for (std::int64_t i = 0; i < source.numel(); ++i) destination[i] = static_cast<float>(values[i]);
+    return;
+  }
   const BFloat16* values = source.data<BFloat16>();
   for (std::int64_t i = 0; i < source.numel(); ++i) destination[i] = static_cast<float>(values[i]);
 }
 
-void f32_to_bf16(const float* source, const Tensor& destination) {
+void f32_to_half(const float* source, const Tensor& destination) {
+  if (destination.dtype() == DType::F16) {
+    Float16* values = destination.data<Float16>();
+    for (std::int64_t i = 0; i < destination.numel(); ++i) values[i] = Float16(source[i]);
+    return;
+  }
   BFloat16* values = destination.data<BFloat16>();
   for (std::int64_t i = 0; i < destination.numel(); ++i) values[i] = BFloat16(source[i]);
 }
@@ -354,11 +366,11 @@ Request MpiCommunicator::exchange(std::span<const SendSpec> sends, std::span<con
 
 void MpiCommunicator::all_reduce(const Tensor& tensor, ReduceOp op) {
   const int count = checked_count(tensor, "all_reduce");
-  if (tensor.dtype() == DType::BF16) {
+  if (is_half_float(tensor.dtype())) {
     std::vector<float> values(static_cast<std::size_t>(count));
-    bf16_to_f32(tensor, values.data());
+    half_to_f32(tensor, values.data());
     PARTRAIN_MPI(MPI_Allreduce(MPI_IN_PLACE, values.data(), count, MPI_FLOAT, mpi_op(op), communicator_));
-    f32_to_bf16(values.data(), tensor);
+    f32_to_half(values.data(), tensor);
     return;
   }
   PARTRAIN_MPI(MPI_Allreduce(MPI_IN_PLACE, tensor.raw_data(), count, wire_type(tensor.dtype()), mpi_op(op),
@@ -369,11 +381,11 @@ Request MpiCommunicator::all_reduce_async(const Tensor& tensor, ReduceOp op) {
   const int count = checked_count(tensor, "all_reduce_async");
   return start([&](MpiRequest& request) {
     Tensor buffer = tensor;
-    if (tensor.dtype() == DType::BF16) {  // reduce an fp32 copy, round back on completion
+    if (is_half_float(tensor.dtype())) {  // reduce an fp32 copy, round back on completion
       buffer = Tensor::empty(tensor.shape(), DType::F32);
-      bf16_to_f32(tensor, buffer.data<float>());
+      half_to_f32(tensor, buffer.data<float>());
       request.keep_alive(tensor);
-      request.on_complete([buffer, tensor] { f32_to_bf16(buffer.data<float>(), tensor); });
+      request.on_complete([buffer, tensor] { f32_to_half(buffer.data<float>(), tensor); });
     }
     const MPI_Datatype type = wire_type(buffer.dtype());
     MPI_Request handle = MPI_REQUEST_NULL;

@@ -5,8 +5,8 @@
 // Notes:
 //  - Every MPI call is checked; a failure is a partrain::Error naming the call, the rank and the
 //    MPI error string (the communicators use MPI_ERRORS_RETURN).
-//  - bf16 all-reduce converts to fp32, reduces in fp32 and rounds back once (round-to-nearest-even),
-//    which is more accurate than a bf16 user MPI_Op accumulating in bf16.
+//  - bf16 and f16 all-reduces convert to fp32, reduce in fp32 and round back once (round-to-nearest-even),
+//    which is more accurate than a user MPI_Op accumulating in 16 bits.
 //  - Message sizes are limited to INT_MAX elements (MPI's int counts); larger tensors are an error.
 //  - world() duplicates MPI_COMM_WORLD, so partrain's messages never match anyone else's.
 #include <mpi.h>

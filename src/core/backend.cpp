@@ -7,27 +7,34 @@
 namespace partrain {
 
 namespace {
-bool any_bf16(std::span<const Tensor> tensors) {
-  return std::any_of(tensors.begin(), tensors.end(),
-                     [](const Tensor& t) { return t.defined() && t.dtype() == DType::BF16; });
+// Whether `tensor` is a 16-bit float tensor that `backend`'s kernels do not read themselves.
+bool needs_widening(const Backend& backend, const Tensor& tensor) {
+  if (!tensor.defined()) return false;
+  return (tensor.dtype() == DType::BF16 && !backend.supports_bf16()) ||
+         (tensor.dtype() == DType::F16 && !backend.supports_f16());
 }
 
-// fp32 working copies of the bf16 tensors among `tensors` (the others as they are). With
-// `copy_values` false the copies are uninitialised (outputs and input gradients).
+bool any_widened(const Backend& backend, std::span<const Tensor> tensors) {
+  return std::any_of(tensors.begin(), tensors.end(), [&](const Tensor& t) { return needs_widening(backend, t); });
+}
+
+// fp32 working copies of the 16-bit tensors among `tensors` that the backend does not compute in
+// (the others as they are). With `copy_values` false the copies are uninitialised (outputs and
+// input gradients).
 std::vector<Tensor> widened(Backend& backend, std::span<const Tensor> tensors, bool copy_values) {
   std::vector<Tensor> result(tensors.begin(), tensors.end());
   for (Tensor& tensor : result) {
-    if (!tensor.defined() || tensor.dtype() != DType::BF16) continue;
+    if (!needs_widening(backend, tensor)) continue;
     tensor = copy_values ? to_dtype(tensor, DType::F32, backend) : backend.empty(tensor.shape(), DType::F32);
   }
   return result;
 }
 
-// Rounds the fp32 results back into the bf16 tensors they stand for; tensors that were not widened
-// were written in place by the kernel.
+// Rounds the fp32 results back into the 16-bit tensors they stand for; tensors that were not
+// widened were written in place by the kernel.
 void narrow_into(Backend& backend, std::span<const Tensor> targets, std::span<const Tensor> results) {
   for (std::size_t i = 0; i < targets.size(); ++i)
-    if (targets[i].defined() && targets[i].dtype() == DType::BF16) backend.convert(targets[i], results[i]);
+    if (needs_widening(backend, targets[i])) backend.convert(targets[i], results[i]);
 }
 }  // namespace
 
@@ -65,9 +72,9 @@ void Backend::forward(OpType type, const KernelContext& context, std::span<const
                       std::span<const Tensor> outputs) const {
   const OpKernels& op = kernels(type);
   PARTRAIN_CHECK(op.forward != nullptr, "backend " << name() << " has no forward kernel for " << op_name(type));
-  if (supports_bf16() || (!any_bf16(inputs) && !any_bf16(outputs)))
+  if (!any_widened(*this, inputs) && !any_widened(*this, outputs))
     return run_kernel(type, "forward", [&] { op.forward(context, inputs, outputs); });
-  // bf16 on a backend that computes in fp32 only: widen, compute, round once.
+  // bf16 or f16 on a backend that computes that type in fp32 only: widen, compute, round once.
   Backend& self = context.backend;
   const std::vector<Tensor> wide_inputs = widened(self, inputs, true);
   const std::vector<Tensor> wide_outputs = widened(self, outputs, false);
@@ -83,7 +90,8 @@ void Backend::backward(OpType type, const KernelContext& context, std::span<cons
                        std::span<const Tensor> input_grads) const {
   const OpKernels& op = kernels(type);
   PARTRAIN_CHECK(op.backward != nullptr, "backend " << name() << " has no backward kernel for " << op_name(type));
-  if (supports_bf16() || (!any_bf16(inputs) && !any_bf16(outputs) && !any_bf16(output_grads) && !any_bf16(input_grads)))
+  if (!any_widened(*this, inputs) && !any_widened(*this, outputs) && !any_widened(*this, output_grads) &&
+      !any_widened(*this, input_grads))
     return run_kernel(type, "backward", [&] { op.backward(context, inputs, outputs, output_grads, input_grads); });
   Backend& self = context.backend;
   const std::vector<Tensor> wide_input_grads = widened(self, input_grads, false);

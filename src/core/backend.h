@@ -72,11 +72,11 @@ class Backend {
   virtual void copy(const Tensor& destination, const Tensor& source) = 0;
   /// Sets every element of `tensor` to zero.
   virtual void fill_zero(const Tensor& tensor) = 0;
-  /// accumulator += value (same shape; f32 or bf16 each, summed in fp32): gradient accumulation,
-  /// including bf16 parameter gradients into f32 master gradients under mixed precision.
+  /// accumulator += value (same shape; f32, bf16 or f16 each, summed in fp32): gradient accumulation,
+  /// including 16-bit parameter gradients into f32 master gradients under mixed precision.
   virtual void accumulate(const Tensor& accumulator, const Tensor& value) = 0;
-  /// destination = source converted between f32 and bf16 (round to nearest even), same shape and
-  /// device; equal dtypes copy.
+  /// destination = source converted between f32 and bf16 or f16 (round to nearest even), same shape
+  /// and device; equal dtypes copy.
   virtual void convert(const Tensor& destination, const Tensor& source) = 0;
   /// Σᵢ weights[i] · Σ x² over the elements of tensors[i] (float tensors; undefined ones skipped),
   /// accumulated in double: a rank's share of the squared global gradient norm. One device
@@ -100,6 +100,9 @@ class Backend {
   /// run them in fp32 on converted copies and round the results to bf16 (the CPU reference of
   /// "bf16 storage, fp32 compute").
   virtual bool supports_bf16() const { return false; }
+  /// The same for f16 (IEEE half): kernels that read and write it themselves, or fp32 compute on
+  /// widened copies rounded back to f16 once per op.
+  virtual bool supports_f16() const { return false; }
 
   CachingAllocator& allocator() const { return allocator_for(device()); }
   Tensor empty(const Shape& shape, DType dtype = DType::F32) const { return Tensor::empty(shape, dtype, device()); }
@@ -136,7 +139,7 @@ Tensor to_backend(const Tensor& tensor, Backend& backend);
 /// A host copy of `tensor` (the same handle when it is on the host already).
 Tensor to_host(const Tensor& tensor, Backend& backend);
 /// `tensor` (on `backend`'s device) in `dtype`: the same handle when it has that dtype already,
-/// else a converted copy (f32 <-> bf16).
+/// else a converted copy (f32 <-> bf16 or f16).
 Tensor to_dtype(const Tensor& tensor, DType dtype, Backend& backend);
 
 }  // namespace partrain

@@ -1,20 +1,25 @@
 #pragma once
-// Element types of tensors. bf16 is stored as the upper 16 bits of an IEEE fp32.
+// Element types of tensors. bf16 is stored as the upper 16 bits of an IEEE fp32; f16 is IEEE binary16
+// (core/float16.h).
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "core/float16.h"
+
 namespace partrain {
 
-enum class DType : std::uint8_t { F32, BF16, I32, I64 };
+enum class DType : std::uint8_t { F32, BF16, I32, I64, F16 };
 
 /// Size of one element in bytes.
 std::size_t dtype_size(DType dtype);
-/// "f32", "bf16", "i32", "i64".
+/// "f32", "bf16", "i32", "i64", "f16".
 const char* dtype_name(DType dtype);
 /// Parses a dtype name; throws partrain::Error on an unknown name.
 DType parse_dtype(const std::string& name);
-inline bool is_floating(DType dtype) { return dtype == DType::F32 || dtype == DType::BF16; }
+inline bool is_floating(DType dtype) { return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16; }
+/// The 16-bit float types (the compute types of mixed precision).
+inline bool is_half_float(DType dtype) { return dtype == DType::BF16 || dtype == DType::F16; }
 
 /// bfloat16 storage type with round-to-nearest-even conversion from float.
 struct BFloat16 {
@@ -42,6 +47,7 @@ struct BFloat16 {
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::F32; }
 template <> constexpr DType dtype_of<BFloat16>() { return DType::BF16; }
+template <> constexpr DType dtype_of<Float16>() { return DType::F16; }
 template <> constexpr DType dtype_of<std::int32_t>() { return DType::I32; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::I64; }
 

@@ -33,6 +33,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
   switch (dtype) {
     case DType::F32: std::fill_n(tensor.data<float>(), n, static_cast<float>(value)); break;
     case DType::BF16: std::fill_n(tensor.data<BFloat16>(), n, BFloat16(static_cast<float>(value))); break;
+    case DType::F16: std::fill_n(tensor.data<Float16>(), n, Float16(static_cast<float>(value))); break;
     case DType::I32: std::fill_n(tensor.data<std::int32_t>(), n, static_cast<std::int32_t>(value)); break;
     case DType::I64: std::fill_n(tensor.data<std::int64_t>(), n, static_cast<std::int64_t>(value)); break;
   }
@@ -101,6 +102,7 @@ std::vector<float> Tensor::to_float_vector() const {
     switch (dtype_) {
       case DType::F32: values[i] = data<float>()[i]; break;
       case DType::BF16: values[i] = static_cast<float>(data<BFloat16>()[i]); break;
+      case DType::F16: values[i] = static_cast<float>(data<Float16>()[i]); break;
       case DType::I32: values[i] = static_cast<float>(data<std::int32_t>()[i]); break;
       case DType::I64: values[i] = static_cast<float>(data<std::int64_t>()[i]); break;
     }

@@ -20,6 +20,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/collective_error.h"
 #include "core/error.h"
+#include "io/fault_injection.h"
 #include "core/watchdog.h"
 #include "io/hdf5_file.h"
 
@@ -126,26 +127,6 @@ std::string agree_on_error(comm::Communicator& world, const std::string& local_e
   for (std::size_t rank = 0; rank < errors.size(); ++rank)
     if (!errors[rank].empty()) return "rank " + std::to_string(rank) + ": " + errors[rank];
   return "an unknown rank failed";
-}
-
-/// The rank on which the test hook PARTRAIN_FAULT_INJECT=<fault>:RANK[:STEP] injects `fault`
-/// (checkpoint_write, checkpoint_write_abandon) into the writing of checkpoint `step` (every step
-/// when STEP is left out); -1 when not set for it.
-int injected_fault_rank(const std::string& fault, std::int64_t step) {
-  const char* value = std::getenv(kFaultInjectVariable);
-  if (value == nullptr) return -1;
-  const std::string text = value;
-  const std::string prefix = fault + ":";
-  if (text.rfind(prefix, 0) != 0) return -1;
-  const std::string rest = text.substr(prefix.size());
-  const std::size_t colon = rest.find(':');
-  try {
-    const int rank = std::stoi(rest.substr(0, colon));
-    if (colon != std::string::npos && std::stoll(rest.substr(colon + 1)) != step) return -1;
-    return rank;
-  } catch (const std::exception&) {
-    PARTRAIN_FAIL(kFaultInjectVariable << "=" << text << ": expected " << fault << ":RANK[:STEP]");
-  }
 }
 
 bool starts_with_any(const std::string& name, const std::vector<std::string>& prefixes) {
@@ -262,6 +243,19 @@ void write_info(hid_t file, const CheckpointInfo& info, const std::string& path)
   write_string_attribute(file, "optimizer", info.optimizer, path);
   write_string_attribute(file, "config_toml", info.config_toml, path);
   write_string_attribute(file, "plan_json", info.plan_json, path);
+  if (info.loss_scale > 0) {  // fp16 runs only: other runs' files stay as they were
+    write_int_attribute(file, "loss_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &info.loss_scale, path);
+    write_int64("loss_scale_good_steps", info.loss_scale_good_steps);
+  }
+}
+
+// The optional loss-scaler attributes (a file of an fp32/bf16 run, or an older one, has none).
+void read_loss_scale(hid_t file, CheckpointInfo& info, const std::string& path) {
+  if (H5Aexists(file, "loss_scale") <= 0) return;
+  Hdf5Handle attribute = open_attribute(file, "loss_scale", path);
+  PARTRAIN_CHECK(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, &info.loss_scale) >= 0,
+                 with_detail(path + ": cannot read attribute 'loss_scale'"));
+  info.loss_scale_good_steps = read_number_attribute<std::int64_t>(file, "loss_scale_good_steps", H5T_NATIVE_INT64, path);
 }
 
 CheckpointInfo read_info(hid_t file, const std::string& path) {
@@ -278,6 +272,7 @@ CheckpointInfo read_info(hid_t file, const std::string& path) {
   info.optimizer = read_string_attribute(file, "optimizer", path);
   info.config_toml = read_string_attribute(file, "config_toml", path);
   info.plan_json = read_string_attribute(file, "plan_json", path);
+  read_loss_scale(file, info, path);
   return info;
 }
 

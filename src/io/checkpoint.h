@@ -16,6 +16,7 @@
 #include "comm/communicator.h"
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "io/fault_injection.h"
 
 namespace partrain::io {
 
@@ -74,14 +75,18 @@ struct CheckpointInfo {
   std::string config_toml;            // the experiment file with overrides applied
   std::string plan_json;
   std::string optimizer;              // "adamw" / "sgd"
+  // fp16's dynamic loss scaler (runtime/loss_scaler.h): its scale and good-step count after `step`
+  // steps. 0 when the run was not fp16; absent from older files and fp32/bf16 runs' (read as 0).
+  double loss_scale = 0;
+  std::int64_t loss_scale_good_steps = 0;
 };
 
-/// Test hook (documented in README "Faults"): PARTRAIN_FAULT_INJECT=checkpoint_write:RANK[:STEP]
-/// makes the collective write of the first dataset fail on RANK alone (of checkpoint STEP only,
-/// when given), as a disk error on that rank would; every rank then stops with the same error.
-/// checkpoint_write_abandon:RANK[:STEP] makes RANK fail before it enters that collective write
-/// (an error inside H5Dwrite on one rank): the others wait in it until the write timeout.
-inline constexpr const char* kFaultInjectVariable = "PARTRAIN_FAULT_INJECT";
+/// Test hook (documented in README "Faults"; io/fault_injection.h reads it):
+/// PARTRAIN_FAULT_INJECT=checkpoint_write:RANK[:STEP] makes the collective write of the first
+/// dataset fail on RANK alone (of checkpoint STEP only, when given), as a disk error on that rank
+/// would; every rank then stops with the same error. checkpoint_write_abandon:RANK[:STEP] makes RANK
+/// fail before it enters that collective write (an error inside H5Dwrite on one rank): the others
+/// wait in it until the write timeout.
 
 /// "step_000042.h5".
 std::string checkpoint_file_name(std::int64_t step);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -421,8 +422,13 @@ TrainConfig read_train_config(const ConfigDocument& document) {
   reader.read("grad_clip", config.grad_clip);
   reader.read("eval_every", config.eval_every);
   reader.read("eval_batches", config.eval_batches);
-  reader.read_choice("precision", config.precision, {"fp32", "bf16"});
+  reader.read_choice("precision", config.precision, {"fp32", "bf16", "fp16"});
   reader.read_choice("device", config.device, {"auto", "cpu", "cuda"});
+  reader.read("initial_loss_scale", config.initial_loss_scale);
+  reader.read("loss_scale_growth_factor", config.loss_scale_growth_factor);
+  reader.read("loss_scale_backoff_factor", config.loss_scale_backoff_factor);
+  reader.read("loss_scale_growth_interval", config.loss_scale_growth_interval);
+  reader.read("min_loss_scale", config.min_loss_scale);
   reader.finish();
   if (config.steps < 0) reader.fail("steps", "must not be negative");
   if (config.global_batch <= 0) reader.fail("global_batch", "must be positive");
@@ -440,6 +446,15 @@ TrainConfig read_train_config(const ConfigDocument& document) {
   if (config.grad_clip < 0) reader.fail("grad_clip", "must not be negative (0 turns clipping off)");
   if (config.eval_every < 0) reader.fail("eval_every", "must not be negative");
   if (config.eval_batches <= 0) reader.fail("eval_batches", "must be positive");
+  if (!(config.initial_loss_scale > 0) || !std::isfinite(config.initial_loss_scale))
+    reader.fail("initial_loss_scale", "must be positive and finite");
+  if (!(config.loss_scale_growth_factor > 1) || !std::isfinite(config.loss_scale_growth_factor))
+    reader.fail("loss_scale_growth_factor", "must be greater than 1");
+  if (!(config.loss_scale_backoff_factor > 0 && config.loss_scale_backoff_factor < 1))
+    reader.fail("loss_scale_backoff_factor", "must be in (0, 1)");
+  if (config.loss_scale_growth_interval < 1) reader.fail("loss_scale_growth_interval", "must be at least 1");
+  if (!(config.min_loss_scale >= 0 && config.min_loss_scale <= config.initial_loss_scale))
+    reader.fail("min_loss_scale", "must be in [0, initial_loss_scale]");
   return config;
 }
 

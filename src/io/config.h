@@ -166,7 +166,14 @@ struct TrainConfig {
   double grad_clip = 1.0;                // global-norm clipping threshold; 0: off
   std::int64_t eval_every = 0;           // evaluate on held-out data every N steps; 0: never
   std::int64_t eval_batches = 1;         // global batches per evaluation
-  std::string precision = "fp32";        // "fp32" or "bf16" (mixed precision: bf16 compute, fp32 master weights)
+  std::string precision = "fp32";        // "fp32", "bf16" or "fp16" (mixed precision: 16-bit compute, fp32 master weights;
+                                         // fp16 with dynamic loss scaling)
+  // fp16's dynamic loss scaling (runtime/loss_scaler.h; PyTorch GradScaler's defaults).
+  double initial_loss_scale = 65536.0;   // the first step's scale, 2^16
+  double loss_scale_growth_factor = 2.0;  // > 1: the scale's growth after loss_scale_growth_interval good steps
+  double loss_scale_backoff_factor = 0.5; // in (0, 1): the scale's factor after an overflow
+  std::int64_t loss_scale_growth_interval = 2000;  // consecutive steps without overflow before it grows
+  double min_loss_scale = 0.0;            // floor of the back-off; 0: none
   std::string device = "auto";           // "auto" (a GPU when one is visible), "cpu" or "cuda"
 };
 

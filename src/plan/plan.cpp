@@ -21,14 +21,25 @@ const char* precision_name(Precision precision) {
   switch (precision) {
     case Precision::Fp32: return "fp32";
     case Precision::Bf16: return "bf16";
+    case Precision::Fp16: return "fp16";
   }
   return "?";
+}
+
+DType compute_dtype_of(Precision precision) {
+  switch (precision) {
+    case Precision::Fp32: return DType::F32;
+    case Precision::Bf16: return DType::BF16;
+    case Precision::Fp16: return DType::F16;
+  }
+  return DType::F32;
 }
 
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::Fp32;
   if (name == "bf16") return Precision::Bf16;
-  PARTRAIN_FAIL("unknown precision '" << name << "' (expected fp32 or bf16)");
+  if (name == "fp16") return Precision::Fp16;
+  PARTRAIN_FAIL("unknown precision '" << name << "' (expected fp32, bf16 or fp16)");
 }
 
 int state_copies_of_optimizer(const std::string& optimizer) {

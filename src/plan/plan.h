@@ -39,11 +39,14 @@ std::vector<std::vector<int>> recomputed_segments(const Graph& graph, const Plan
 /// all under boundaries, the prefix under stage_aware, the segments' under layers and selective.
 std::vector<int> recomputed_tasks(const Graph& graph, const PlanStage& stage);
 
-/// Numeric precision a plan is made for: fp32, or bf16 mixed precision (bf16 working parameters and
-/// activations; fp32 master weights, gradients and optimizer state).
-enum class Precision { Fp32, Bf16 };
+/// Numeric precision a plan is made for: fp32, or bf16 or fp16 mixed precision (16-bit working
+/// parameters and activations; fp32 master weights, gradients and optimizer state; fp16 with
+/// dynamic loss scaling, runtime/loss_scaler.h).
+enum class Precision { Fp32, Bf16, Fp16 };
 
-const char* precision_name(Precision precision);         // "fp32", "bf16"
+const char* precision_name(Precision precision);         // "fp32", "bf16", "fp16"
+/// The dtype forward and backward compute f32 values in: F32, BF16 or F16.
+DType compute_dtype_of(Precision precision);
 Precision parse_precision(const std::string& name);      // throws partrain::Error on an unknown name
 /// fp32 state tensors per parameter `optimizer` keeps: "adamw" 2 (exp_avg, exp_avg_sq), "sgd" 1
 /// (momentum buffer). Throws partrain::Error for another name.

@@ -51,7 +51,7 @@ class ProfileDB {
 
   std::uint64_t graph_hash() const { return graph_hash_; }
   const std::string& backend() const { return backend_; }   // e.g. "cpu", "cuda:H100"
-  const std::string& dtype() const { return dtype_; }       // "fp32" or "bf16"
+  const std::string& dtype() const { return dtype_; }       // "fp32", "bf16" or "fp16"
   std::size_t size() const { return entries_.size(); }
 
   /// Adds or replaces the measurement of `tasks` at `batch` samples per microbatch.

@@ -108,30 +108,31 @@ Tensor synthetic_input(const Graph& graph, const Value& value, std::int64_t batc
       return Tensor::from_vector<std::int32_t>(shape, std::vector<std::int32_t>(data.begin(), data.end()));
     }
     case DType::F32:
-    case DType::BF16: {
+    case DType::BF16:
+    case DType::F16: {
       std::vector<float> data(static_cast<std::size_t>(count), 0.0f);
       if (!is_attention_mask(graph, value.id)) {
         std::normal_distribution<float> distribution(0.0f, 1.0f);
         for (auto& x : data) x = distribution(generator);
       }
       if (value.type.dtype == DType::F32) return Tensor::from_vector<float>(shape, data);
+      if (value.type.dtype == DType::F16)
+        return Tensor::from_vector<Float16>(shape, std::vector<Float16>(data.begin(), data.end()));
       return Tensor::from_vector<BFloat16>(shape, std::vector<BFloat16>(data.begin(), data.end()));
     }
   }
   PARTRAIN_FAIL("profiler: input '" << value.name << "' has an unsupported dtype " << dtype_name(value.type.dtype));
 }
 
-// `tensor` in bf16 when `mixed` and it is f32 (the executor's working copies).
-Tensor in_compute_dtype(const Tensor& tensor, Backend& backend, bool mixed) {
-  return mixed && tensor.dtype() == DType::F32 ? to_dtype(tensor, DType::BF16, backend) : tensor;
+// `tensor` in `compute` (bf16 or f16) when `mixed` and it is f32 (the executor's working copies).
+Tensor in_compute_dtype(const Tensor& tensor, Backend& backend, bool mixed, DType compute) {
+  return mixed && tensor.dtype() == DType::F32 ? to_dtype(tensor, compute, backend) : tensor;
 }
 
 Tensor ones_like(const Tensor& like, Backend& backend) {
   std::vector<float> data(static_cast<std::size_t>(like.numel()), 1.0f);
-  Tensor host = like.dtype() == DType::BF16
-                    ? Tensor::from_vector<BFloat16>(like.shape(), std::vector<BFloat16>(data.begin(), data.end()))
-                    : Tensor::from_vector<float>(like.shape(), data);
-  return to_backend(host, backend);
+  const Tensor host = Tensor::from_vector<float>(like.shape(), data);
+  return to_dtype(to_backend(host, backend), like.dtype(), backend);
 }
 
 // Bytes of the Activation values among `values` (original graph) at `batch` samples.
@@ -195,7 +196,7 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
         case ValueKind::Input:
         case ValueKind::Label:
           inputs[value.id] = in_compute_dtype(to_backend(synthetic_input(trimmed, value, batch, generator), backend),
-                                              backend, options.mixed_precision);
+                                              backend, options.mixed_precision, options.compute_dtype);
           break;
         case ValueKind::Const: inputs[value.id] = to_backend(trimmed.constant_data(value.id), backend); break;
         default: break;
@@ -203,7 +204,8 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
     }
     for (auto& [id, tensor] : initialize_parameters(trimmed, options.seed))
       inputs[id] = in_compute_dtype(to_backend(tensor, backend), backend,
-                                    options.mixed_precision && trimmed.value(id).kind == ValueKind::Param);
+                                    options.mixed_precision && trimmed.value(id).kind == ValueKind::Param,
+                                    options.compute_dtype);
 
     // Gradient accumulators of the parameters exist before the measured pass (model state).
     TensorMap accumulators;

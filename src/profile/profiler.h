@@ -20,6 +20,7 @@ struct ProfilerOptions {
   /// Mixed precision as the executor runs it: float inputs and parameters in bf16 (buffers and
   /// the parameter-gradient accumulators stay f32).
   bool mixed_precision = false;
+  DType compute_dtype = DType::BF16;  // the 16-bit type of mixed precision: BF16 or F16
 };
 
 /// Measures the convex task set `tasks` (ids of `graph`, any order, no duplicates) for one

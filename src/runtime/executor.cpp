@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <unordered_set>
 
@@ -13,20 +14,21 @@
 #include "core/error.h"
 #include "graph/op_schema.h"
 #include "graph/saved_tensors.h"
+#include "io/fault_injection.h"
 #include "plan/schedule_topology.h"
 
 namespace partrain::runtime {
 namespace {
 // Per value id, the dtype the value has at run time: the data inputs and the parameters' working
-// copies in the compute dtype (bf16 under mixed precision), buffers and constants as declared, and
-// each task's outputs what the op computes from those (a loss stays f32 under mixed precision).
-// A stage receiving a value (or its gradient) from another allocates it in this dtype.
-std::vector<DType> value_dtypes(const Graph& graph, bool mixed_precision) {
+// copies in the compute dtype (`compute`: bf16 or f16 under mixed precision, else f32), buffers and
+// constants as declared, and each task's outputs what the op computes from those (a loss stays f32
+// under mixed precision). A stage receiving a value (or its gradient) from another allocates it in
+// this dtype.
+std::vector<DType> value_dtypes(const Graph& graph, DType compute) {
   std::vector<DType> dtypes(graph.values().size());
   for (const Value& value : graph.values()) {
     const bool converted = value.kind == ValueKind::Input || value.kind == ValueKind::Label || value.kind == ValueKind::Param;
-    dtypes[static_cast<std::size_t>(value.id)] =
-        mixed_precision && converted && value.type.dtype == DType::F32 ? DType::BF16 : value.type.dtype;
+    dtypes[static_cast<std::size_t>(value.id)] = converted && value.type.dtype == DType::F32 ? compute : value.type.dtype;
   }
   for (const Task& task : graph.tasks()) {  // id order is topological
     std::vector<TensorType> inputs;
@@ -184,8 +186,10 @@ void PipelineExecutor::load_initial_values(const std::unordered_map<int, Tensor>
     PARTRAIN_CHECK(found != initial_values.end(), "executor: no initial value for buffer " << graph_.value(value).name);
     state_[value] = copy_to(found->second, backend_);
   }
-  mixed_precision_ = plan_.precision == Precision::Bf16;
-  value_dtypes_ = value_dtypes(graph_, mixed_precision_);
+  mixed_precision_ = plan_.precision != Precision::Fp32;
+  compute_dtype_ = compute_dtype_of(plan_.precision);
+  value_dtypes_ = value_dtypes(graph_, compute_dtype_);
+  if (plan_.precision == Precision::Fp16) loss_scaler_.emplace(options_.loss_scaling);
   refresh_working_parameters();
   // Merak's sub-pipelined TMP splits the rank's rows of a microbatch in two; values that cross the
   // stage's boundary whole (a loss piece) cannot be split, so such a stage runs microbatches whole.
@@ -293,11 +297,11 @@ void PipelineExecutor::create_gradient_buckets(bool bucketed, const std::vector<
 PipelineExecutor::~PipelineExecutor() = default;
 
 DType PipelineExecutor::compute_dtype(DType dtype) const {
-  return mixed_precision_ && dtype == DType::F32 ? DType::BF16 : dtype;
+  return dtype == DType::F32 ? compute_dtype_ : dtype;
 }
 
 void PipelineExecutor::refresh_working_parameters() {
-  // Mixed precision (Megatron/Apex "O2"): forward and backward read bf16 copies of the f32 master
+  // Mixed precision (Megatron/Apex "O2"): forward and backward read bf16 or f16 copies of the f32 master
   // parameters; buffers (BatchNorm running statistics) stay f32.
   working_.clear();
   for (const auto& [value, tensor] : state_) {
@@ -700,7 +704,9 @@ std::array<TensorMap, 2> PipelineExecutor::seed_gradients(const StageProgram& pr
     for (int value : program.backward.output_grads) {
       const Tensor& output = values.at(value);
       if (value == program.loss) {
-        const double weight = static_cast<double>(range.second - range.first) / plan_.global_batch;
+        // fp16: the backward starts from the loss times the loss scale (unscaled in optimizer_step).
+        const double weight = static_cast<double>(range.second - range.first) / plan_.global_batch *
+                              (loss_scaler_ ? loss_scaler_->scale() : 1.0);
         grads[p][value] = to_backend(Tensor::full(output.shape(), weight, output.dtype()), backend_);
       } else if (auto found = state.received_gradients.find(value); found != state.received_gradients.end()) {
         grads[p][value] = sub_pipelined_ ? found->second.slice_rows(range.first, range.second) : found->second;
@@ -782,8 +788,16 @@ void PipelineExecutor::optimizer_step(Pass& pass) {
     gradients.push_back(gradients_.at(parameter_order_[i]));
     weights.push_back(1.0 / holders_[i]);
   }
-  pass.grad_norm = std::sqrt(world_.all_reduce_scalar(backend_.sum_of_squares(gradients, weights)));
+  inject_gradient_overflow(pass.step, gradients);
+  // The world's sum of squares is also the overflow flag: an inf or NaN in any rank's gradients makes
+  // it non-finite on every rank, so all ranks agree to skip the step without another all-reduce.
+  const double sum_of_squares = world_.all_reduce_scalar(backend_.sum_of_squares(gradients, weights));
   pass.lr = lr_schedule_.at(pass.step);
+  if (loss_scaler_ && !unscale_gradients(pass, sum_of_squares, gradients)) {
+    trace_.push_back({"Step (skipped: overflow)", "optimizer", step_start - clock_origin_, now_us() - step_start, pass.step});
+    return;
+  }
+  if (!loss_scaler_) pass.grad_norm = std::sqrt(sum_of_squares);
   optimizer_->step(gradients, pass.lr, clip_scale(pass.grad_norm, options_.grad_clip));
   if (zero_) {  // every rank's updated elements to every rank of the group
     std::vector<Tensor> values;
@@ -794,6 +808,32 @@ void PipelineExecutor::optimizer_step(Pass& pass) {
   if (mixed_precision_) refresh_working_parameters();
   backend_.synchronise();  // the step's time includes the device's work
   trace_.push_back({"Step", "optimizer", step_start - clock_origin_, now_us() - step_start, pass.step});
+}
+
+bool PipelineExecutor::unscale_gradients(Pass& pass, double sum_of_squares, std::span<const Tensor> gradients) {
+  // torch.amp.GradScaler: unscale_ before clipping, step() skipped on inf/NaN, then update(). The
+  // learning-rate schedule follows the step index as a scheduler.step() after every scaler.step()
+  // does; the optimizer's own step count (AdamW's bias correction) does not advance on a skip.
+  const double scale = loss_scaler_->scale();
+  pass.loss_scale = scale;
+  pass.skipped = !std::isfinite(sum_of_squares);
+  pass.grad_norm = std::sqrt(sum_of_squares) / scale;
+  loss_scaler_->update(pass.skipped);
+  if (pass.skipped) {
+    zero_gradients_.clear();
+    return false;
+  }
+  for (const Tensor& gradient : gradients) backend_.scale(gradient, 1.0 / scale);
+  return true;
+}
+
+void PipelineExecutor::inject_gradient_overflow(std::int64_t step, std::span<const Tensor> gradients) {
+  // PARTRAIN_FAULT_INJECT=gradient_overflow:RANK[:STEP] (STEP 1-based, as the log counts): an inf
+  // in this rank's first gradient, as an fp16 overflow in its backward would leave.
+  if (gradients.empty() || io::injected_fault_rank("gradient_overflow", step + 1) != world_.rank()) return;
+  Tensor host = to_host(gradients.front(), backend_).clone();
+  host.data<float>()[0] = std::numeric_limits<float>::infinity();
+  backend_.copy(gradients.front(), host);
 }
 
 void PipelineExecutor::sum_sequence_parallel_gradients() {
@@ -897,6 +937,8 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   result.loss = world_.all_reduce_scalar(loss_sum(pass));
   result.grad_norm = pass.grad_norm;
   result.lr = pass.lr;
+  result.loss_scale = pass.loss_scale;
+  result.skipped = pass.skipped;
   result.seconds = world_.all_reduce_scalar((now_us() - start) * 1e-6, comm::ReduceOp::Max);
   result.rank_peak_memory_bytes = static_cast<double>(allocator.peak_bytes());
   result.peak_memory_bytes = world_.all_reduce_scalar(result.rank_peak_memory_bytes, comm::ReduceOp::Max);

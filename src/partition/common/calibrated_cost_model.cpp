@@ -24,7 +24,7 @@ class CalibratedCostModel final : public CostModel {
                       bool sub_pipelined_tmp)
       : graph_(graph), analytic_(make_analytic_cost_model(graph, device)), device_(device),
         communication_(database.communication()), optimizer_seconds_per_byte_(database.optimizer_seconds_per_byte()),
-        tensor_parallel_(tensor_parallel_degree(graph)), mixed_precision_(database.dtype() == "bf16"),
+        tensor_parallel_(tensor_parallel_degree(graph)), mixed_precision_(database.dtype() == "bf16" || database.dtype() == "fp16"),
         // (Sub-pipelining overlaps the deferrable f and g all-reduces only: sequence parallelism's block.)
         sub_pipelined_tmp_(sub_pipelined_tmp && !is_sequence_parallel(graph)) {
     PARTRAIN_CHECK(database.graph_hash() == graph.hash(),
@@ -152,7 +152,7 @@ class CalibratedCostModel final : public CostModel {
   std::vector<double> flops_;
   std::string description_;
   int tensor_parallel_ = 1;  // the graph's tensor-parallel degree
-  bool mixed_precision_ = false;  // measured in bf16: the tensor-parallel all-reduces move bf16
+  bool mixed_precision_ = false;  // measured in bf16 or fp16: the tensor-parallel all-reduces move 16-bit values
   bool sub_pipelined_tmp_ = false;  // Merak §6.3: halves overlap their all-reduces
 };
 

@@ -389,7 +389,8 @@ class ProfiledCostModel final : public CostModel {
                                                                "analytic model");
     profile::Measurement m = *found;
     if (tensor_parallel_ > 1)
-      add_tensor_parallel_allreduces(m, graph_, tasks, batch, database_.dtype() == "bf16", database_.communication(),
+      add_tensor_parallel_allreduces(m, graph_, tasks, batch, database_.dtype() == "bf16" || database_.dtype() == "fp16",
+                                     database_.communication(),
                                      device_, sub_pipelined_tmp_);
     return m;
   }

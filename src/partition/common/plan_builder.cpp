@@ -413,7 +413,7 @@ std::vector<int> equal_replicas(int world_size, int stage_count) {
 }
 
 void record_planned_settings(Plan& plan, const PlannerOptions& options) {
-  plan.precision = options.mixed_precision ? Precision::Bf16 : Precision::Fp32;
+  plan.precision = !options.mixed_precision ? Precision::Fp32 : options.fp16 ? Precision::Fp16 : Precision::Bf16;
   plan.optimizer = options.optimizer;
   plan.optimizer_state_copies = options.optimizer_state_copies;
 }

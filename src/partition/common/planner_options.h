@@ -52,7 +52,8 @@ struct PlannerOptions {
   double memory_margin = 0.1;            // usable memory = device memory × (1 − margin)
   std::string optimizer = "adamw";       // recorded in the plan; its state copies count in memory
   int optimizer_state_copies = 2;        // AdamW 2, SGD 1 (state_copies_of_optimizer)
-  bool mixed_precision = false;          // bf16 mixed precision (recorded in the plan)
+  bool mixed_precision = false;          // bf16 or fp16 mixed precision (recorded in the plan)
+  bool fp16 = false;                     // with mixed_precision: fp16 (loss-scaled) rather than bf16
   /// > 0: the data-parallel all-reduce runs in buckets of this many bytes, each starting when its
   /// gradients are complete in the last backward, overlapping it (NCCL on its own stream; the plan
   /// records the overlap, PlanStage::allreduce_hidden_seconds); 0: priced after the backward.
