@@ -171,25 +171,34 @@ double distance(const io::Hdf5File& file, const std::string& group, const io::Hd
   return std::sqrt(difference / norm);
 }
 
-TEST_P(GoldenFiles, MixedPrecisionMatchesAutocast) {
-  const std::string model = GetParam();
-  const std::string directory = run_golden(model, 1, " --set train.precision=bf16", model + "-bf16");
-  const io::Hdf5File golden = io::Hdf5File::open_read(golden_path(model));
-  const std::vector<float> fp32 = golden.read<float>("loss"), autocast = golden.read<float>("bf16/loss");
+// The run in `directory` against the golden file's mixed-precision group `group` ("bf16", "fp16"):
+// every step's loss within max(`loss_floor`, twice PyTorch's own distance to fp32) relative, and the
+// step-1 gradients (global relative L2) within max(`gradient_floor`, twice PyTorch's distance).
+void expect_near_autocast(const io::Hdf5File& golden, const std::string& directory, const std::string& group,
+                          double loss_floor, double gradient_floor) {
+  const std::vector<float> fp32 = golden.read<float>("loss"), autocast = golden.read<float>(group + "/loss");
   const std::vector<double> losses = testing::metric_values(directory, "loss");
   ASSERT_EQ(losses.size(), autocast.size()) << directory;
   double pytorch_loss_error = 0;
   for (std::size_t step = 0; step < fp32.size(); ++step)
     pytorch_loss_error = std::max(pytorch_loss_error, std::abs(static_cast<double>(autocast[step]) - fp32[step]) / std::abs(fp32[step]));
-  const double loss_tolerance = std::max(std::ldexp(1.0, -9), 2 * pytorch_loss_error);
+  const double loss_tolerance = std::max(loss_floor, 2 * pytorch_loss_error);
   for (std::size_t step = 0; step < losses.size(); ++step)
     EXPECT_NEAR(losses[step], autocast[step], loss_tolerance * std::abs(autocast[step])) << "step " << step + 1;
-  const double pytorch_gradient_error = distance(golden, "bf16/grad", golden, "grad");
-  const double gradient_tolerance = std::max(std::ldexp(1.0, -8), 2 * pytorch_gradient_error);
-  const double gradient_error = distance(io::Hdf5File::open_read(directory + "/gradients.h5"), "grad", golden, "bf16/grad");
+  const double pytorch_gradient_error = distance(golden, group + "/grad", golden, "grad");
+  const double gradient_tolerance = std::max(gradient_floor, 2 * pytorch_gradient_error);
+  const double gradient_error = distance(io::Hdf5File::open_read(directory + "/gradients.h5"), "grad", golden, group + "/grad");
   EXPECT_LE(gradient_error, gradient_tolerance);
-  std::printf("bf16: loss tolerance %.3g relative; gradients: partrain vs autocast %.3g, autocast vs fp32 %.3g "
-              "(tolerance %.3g)\n", loss_tolerance, gradient_error, pytorch_gradient_error, gradient_tolerance);
+  std::printf("%s: loss tolerance %.3g relative; gradients: partrain vs autocast %.3g, autocast vs fp32 %.3g "
+              "(tolerance %.3g)\n", group.c_str(), loss_tolerance, gradient_error, pytorch_gradient_error,
+              gradient_tolerance);
+}
+
+TEST_P(GoldenFiles, MixedPrecisionMatchesAutocast) {
+  const std::string model = GetParam();
+  const std::string directory = run_golden(model, 1, " --set train.precision=bf16", model + "-bf16");
+  expect_near_autocast(io::Hdf5File::open_read(golden_path(model)), directory, "bf16", std::ldexp(1.0, -9),
+                       std::ldexp(1.0, -8));
 }
 
 // fp16 with dynamic loss scaling against PyTorch's: partrain with [train] precision = "fp16" against
@@ -209,25 +218,11 @@ TEST_P(GoldenFiles, Fp16MatchesAutocastGradScaler) {
     GTEST_SKIP() << golden_path(model) << " has no /fp16 group (add it with validation/golden/make_golden.py "
                  << "--add-fp16 " << model << ", which needs torch)";
   const std::string directory = run_golden(model, 1, " --set train.precision=fp16", model + "-fp16");
-  const std::vector<float> fp32 = golden.read<float>("loss"), autocast = golden.read<float>("fp16/loss");
-  const std::vector<double> losses = testing::metric_values(directory, "loss");
-  ASSERT_EQ(losses.size(), autocast.size()) << directory;
   const std::vector<float> scales = golden.read<float>("fp16/loss_scale");  // powers of 2: exact in float
   EXPECT_EQ(testing::metric_values(directory, "loss_scale"), std::vector<double>(scales.begin(), scales.end()));
   const std::vector<float> skipped = golden.read<float>("fp16/skipped");
   EXPECT_EQ(testing::metric_values(directory, "skipped"), std::vector<double>(skipped.begin(), skipped.end()));
-  double pytorch_loss_error = 0;
-  for (std::size_t step = 0; step < fp32.size(); ++step)
-    pytorch_loss_error = std::max(pytorch_loss_error, std::abs(static_cast<double>(autocast[step]) - fp32[step]) / std::abs(fp32[step]));
-  const double loss_tolerance = std::max(std::ldexp(1.0, -11), 2 * pytorch_loss_error);
-  for (std::size_t step = 0; step < losses.size(); ++step)
-    EXPECT_NEAR(losses[step], autocast[step], loss_tolerance * std::abs(autocast[step])) << "step " << step + 1;
-  const double pytorch_gradient_error = distance(golden, "fp16/grad", golden, "grad");
-  const double gradient_tolerance = std::max(std::ldexp(1.0, -10), 2 * pytorch_gradient_error);
-  const double gradient_error = distance(io::Hdf5File::open_read(directory + "/gradients.h5"), "grad", golden, "fp16/grad");
-  EXPECT_LE(gradient_error, gradient_tolerance);
-  std::printf("fp16: loss tolerance %.3g relative; gradients: partrain vs autocast %.3g, autocast vs fp32 %.3g "
-              "(tolerance %.3g)\n", loss_tolerance, gradient_error, pytorch_gradient_error, gradient_tolerance);
+  expect_near_autocast(golden, directory, "fp16", std::ldexp(1.0, -11), std::ldexp(1.0, -10));
 }
 
 // A pipeline (stages h.0 | h.1 + head) with two data-parallel replicas each, two microbatches.
