@@ -264,8 +264,11 @@ def check_goals(args, results, cases_by_model):
             failures.append(f"{model}: rannc's plan did not run")
             continue
         def regret():
+            # A layout measured more than once (rannc's plan is often one of the manual ones) counts
+            # with its fastest run: the same plan, minutes apart on a shared machine.
             fastest = min(mine.values(), key=lambda r: r["measured_s"])
-            return mine["rannc"]["measured_s"] / fastest["measured_s"], fastest
+            rannc = min((r["measured_s"] for r in mine.values() if r["plan"] == mine["rannc"]["plan"]))
+            return rannc / fastest["measured_s"], fastest
         def remeasure(label):
             again = run_one(args, model, label, cases[label], args.out)
             if again is not None and again["measured_s"] < mine[label]["measured_s"]:
