@@ -43,7 +43,7 @@ if [ "$preset" = cpu ] && [ "${PARTRAIN_FUZZ:-auto}" != off ] && command -v clan
    { [ -z "$label" ] || [[ "fuzz" =~ ^($label)$ ]]; }; then
   cmake --preset fuzz
   cmake --build --preset fuzz -j "$jobs"
-  ctest --test-dir build/fuzz --output-on-failure -L fuzz
+  ctest --test-dir build/fuzz --output-on-failure -j "$jobs" -L fuzz
 fi
 
 # The main suite runs last so that its summary is the one a reader (and CI) sees at the end.

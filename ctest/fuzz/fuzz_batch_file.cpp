@@ -1,11 +1,12 @@
-// libFuzzer target: the batch-file reader of `partrain eval --data` (HDF5 from the input bytes),
+// libFuzzer target: the batch-file reader of `partrain eval --data` (HDF5 built from a recipe, see
+// fuzz/hdf5_recipe.h),
 // with GPT's and BERT's fields and the bounds eval sets. Any input must end in a batch source or a
 // partrain::Error, never a crash, a silent huge allocation or another exception.
 #include <cstdint>
 #include <vector>
 
 #include "core/error.h"
-#include "fuzz/fuzz_input_file.h"
+#include "fuzz/hdf5_recipe.h"
 #include "io/batch_file.h"
 
 namespace {
@@ -31,7 +32,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       field("input_ids", {4}, DType::I64, 16, false), field("token_type_ids", {4}, DType::I64, 2, false),
       field("attention_mask", {1, 1, 4}, DType::F32, 0, false), field("mlm_labels", {4}, DType::I64, 16, true),
       field("nsp_labels", {}, DType::I64, 2, true)};
-  const std::string path = partrain::fuzz::write_input(data, size, "h5");
+  static const std::vector<std::string> datasets = {"/batch/input_ids",      "/batch/labels",
+                                                    "/batch/token_type_ids", "/batch/attention_mask",
+                                                    "/batch/mlm_labels",     "/batch/nsp_labels"};
+  const std::string path = partrain::fuzz::hdf5_input(data, size, datasets, {"format"});
   for (const auto* fields : {&gpt, &bert}) {
     try {
       if (!partrain::io::is_batch_file(path)) return 0;

@@ -10,11 +10,16 @@
 
 namespace partrain::fuzz {
 
-/// Writes `size` bytes to a file named `<pid>.<extension>` and returns its path.
-inline std::string write_input(const std::uint8_t* data, std::size_t size, const std::string& extension) {
+/// The per-process input file `partrain-fuzz-<pid>.<extension>` (not created here).
+inline std::string input_path(const std::string& extension) {
   static const std::string directory =
       std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path().string();
-  const std::string path = directory + "/partrain-fuzz-" + std::to_string(::getpid()) + "." + extension;
+  return directory + "/partrain-fuzz-" + std::to_string(::getpid()) + "." + extension;
+}
+
+/// Writes `size` bytes to input_path(extension) and returns its path.
+inline std::string write_input(const std::uint8_t* data, std::size_t size, const std::string& extension) {
+  const std::string path = input_path(extension);
   std::FILE* file = std::fopen(path.c_str(), "wb");
   if (!file) return path;
   if (size > 0) std::fwrite(data, 1, size, file);

@@ -45,7 +45,7 @@ BatchFile::BatchFile(const std::string& path, const std::vector<BatchField>& fie
         }
       }
       tensor = Tensor::empty(Shape(shape.begin(), shape.end()), DType::I64);  // after the read checked the size
-      std::memcpy(tensor.raw_data(), values.data(), values.size() * sizeof(std::int64_t));
+      if (!values.empty()) std::memcpy(tensor.raw_data(), values.data(), values.size() * sizeof(std::int64_t));
     } else {
       const std::vector<float> values = file.read<float>(dataset);
       for (std::size_t i = 0; i < values.size(); ++i)
@@ -53,7 +53,7 @@ BatchFile::BatchFile(const std::string& path, const std::vector<BatchField>& fie
                                                       << static_cast<std::int64_t>(i) / std::max<std::int64_t>(row_size, 1)
                                                       << " holds " << values[i] << " (not a finite number)");
       tensor = Tensor::empty(Shape(shape.begin(), shape.end()), DType::F32);
-      std::memcpy(tensor.raw_data(), values.data(), values.size() * sizeof(float));
+      if (!values.empty()) std::memcpy(tensor.raw_data(), values.data(), values.size() * sizeof(float));
     }
     if (field.name == "input_ids" && !field.sample_shape.empty()) tokens_per_sample_ = field.sample_shape.back();
     tensors_[field.name] = std::move(tensor);
