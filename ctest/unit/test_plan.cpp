@@ -386,7 +386,8 @@ TEST(Plan, SummariesNameLayerRanges) {
 // Two stages, stage 1 (the MLM head over all 3 samples of a microbatch) much slower than stage 0
 // (2 of the 3 samples, on 2 replicas). By hand, with M = 4 and free transfers: stage 1 runs its M
 // forwards and M backwards back to back once the first microbatch arrives (after stage 0's f0),
-// and stage 0's last backward ends b0 after stage 1's last one; then stage 0's all-reduce. GPipe and
+// and stage 0's last backward ends b0 after stage 1's last one; then stage 0's all-reduce and the
+// optimizer step's all-reduce of the tied word embeddings. GPipe and
 // 1F1B have this same step time; the closed form (M + S − 1) · max(f + b) would overestimate it.
 TEST(PlanBuilder, PredictionsSimulateTheScheduleWithTheCostModel) {
   const Graph graph = build_model(tiny_model_config("bert"));
@@ -408,14 +409,19 @@ TEST(PlanBuilder, PredictionsSimulateTheScheduleWithTheCostModel) {
     ASSERT_EQ(plan.microbatch_size(), 3);
     EXPECT_DOUBLE_EQ(plan.stages[0].forward_seconds, first.forward_seconds);
     EXPECT_DOUBLE_EQ(plan.stages[1].backward_seconds, second.backward_seconds);
-    const double allreduce = first.parameter_bytes / 1e9;  // stage 0 has 2 replicas
-    EXPECT_DOUBLE_EQ(plan.stages[0].allreduce_seconds, allreduce);
+    // The word embeddings are tied to the MLM head's decoder: reduced in the optimizer step over the
+    // 3 ranks of both stages, not in stage 0's data-parallel all-reduce (stage 0 has 2 replicas).
+    const double tied = static_cast<double>(graph.value(graph.value_id("bert.embeddings.word_embeddings.weight")).type.bytes(1));
+    const double allreduce = (first.parameter_bytes - tied) / 1e9;
+    EXPECT_NEAR(plan.stages[0].allreduce_seconds, allreduce, 1e-15);
     EXPECT_DOUBLE_EQ(plan.stages[1].allreduce_seconds, 0.0);
-    const double by_hand = first.forward_seconds + 4 * (second.forward_seconds + second.backward_seconds) +
-                           first.backward_seconds + allreduce;
+    EXPECT_NEAR(plan.stages[0].tied_allreduce_seconds, tied / 1e9, 1e-15);
+    EXPECT_NEAR(plan.stages[1].tied_allreduce_seconds, tied / 1e9, 1e-15);
+    const double pipeline = first.forward_seconds + 4 * (second.forward_seconds + second.backward_seconds) +
+                            first.backward_seconds;
+    const double by_hand = pipeline + allreduce + tied / 1e9;  // then the tied all-reduce, the step's barrier
     EXPECT_NEAR(plan.predicted_step_seconds, by_hand, 1e-12);
     // Stage 1 is busy 4 (f1 + b1) of the pipeline phase, stage 0's two replicas 4 (f0 + b0) each.
-    const double pipeline = by_hand - allreduce;
     const double busy = 4 * (second.forward_seconds + second.backward_seconds) +
                         2 * 4 * (first.forward_seconds + first.backward_seconds);
     EXPECT_NEAR(plan.predicted_bubble_fraction, 1 - busy / (3 * pipeline), 1e-9);

@@ -631,6 +631,39 @@ TEST(Schedule, CostsFromPlanSplitTheRecomputation) {
                    before + 0.25);
 }
 
+// The runtime's optimizer step (runtime/executor.cpp, optimizer_step) all-reduces the tied
+// parameters over the stages sharing them, then the gradient norm over the world: a barrier.
+// GPipe, one microbatch: F0 [0,1], F1 [1,3], B1 [3,6], B0 [6,7.5]; steps 0.25 and 1.0.
+TEST(Schedule, SynchronizedStepWaitsForTheLastRankAndTheTiedAllReduce) {
+  const Plan plan = make_plan({1, 1}, 1, 1, ScheduleKind::GPipe);
+  partrain::TimelineCosts costs;
+  costs.forward_seconds = {1.0, 2.0};
+  costs.backward_seconds = {1.5, 3.0};
+  costs.recompute_seconds = {0.0, 0.0};
+  costs.stage_step_seconds = {0.25, 1.0};
+  const auto step_seconds = [&] {
+    return partrain::simulate_schedule(plan, partrain::generate_schedule(plan), costs).step_seconds;
+  };
+  EXPECT_DOUBLE_EQ(step_seconds(), std::max(7.5 + 0.25, 6.0 + 1.0));  // each rank steps on arrival
+  costs.synchronized_step = true;
+  EXPECT_DOUBLE_EQ(step_seconds(), 7.5 + 1.0);  // stage 1 waits for stage 0, then steps for 1.0
+  costs.tied_all_reduce_seconds = {0.5, 0.5};
+  const auto prediction = partrain::simulate_schedule(plan, partrain::generate_schedule(plan), costs);
+  EXPECT_DOUBLE_EQ(prediction.step_seconds, 7.5 + 0.5 + 1.0);  // tied all-reduce from 7.5, barrier at 8
+  EXPECT_DOUBLE_EQ(prediction.timing[1].back().start, 6.0);     // the Step holds stage 1's wait, as traced
+  EXPECT_DOUBLE_EQ(prediction.timing[0].back().end, 8.0 + 0.25);
+  costs.tied_all_reduce_seconds = {0.5, -1.0};
+  EXPECT_THROW(step_seconds(), partrain::Error);
+
+  Plan predicted = plan;
+  predicted.stages[0].tied_allreduce_seconds = 0.5;
+  predicted.stages[1].tied_allreduce_seconds = 0.5;
+  const partrain::TimelineCosts from_plan = partrain::TimelineCosts::from_plan(predicted);
+  EXPECT_TRUE(from_plan.synchronized_step);
+  EXPECT_EQ(from_plan.tied_all_reduce_seconds, (std::vector<double>{0.5, 0.5}));
+  EXPECT_DOUBLE_EQ(partrain::Plan::from_json(predicted.to_json(), "plan.json").stages[1].tied_allreduce_seconds, 0.5);
+}
+
 TEST(Schedule, GeneratorRejectsInconsistentPlans) {
   Plan plan = make_plan({1, 2}, 1, 2, ScheduleKind::GPipe);
   plan.world_size = 4;

@@ -121,6 +121,52 @@ TEST(CostModel, AnalyticFiguresMatchHandComputed) {
   EXPECT_THROW(model->measure(std::vector<int>{7}, 1), partrain::Error);
 }
 
+// Tied parameters (GPT's embedding and LM head) are reduced by the runtime's optimizer step over
+// every rank of the stages reading them, not in each stage's data-parallel all-reduce.
+// x [B,4]; w, v [4,4]; stage 0: a = MatMul(x, w); stage 1: b = Relu(a), c = MatMul(b, w), d = MatMul(c, v).
+TEST(PlanBuilder, TiedParametersAreReducedInTheStepOverTheirStages) {
+  Graph graph;
+  const int x = graph.add_input("x", {partrain::kBatch, 4});
+  const int w = graph.add_parameter("w", {4, 4});
+  const int v = graph.add_parameter("v", {4, 4});
+  const int a = graph.add(OpType::MatMul, "mm0", {x, w});
+  const int b = graph.add(OpType::Relu, "relu", {a});
+  const int c = graph.add(OpType::MatMul, "mm1", {b, w});
+  graph.mark_output(graph.add(OpType::MatMul, "mm2", {c, v}));
+  DeviceSpec device;
+  device.flops_per_second = 1e3;
+  device.link_bandwidth = 100;
+  const auto model = partrain::partition::make_analytic_cost_model(graph, device);
+  Plan plan;
+  plan.world_size = 4;
+  plan.global_batch = 4;
+  plan.microbatches = 1;
+  plan.schedule = ScheduleKind::GPipe;
+  for (const std::vector<int>& tasks : {std::vector<int>{0}, std::vector<int>{1, 2, 3}}) {
+    PlanStage stage;
+    stage.tasks = tasks;
+    stage.replicas = 2;
+    plan.stages.push_back(stage);
+  }
+  PlannerOptions options;
+  options.global_batch = 4;
+  options.world_size = 4;
+  partrain::partition::predict_plan(plan, graph, *model, options);
+  // Ring all-reduce: 2 (n − 1)/n × bytes / bandwidth; w and v hold 64 bytes each.
+  EXPECT_DOUBLE_EQ(plan.stages[0].allreduce_seconds, 0.0);                  // w only: tied
+  EXPECT_DOUBLE_EQ(plan.stages[1].allreduce_seconds, 2.0 * 1 / 2 * 64 / 100);  // v over 2 replicas
+  EXPECT_DOUBLE_EQ(plan.stages[0].tied_allreduce_seconds, 2.0 * 3 / 4 * 64 / 100);  // w over 4 ranks
+  EXPECT_DOUBLE_EQ(plan.stages[1].tied_allreduce_seconds, plan.stages[0].tied_allreduce_seconds);
+  // The simulated step holds the tied all-reduce once, after the last backward (stage 0's).
+  Plan untied = plan;
+  for (PlanStage& stage : untied.stages) stage.tied_allreduce_seconds = 0;
+  const auto step = [](const Plan& p) {
+    return partrain::simulate_schedule(p, partrain::generate_schedule(p), partrain::TimelineCosts::from_plan(p))
+        .step_seconds;
+  };
+  EXPECT_NEAR(step(plan) - step(untied), plan.stages[0].tied_allreduce_seconds, 1e-12);
+}
+
 TEST(CostModel, ProfiledLookupAndMissingEntry) {
   const Graph graph = tiny_graph();
   partrain::profile::ProfileDB database(graph.hash(), "cpu", "fp32");

@@ -411,6 +411,7 @@ nlohmann::json Plan::to_json() const {
     if (stage.recompute == RecomputePolicy::Layers) stage_list.back()["recompute_layers"] = stage.recompute_layers;
     if (stage.recompute_seconds > 0) stage_list.back()["recompute_seconds"] = stage.recompute_seconds;
     if (stage.weight_gradient_seconds > 0) stage_list.back()["weight_gradient_seconds"] = stage.weight_gradient_seconds;
+    if (stage.tied_allreduce_seconds > 0) stage_list.back()["tied_allreduce_seconds"] = stage.tied_allreduce_seconds;
   }
   return {{"format", "partrain-plan"},
           {"version", 2},
@@ -481,6 +482,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
       stage.allreduce_seconds = entry.value("allreduce_seconds", 0.0);
       stage.allreduce_hidden_seconds = entry.value("allreduce_hidden_seconds", 0.0);
       stage.optimizer_seconds = entry.value("optimizer_seconds", 0.0);
+      stage.tied_allreduce_seconds = entry.value("tied_allreduce_seconds", 0.0);
       stage.tasks = entry.at("tasks").get<std::vector<int>>();
       plan.stages.push_back(std::move(stage));
     }

@@ -95,6 +95,11 @@ struct PlanStage {
   /// bucketed all-reduce starting each bucket as its gradients complete); 0 when it follows the backward.
   double allreduce_hidden_seconds = 0;
   double optimizer_seconds = 0; // predicted: the optimizer step over the stage's parameters
+  /// Predicted: the all-reduce, at the start of the optimizer step, of the parameters this stage
+  /// shares with other pipeline stages (GPT's tied embedding and LM head), over every rank of the
+  /// stages sharing them (runtime/executor.cpp, optimizer_step); those parameters are not in
+  /// allreduce_seconds. 0 when the stage shares none.
+  double tied_allreduce_seconds = 0;
 };
 
 /// Where a rank sits in the plan.

@@ -82,7 +82,7 @@ struct Runner {
       const std::size_t index = pc[rank];
       const Action& action = list[index];
       double& now = clock[rank];
-      if (action.kind == ActionKind::AllReduce) break;
+      if (action.kind == ActionKind::AllReduce || (action.kind == ActionKind::Step && synchronized_step())) break;
       if (action.is_receive()) {
         const bool gradient = action.kind == ActionKind::ReceiveGradient;
         auto it = mailbox.find({action.peer, rank, gradient, action.microbatch, receiver_chunk(plan, rank, action)});
@@ -119,9 +119,48 @@ struct Runner {
     return moved;
   }
 
+  bool synchronized_step() const { return costs && costs->synchronized_step; }
+
+  double tied_seconds(int rank) const {
+    double seconds = 0;  // one coalesced all-reduce of every model chunk's shared parameters
+    if (costs && !costs->tied_all_reduce_seconds.empty())
+      for (int chunk : plan.chunks_of_stage(stage_of(rank))) seconds += costs->tied_all_reduce_seconds.at(chunk);
+    return seconds;
+  }
+
+  /// With a synchronized step, once every rank still running waits at its Step: the tied
+  /// all-reduce over the ranks sharing parameters, the world barrier, then each rank's optimizer
+  /// (runtime/executor.cpp, optimizer_step). Returns true when the step ran.
+  bool step_barrier() {
+    if (!synchronized_step()) return false;
+    std::vector<int> waiting;
+    for (int rank = 0; rank < static_cast<int>(schedule.size()); ++rank) {
+      if (pc[rank] >= schedule[rank].size()) continue;
+      if (schedule[rank][pc[rank]].kind != ActionKind::Step) return false;
+      waiting.push_back(rank);
+    }
+    if (waiting.empty()) return false;
+    double tied_start = 0, tied_cost = 0;
+    for (int rank : waiting)
+      if (tied_seconds(rank) > 0) {
+        tied_start = std::max(tied_start, clock[rank]);
+        tied_cost = std::max(tied_cost, tied_seconds(rank));
+      }
+    double barrier = 0;
+    for (int rank : waiting) barrier = std::max(barrier, tied_seconds(rank) > 0 ? tied_start + tied_cost : clock[rank]);
+    for (int rank : waiting) {
+      const std::size_t index = pc[rank];
+      const double end = barrier + compute_cost(rank, index, schedule[rank][index]);
+      timing[rank][index] = {clock[rank], end};
+      clock[rank] = end;
+      ++pc[rank];
+    }
+    return true;
+  }
+
   /// Completes every all-reduce whose members all reached it. Returns true when one completed.
   bool collectives() {
-    bool moved = false;
+    bool moved = step_barrier();
     for (int rank = 0; rank < static_cast<int>(schedule.size()); ++rank) {
       if (pc[rank] >= schedule[rank].size() || schedule[rank][pc[rank]].kind != ActionKind::AllReduce) continue;
       const Action& action = schedule[rank][pc[rank]];

@@ -31,6 +31,11 @@ void check_costs(const Plan& plan, const TimelineCosts& costs) {
                    "simulate_schedule: stage " << s << "'s weight-gradient time is not within its backward time");
   for (double seconds : costs.stage_step_seconds)
     PARTRAIN_CHECK(seconds >= 0, "simulate_schedule: negative step time");
+  PARTRAIN_CHECK(costs.tied_all_reduce_seconds.empty() || costs.tied_all_reduce_seconds.size() == S,
+                 "simulate_schedule: " << costs.tied_all_reduce_seconds.size() << " tied all-reduce times for " << S
+                                       << " stages");
+  for (double seconds : costs.tied_all_reduce_seconds)
+    PARTRAIN_CHECK(seconds >= 0, "simulate_schedule: negative tied all-reduce time");
 }
 
 }  // namespace
@@ -41,6 +46,7 @@ TimelineCosts TimelineCosts::from_plan(const Plan& plan) {
   for (const PlanStage& stage : plan.stages) {
     all_reduce.push_back(std::max(0.0, stage.allreduce_seconds - stage.allreduce_hidden_seconds));
     costs.stage_step_seconds.push_back(stage.optimizer_seconds);
+    costs.tied_all_reduce_seconds.push_back(stage.tied_allreduce_seconds);
     // Per-layer and selective recomputation happen inside the backward, which is charged whole.
     const bool recomputes = recomputes_before_backward(stage.recompute);
     costs.forward_seconds.push_back(stage.forward_seconds);
@@ -50,6 +56,7 @@ TimelineCosts TimelineCosts::from_plan(const Plan& plan) {
     costs.weight_gradient_seconds.push_back(std::min(stage.weight_gradient_seconds, costs.backward_seconds.back()));
   }
   costs.all_reduce_seconds = [all_reduce](int stage) { return all_reduce.at(stage); };
+  costs.synchronized_step = true;
   return costs;
 }
 

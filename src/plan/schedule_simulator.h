@@ -32,12 +32,22 @@ struct TimelineCosts {
   /// Optional: seconds of compute or Step action `index` of `rank`'s list, replacing the per-stage
   /// costs above (e.g. the durations a run's trace measured).
   std::function<double(int rank, std::size_t index)> action_seconds;
+  /// Whether Step is the world barrier the runtime's optimizer step makes (the gradient norm's
+  /// all-reduce over every rank): each rank's optimizer starts when the last rank reached its Step
+  /// (after the tied all-reduce below), instead of when the rank itself did. Off for measured
+  /// Step durations, which already hold the wait.
+  bool synchronized_step = false;
+  /// Per Plan::stages entry, optional (empty: none): seconds of the Step's all-reduce of the
+  /// parameters the stage shares with other pipeline stages (PlanStage::tied_allreduce_seconds),
+  /// collective over the ranks of every stage with a non-zero entry, before the barrier.
+  std::vector<double> tied_all_reduce_seconds;
 
   /// From the plan's predictions: forward = PlanStage::forward_seconds; weight gradients =
   /// PlanStage::weight_gradient_seconds; for a recomputing stage
   /// recompute = forward_seconds and backward = backward_seconds − forward_seconds (the plan's backward
   /// includes the recomputation), otherwise recompute = 0 and backward = backward_seconds;
-  /// all-reduce = PlanStage::allreduce_seconds − allreduce_hidden_seconds (what is left after the last backward); step = PlanStage::optimizer_seconds. No separate transfer costs: the planners fold a
+  /// all-reduce = PlanStage::allreduce_seconds − allreduce_hidden_seconds (what is left after the last backward); step = PlanStage::optimizer_seconds;
+  /// tied all-reduce = PlanStage::tied_allreduce_seconds; a synchronized step. No separate transfer costs: the planners fold a
   /// stage's boundary transfers into its forward and backward (on MPI the copies occupy the rank).
   static TimelineCosts from_plan(const Plan& plan);
 };

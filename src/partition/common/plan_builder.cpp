@@ -301,6 +301,39 @@ void choose_stage_aware_recomputation(Plan& plan, const Graph& graph, const Cost
 }
 }  // namespace
 
+namespace {
+// Per Plan::stages entry: the share of its parameter bytes that other pipeline stages read too (the
+// tied embedding and LM head); the runtime reduces those in the optimizer step over the ranks of
+// every stage reading them, not in the stage's data-parallel all-reduce.
+std::vector<double> tied_parameter_shares(const Plan& plan, const Graph& graph) {
+  std::map<int, std::vector<int>> stages_reading;  // parameter -> pipeline stages
+  std::vector<std::vector<int>> parameters(plan.stages.size());
+  for (std::size_t chunk = 0; chunk < plan.stages.size(); ++chunk) {
+    for (int task : plan.stages[chunk].tasks)
+      for (int input : graph.task(task).inputs)
+        if (graph.value(input).kind == ValueKind::Param) parameters[chunk].push_back(input);
+    std::sort(parameters[chunk].begin(), parameters[chunk].end());
+    parameters[chunk].erase(std::unique(parameters[chunk].begin(), parameters[chunk].end()), parameters[chunk].end());
+    const int stage = plan.stage_of_chunk(static_cast<int>(chunk));
+    for (int parameter : parameters[chunk]) {
+      std::vector<int>& stages = stages_reading[parameter];
+      if (std::find(stages.begin(), stages.end(), stage) == stages.end()) stages.push_back(stage);
+    }
+  }
+  std::vector<double> shares(plan.stages.size(), 0.0);
+  for (std::size_t chunk = 0; chunk < plan.stages.size(); ++chunk) {
+    double tied = 0, all = 0;
+    for (int parameter : parameters[chunk]) {
+      const double bytes = static_cast<double>(graph.value(parameter).type.bytes(1));
+      all += bytes;
+      if (stages_reading[parameter].size() > 1) tied += bytes;
+    }
+    shares[chunk] = all > 0 ? tied / all : 0.0;
+  }
+  return shares;
+}
+}  // namespace
+
 void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const int stage_count = static_cast<int>(plan.stages.size());
   // devices_per_pipeline_replica() counts ranks (× tensor_parallel); a planner working on groups of t ranks
@@ -311,6 +344,13 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
   const bool stage_aware = recompute_policy(options, stage_count) == RecomputePolicy::StageAware;
   if (stage_aware) choose_stage_aware_recomputation(plan, graph, cost, options);
   const double usable = options.usable_memory_bytes(cost.device());
+  const std::vector<double> tied_shares = tied_parameter_shares(plan, graph);
+  int tied_group = 0;  // the ranks (groups of t) of every pipeline stage sharing parameters
+  for (int s = 0; s < plan.pipeline_stages(); ++s) {
+    bool tied = false;
+    for (int chunk : plan.chunks_of_stage(s)) tied = tied || tied_shares[chunk] > 0;
+    if (tied) tied_group += plan.stages[plan.chunks_of_stage(s).front()].replicas * plan.pipeline_replicas;
+  }
   for (int s = 0; s < stage_count; ++s) {
     PlanStage& stage = plan.stages[s];
     auto [begin, end] = plan.replica_samples(s, 0);  // replica 0 holds the largest share
@@ -345,9 +385,15 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
     if (stage.summary.empty()) stage.summary = summarize_tasks(graph, stage.tasks);
     // ZeRO-1's reduce-scatter + all-gather move what the all-reduce moves (ring: 2 (n − 1)/n of the
     // bytes per rank); each rank then updates only its 1 / shards of the parameters.
-    stage.allreduce_seconds = cost.allreduce_seconds(m.parameter_bytes, group, spans_nodes(cost, group * plan.tensor_parallel));
+    const double tied_bytes = m.parameter_bytes * tied_shares[s];
+    stage.allreduce_seconds =
+        cost.allreduce_seconds(m.parameter_bytes - tied_bytes, group, spans_nodes(cost, group * plan.tensor_parallel));
     stage.allreduce_hidden_seconds = allreduce_hidden_seconds(stage.allreduce_seconds, stage.backward_seconds,
-                                                              m.parameter_bytes, options.overlap_bucket_bytes);
+                                                              m.parameter_bytes - tied_bytes, options.overlap_bucket_bytes);
+    stage.tied_allreduce_seconds =
+        tied_bytes > 0 ? cost.allreduce_seconds(tied_bytes, tied_group,
+                                                across_nodes || spans_nodes(cost, tied_group * plan.tensor_parallel))
+                       : 0.0;
     stage.optimizer_seconds = cost.optimizer_step_seconds(m.parameter_bytes / policy.optimizer_shards, options.optimizer);
   }
   // The step time is the schedule's own action lists simulated with these costs: gpipe, 1f1b and
