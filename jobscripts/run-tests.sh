@@ -32,7 +32,7 @@ fi
 if [ "$preset" = cpu ] && [ "${PARTRAIN_SANITIZE:-auto}" != off ] &&
    { [ -z "$label" ] || [[ "sanitize" =~ ^($label)$ ]]; }; then
   cmake --preset debug
-  cmake --build --preset debug -j "$jobs"
+  cmake --build --preset debug -j "$jobs" --target sanitizer_tests  # not the validation programs
   ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/debug --output-on-failure -j "$jobs" -L "unit|mpi" -LE "validation|slow|slurm|cuda"
 fi
