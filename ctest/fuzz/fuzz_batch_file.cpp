@@ -1,7 +1,6 @@
-// libFuzzer target: the batch-file reader of `partrain eval --data` (HDF5 built from a recipe, see
-// fuzz/hdf5_recipe.h),
-// with GPT's and BERT's fields and the bounds eval sets. Any input must end in a batch source or a
-// partrain::Error, never a crash, a silent huge allocation or another exception.
+// libFuzzer target: the batch-file reader of `partrain eval --data` (HDF5 built from a recipe,
+// fuzz/hdf5_recipe.h), with GPT's and BERT's fields and the bounds eval sets. Any input must end in
+// a batch source or a partrain::Error, never a crash, a silent huge allocation or another exception.
 #include <cstdint>
 #include <vector>
 

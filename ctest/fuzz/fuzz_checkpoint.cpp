@@ -1,6 +1,6 @@
-// libFuzzer target: the HDF5 checkpoint reader (summary and full read with checksums), on files built
-// from a recipe (fuzz/hdf5_recipe.h). Any input
-// must end in a checkpoint or a partrain::Error, never a crash or another exception.
+// libFuzzer target: the HDF5 checkpoint reader (summary and full read with checksums), on files
+// built from a recipe (fuzz/hdf5_recipe.h). Any input must end in a checkpoint or a partrain::Error,
+// never a crash or another exception.
 #include <cstdint>
 
 #include "core/error.h"

@@ -149,9 +149,9 @@ inline void write_attribute(hid_t file, const std::string& object, const std::st
 /// and float types) or an attribute (name from `attribute_names`, on "/" or a dataset written
 /// before; an integer, float or string). Names the reader looks for come from the lists so that
 /// the fuzzer reaches its checks; a dataset step replaces what the name held. Steps HDF5 refuses
-/// are skipped. When given,
-/// `base_file` (what a valid file holds first, e.g. a checkpoint's attributes) runs first on half
-/// of the inputs, so that the recipe explores past the reader's first checks.
+/// are skipped. When given, `base_file` (what a valid file holds first, e.g. a checkpoint's
+/// attributes) runs first on half of the inputs, so that the recipe explores past the reader's
+/// first checks.
 inline std::string write_recipe_file(const std::uint8_t* data, std::size_t size,
                                      const std::vector<std::string>& dataset_names,
                                      const std::vector<std::string>& attribute_names,

@@ -140,14 +140,17 @@ struct Runner {
       waiting.push_back(rank);
     }
     if (waiting.empty()) return false;
-    double tied_start = 0, tied_cost = 0;
-    for (int rank : waiting)
-      if (tied_seconds(rank) > 0) {
+    double tied_start = 0, tied_cost = 0, barrier = 0;  // the tied group starts together, lasts its longest member
+    for (int rank : waiting) {
+      const double tied = tied_seconds(rank);
+      if (tied > 0) {
         tied_start = std::max(tied_start, clock[rank]);
-        tied_cost = std::max(tied_cost, tied_seconds(rank));
+        tied_cost = std::max(tied_cost, tied);
+      } else {
+        barrier = std::max(barrier, clock[rank]);
       }
-    double barrier = 0;
-    for (int rank : waiting) barrier = std::max(barrier, tied_seconds(rank) > 0 ? tied_start + tied_cost : clock[rank]);
+    }
+    if (tied_cost > 0) barrier = std::max(barrier, tied_start + tied_cost);
     for (int rank : waiting) {
       const std::size_t index = pc[rank];
       const double end = barrier + compute_cost(rank, index, schedule[rank][index]);

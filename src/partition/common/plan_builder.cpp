@@ -299,9 +299,7 @@ void choose_stage_aware_recomputation(Plan& plan, const Graph& graph, const Cost
     }
   }
 }
-}  // namespace
 
-namespace {
 // Per Plan::stages entry: the share of its parameter bytes that other pipeline stages read too (the
 // tied embedding and LM head); the runtime reduces those in the optimizer step over the ranks of
 // every stage reading them, not in the stage's data-parallel all-reduce.
