@@ -20,8 +20,9 @@ constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 
 // Numerically stable softmax of one row of `logits[0, length)` (already masked) into `y`.
 // Rows whose elements are all -inf give zeros. Returns log(sum(exp(z - max))) + max (the
-// log-sum-exp), -inf for such rows.
-double softmax_row(const float* logits, float* y, std::int64_t length) {
+// log-sum-exp), -inf for such rows. Compiled for AVX-512, AVX2 and baseline x86-64, chosen at load
+// time by the CPU's features (no FMA: every version rounds as the baseline one does).
+PARTRAIN_VECTOR_CLONES double softmax_row(const float* logits, float* y, std::int64_t length) {
   float max = kNegativeInfinity;
   for (std::int64_t j = 0; j < length; ++j) max = std::max(max, logits[j]);
   if (max == kNegativeInfinity) {

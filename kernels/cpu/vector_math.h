@@ -6,6 +6,16 @@
 #include <bit>
 #include <cstdint>
 
+/// A hot loop's function compiled three times (AVX-512, AVX2, baseline x86-64) and picked when the
+/// program loads by what the CPU supports (GCC's ifunc dispatch), so that one portable binary runs
+/// 16- or 8-wide where it can. FMA is left out on purpose: contracting a * b + c would round
+/// differently on different machines; the vector width alone does not change any result.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define PARTRAIN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PARTRAIN_VECTOR_CLONES
+#endif
+
 namespace partrain::cpu {
 
 inline std::int32_t bits_of(float x) { return std::bit_cast<std::int32_t>(x); }
