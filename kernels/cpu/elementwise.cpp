@@ -1,6 +1,7 @@
 // CPU kernels of the elementwise ops (schemas and semantics: src/graph/ops/elementwise.cpp).
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_common.h"
@@ -155,39 +156,88 @@ constexpr float kGeluCubic = 0.044715f;
 
 bool gelu_uses_tanh(const KernelContext& context) { return context.attributes.get_string("approximate", "none") == "tanh"; }
 
-void gelu_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
-  if (gelu_uses_tanh(context))
-    unary_forward(in, out, [](float x) {
-      return 0.5f * x * (1.f + cpu::tanh_vectorisable(kSqrtTwoOverPi * (x + kGeluCubic * x * x * x)));
-    });
-  else
-    unary_forward(in, out, [](float x) { return 0.5f * x * (1.f + cpu::erf_vectorisable(x * kInverseSqrtTwo)); });
+// The GELU loops over [0, n), each compiled per vector width (PARTRAIN_VECTOR_CLONES). OpenMP's
+// outlined loop bodies are not cloned, so the threads split the tensor into chunks and each chunk
+// calls a cloned function.
+PARTRAIN_VECTOR_CLONES void gelu_tanh_forward(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = 0.5f * x[i] * (1.f + cpu::tanh_vectorisable(kSqrtTwoOverPi * (x[i] + kGeluCubic * x[i] * x[i] * x[i])));
 }
-void gelu_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out,
+PARTRAIN_VECTOR_CLONES void gelu_erf_forward(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.f + cpu::erf_vectorisable(x[i] * kInverseSqrtTwo));
+}
+PARTRAIN_VECTOR_CLONES void gelu_tanh_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float t = cpu::tanh_vectorisable(kSqrtTwoOverPi * (x[i] + kGeluCubic * x[i] * x[i] * x[i]));
+    dx[i] = dy[i] * (0.5f * (1.f + t) +
+                     0.5f * x[i] * (1.f - t * t) * kSqrtTwoOverPi * (1.f + 3.f * kGeluCubic * x[i] * x[i]));
+  }
+}
+PARTRAIN_VECTOR_CLONES void gelu_erf_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    dx[i] = dy[i] * (0.5f * (1.f + cpu::erf_vectorisable(x[i] * kInverseSqrtTwo)) +
+                     x[i] * kInverseSqrtTwoPi * cpu::exp_vectorisable(-0.5f * x[i] * x[i]));
+}
+
+// Calls chunk(first, count) over [0, n) in chunks of 4096 elements, in parallel.
+template <typename Chunk>
+void for_each_chunk(std::int64_t n, Chunk chunk) {
+  constexpr std::int64_t kChunk = 4096;
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (std::int64_t c = 0; c < chunks; ++c) chunk(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+void gelu_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {
+  const float* x = in[0].data<float>();
+  float* y = out[0].data<float>();
+  const bool tanh = gelu_uses_tanh(context);
+  for_each_chunk(out[0].numel(), [&](std::int64_t first, std::int64_t count) {
+    (tanh ? gelu_tanh_forward : gelu_erf_forward)(x + first, y + first, count);
+  });
+}
+void gelu_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor>,
                    std::span<const Tensor> dout, std::span<const Tensor> din) {
-  if (gelu_uses_tanh(context))
-    unary_backward<true, false>(in, out, dout, din, [](float x, float) {
-      const float t = cpu::tanh_vectorisable(kSqrtTwoOverPi * (x + kGeluCubic * x * x * x));
-      return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrtTwoOverPi * (1.f + 3.f * kGeluCubic * x * x);
-    });
-  else
-    unary_backward<true, false>(in, out, dout, din, [](float x, float) {
-      return 0.5f * (1.f + cpu::erf_vectorisable(x * kInverseSqrtTwo)) + x * kInverseSqrtTwoPi * cpu::exp_vectorisable(-0.5f * x * x);
-    });
+  if (!din[0].defined()) return;
+  const float* x = in[0].data<float>();
+  const float* dy = dout[0].data<float>();
+  float* dx = din[0].data<float>();
+  const bool tanh = gelu_uses_tanh(context);
+  for_each_chunk(in[0].numel(), [&](std::int64_t first, std::int64_t count) {
+    (tanh ? gelu_tanh_backward : gelu_erf_backward)(x + first, dy + first, dx + first, count);
+  });
 }
 
 // ---------------- Dropout (counter-based masks, regenerated in backward) ----------------
 // Element i of the tensor belongs to sample i / per_sample (dimension 0 is the batch).
-// The four Philox words of core/rng.h random_uniform(context, sample, element) for the elements
-// element & ~3 ... element | 3: one Philox evaluation serves four elements (random_uniform makes one
-// per element). Counter and key exactly as random_uniform's (test_ops_elementwise checks the masks).
-PhiloxCounter dropout_words(const RandomContext& context, std::uint32_t sample, std::uint64_t element) {
-  const PhiloxKey key = {std::uint32_t(context.seed) ^ context.stream,
-                         std::uint32_t(context.seed >> 32) ^ (std::uint32_t(element >> 34) * 0x9E3779B9u)};
-  return philox4x32({context.step, context.microbatch, context.first_sample + sample, std::uint32_t(element >> 2)},
-                    key);
+// One Philox evaluation of core/rng.h random_uniform(context, sample, element)'s counter and key
+// serves the four elements element & ~3 ... element | 3 (random_uniform makes one per element);
+// test_ops_elementwise checks the masks against random_uniform.
+
+// The Philox words of the groups of four [first_group, first_group + groups) of one sample, stored
+// as the elements' words in element order: words[4 k + j] is element 4 (first_group + k) + j's.
+// A loop over independent groups, so the compiler evaluates 8 or 16 Philox counters at once.
+PARTRAIN_VECTOR_CLONES void dropout_group_words(const RandomContext& context, std::uint32_t sample,
+                                                std::uint64_t first_group, std::int64_t groups,
+                                                std::uint32_t* words) {
+  for (std::int64_t k = 0; k < groups; ++k) {
+    const std::uint64_t group = first_group + static_cast<std::uint64_t>(k);
+    const PhiloxKey key = {std::uint32_t(context.seed) ^ context.stream,
+                           std::uint32_t(context.seed >> 32) ^ (std::uint32_t(group >> 32) * 0x9E3779B9u)};
+    const PhiloxCounter counter =
+        philox4x32({context.step, context.microbatch, context.first_sample + sample, std::uint32_t(group)}, key);
+    for (int j = 0; j < 4; ++j) words[4 * k + j] = counter[j];
+  }
 }
 
+// scales[j] = 1 / (1 - p) where element j's word keeps it, else 0.
+PARTRAIN_VECTOR_CLONES void dropout_scales_from_words(const std::uint32_t* words, std::int64_t count, float p,
+                                                      float keep_scale, float* scales) {
+  for (std::int64_t j = 0; j < count; ++j) scales[j] = uniform_from_word(words[j]) >= p ? keep_scale : 0.f;
+}
+
+// Calls apply(first, count, scales) for consecutive runs of the tensor's elements, scales[j] being
+// element first + j's dropout scale (0 or 1 / (1 - p)).
 template <typename Apply>
 void for_each_dropout_scale(const KernelContext& context, const Tensor& x, Apply apply) {
   const float p = static_cast<float>(context.attributes.get_float("p"));
@@ -197,23 +247,24 @@ void for_each_dropout_scale(const KernelContext& context, const Tensor& x, Apply
   const std::uint64_t first_element = kernels::dropout_first_element(context, per_sample);
   constexpr std::int64_t kBlock = 4096;  // elements per loop iteration (a multiple of 4)
   const std::int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-  for (std::int64_t block = 0; block < blocks; ++block) {
-    const std::int64_t end = std::min(n, (block + 1) * kBlock);
-    std::int64_t i = block * kBlock;
-    auto sample = static_cast<std::uint32_t>(i / per_sample);
-    std::int64_t in_sample = i % per_sample;
-    PhiloxCounter words{};
-    bool fresh = false;  // words hold the current element's group of four
-    for (; i < end; ++i) {
-      const std::uint64_t element = first_element + static_cast<std::uint64_t>(in_sample);
-      if (!fresh || (element & 3) == 0) words = dropout_words(context.random, sample, element);
-      fresh = true;
-      apply(i, uniform_from_word(words[element & 3]) >= p ? keep_scale : 0.f);
-      if (++in_sample == per_sample) {  // the next sample: a new counter
-        in_sample = 0;
-        ++sample;
-        fresh = false;
+#pragma omp parallel if (n > kParallelThreshold)
+  {
+    std::vector<std::uint32_t> words(kBlock + 8);  // a run's groups can start up to 3 elements early
+    std::vector<float> scales(kBlock + 8);
+#pragma omp for schedule(static)
+    for (std::int64_t block = 0; block < blocks; ++block) {
+      const std::int64_t end = std::min(n, (block + 1) * kBlock);
+      for (std::int64_t i = block * kBlock; i < end;) {  // runs inside one sample
+        const auto sample = static_cast<std::uint32_t>(i / per_sample);
+        const std::int64_t run = std::min(end, (static_cast<std::int64_t>(sample) + 1) * per_sample) - i;
+        const std::uint64_t element = first_element + static_cast<std::uint64_t>(i % per_sample);
+        const std::uint64_t first_group = element >> 2, last_group = (element + run - 1) >> 2;
+        const auto skip = static_cast<std::int64_t>(element & 3);  // words of the first group's earlier elements
+        dropout_group_words(context.random, sample, first_group, static_cast<std::int64_t>(last_group - first_group + 1),
+                            words.data());
+        dropout_scales_from_words(words.data() + skip, run, p, keep_scale, scales.data());
+        apply(i, run, scales.data());
+        i += run;
       }
     }
   }
@@ -226,7 +277,9 @@ void dropout_forward(const KernelContext& context, std::span<const Tensor> in, s
     std::copy(x, x + in[0].numel(), y);
     return;
   }
-  for_each_dropout_scale(context, in[0], [&](std::int64_t i, float scale) { y[i] = x[i] * scale; });
+  for_each_dropout_scale(context, in[0], [&](std::int64_t first, std::int64_t count, const float* scales) {
+    for (std::int64_t j = 0; j < count; ++j) y[first + j] = x[first + j] * scales[j];
+  });
 }
 void dropout_backward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor>,
                       std::span<const Tensor> dout, std::span<const Tensor> din) {
@@ -237,7 +290,9 @@ void dropout_backward(const KernelContext& context, std::span<const Tensor> in, 
     std::copy(dy, dy + in[0].numel(), dx);
     return;
   }
-  for_each_dropout_scale(context, in[0], [&](std::int64_t i, float scale) { dx[i] = dy[i] * scale; });
+  for_each_dropout_scale(context, in[0], [&](std::int64_t first, std::int64_t count, const float* scales) {
+    for (std::int64_t j = 0; j < count; ++j) dx[first + j] = dy[first + j] * scales[j];
+  });
 }
 }  // namespace
 
