@@ -21,6 +21,7 @@
 #include "core/backend_registry.h"
 #include "core/error.h"
 #include "io/progress_bar.h"
+#include "models/bert.h"
 #include "partition/common/calibrated_cost_model.h"
 #include "partition/capslog/capslog_profiling.h"
 #include "partition/planner.h"
@@ -86,6 +87,9 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   options.seed = static_cast<std::uint64_t>(config.train.seed);
   options.mixed_precision = config.train.precision != "fp32";
   options.compute_dtype = config.train.precision == "fp16" ? DType::F16 : DType::BF16;
+  // BERT's MLM loss counts only the masked tokens: timed on all-valid labels it computed every
+  // position's softmax, which training skips (the profile over-priced BERT's last stage).
+  if (config.model.type == "bert") options.counted_label_shares[kBertMaskedLanguageModelLoss] = config.data.mask_probability;
   io::ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
   const profile::DistributedProfileReport report = profile::profile_distributed(
       graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });

@@ -90,7 +90,7 @@ Graph build_bert(const ModelConfig& config) {
   int logits = graph.add(OpType::MatMul, "cls.predictions.decoder", {t, word_weight}, {{"trans_b", std::int64_t{1}}});
   graph.hint_tensor_parallel(logits, layers::vocabulary_parallel(config.vocab_divisible_by));
   logits = graph.add(OpType::Add, "cls.predictions.logits", {logits, decoder_bias});
-  int loss = layers::cross_entropy(graph, "cls.predictions.loss", logits, mlm_labels);
+  int loss = layers::cross_entropy(graph, kBertMaskedLanguageModelLoss, logits, mlm_labels);
 
   if (config.nsp) {
     // Pooler; NSP head: a 2-way linear classifier.

@@ -17,4 +17,8 @@ namespace partrain {
 /// config.fused_attention. The MLM decoder is tied to bert.embeddings.word_embeddings.weight.
 Graph build_bert(const ModelConfig& config);
 
+/// The masked-language-model loss task of build_bert: only the masked positions of its labels count
+/// (about [data] mask_probability of the tokens); the others are -100, which the loss kernels skip.
+inline constexpr const char* kBertMaskedLanguageModelLoss = "cls.predictions.loss";
+
 }  // namespace partrain

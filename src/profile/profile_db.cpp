@@ -10,7 +10,7 @@
 namespace partrain::profile {
 
 namespace {
-constexpr int kProfileDbVersion = 3;
+constexpr int kProfileDbVersion = 4;  // 4: BERT's MLM loss timed on labels masked as in training
 }  // namespace
 
 std::string task_set_key(std::span<const int> tasks) {

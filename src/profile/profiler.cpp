@@ -81,6 +81,34 @@ std::int64_t index_limit(const Graph& graph, int value, int depth = 0) {
   return limit;
 }
 
+// The loss task (SoftmaxCrossEntropy or VocabParallelCrossEntropy) that reads `value` as its labels,
+// directly or through shape ops; nullptr when none does.
+const Task* label_loss(const Graph& graph, int value, int depth = 0) {
+  if (depth > 64) return nullptr;
+  for (int consumer : graph.value(value).consumers) {
+    const Task& task = graph.task(consumer);
+    for (std::size_t k = 0; k < task.inputs.size(); ++k) {
+      if (task.inputs[k] != value) continue;
+      switch (task.op) {
+        case OpType::SoftmaxCrossEntropy:
+        case OpType::VocabParallelCrossEntropy:
+          if (k == 1) return &task;
+          break;
+        case OpType::Reshape:
+        case OpType::Permute:
+        case OpType::Slice:
+        case OpType::Concat:
+        case OpType::Split:
+          for (int output : task.outputs)
+            if (const Task* loss = label_loss(graph, output, depth + 1)) return loss;
+          break;
+        default: break;
+      }
+    }
+  }
+  return nullptr;
+}
+
 // True when the value is an additive attention mask (Attention input 3, Softmax input 1): zeros.
 bool is_attention_mask(const Graph& graph, int value) {
   for (int consumer : graph.value(value).consumers) {
@@ -91,8 +119,11 @@ bool is_attention_mask(const Graph& graph, int value) {
   return false;
 }
 
-// A host tensor of plausible data for an Input or Label value of the standalone graph.
-Tensor synthetic_input(const Graph& graph, const Value& value, std::int64_t batch, std::mt19937_64& generator) {
+// A host tensor of plausible data for an Input or Label value of the standalone graph. Labels of a
+// loss named in options.counted_label_shares are ignore_index at the share of positions real batches
+// do not count (BERT's MLM counts only the masked tokens, and the loss kernels skip the rest).
+Tensor synthetic_input(const Graph& graph, const Value& value, std::int64_t batch, const ProfilerOptions& options,
+                       std::mt19937_64& generator) {
   const Shape shape = with_batch(value.type.shape, batch);
   const std::int64_t count = numel(shape);
   switch (value.type.dtype) {
@@ -103,6 +134,15 @@ Tensor synthetic_input(const Graph& graph, const Value& value, std::int64_t batc
       if (limit != kUnbounded && limit > 0) {
         std::uniform_int_distribution<std::int64_t> distribution(0, limit - 1);
         for (auto& x : data) x = distribution(generator);
+      }
+      if (const Task* loss = label_loss(graph, value.id)) {
+        const auto found = options.counted_label_shares.find(loss->name);
+        if (found != options.counted_label_shares.end() && found->second < 1) {
+          const std::int64_t ignore_index = loss->attributes.get_int("ignore_index", -100);
+          std::uniform_real_distribution<double> uniform(0.0, 1.0);
+          for (auto& x : data)
+            if (uniform(generator) >= found->second) x = ignore_index;
+        }
       }
       if (value.type.dtype == DType::I64) return Tensor::from_vector<std::int64_t>(shape, data);
       return Tensor::from_vector<std::int32_t>(shape, std::vector<std::int32_t>(data.begin(), data.end()));
@@ -195,7 +235,7 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       switch (value.kind) {
         case ValueKind::Input:
         case ValueKind::Label:
-          inputs[value.id] = in_compute_dtype(to_backend(synthetic_input(trimmed, value, batch, generator), backend),
+          inputs[value.id] = in_compute_dtype(to_backend(synthetic_input(trimmed, value, batch, options, generator), backend),
                                               backend, options.mixed_precision, options.compute_dtype);
           break;
         case ValueKind::Const: inputs[value.id] = to_backend(trimmed.constant_data(value.id), backend); break;

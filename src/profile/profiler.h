@@ -5,7 +5,9 @@
 // profile::Measurement. Distributed profiling (profile/distributed_profiler.h) calls this on every
 // rank for its share of the requests.
 #include <cstdint>
+#include <map>
 #include <span>
+#include <string>
 
 #include "core/backend.h"
 #include "graph/graph.h"
@@ -21,6 +23,10 @@ struct ProfilerOptions {
   /// the parameter-gradient accumulators stay f32).
   bool mixed_precision = false;
   DType compute_dtype = DType::BF16;  // the 16-bit type of mixed precision: BF16 or F16
+  /// Loss task name -> the share of its label positions that real batches count (the rest are
+  /// ignore_index, which the loss kernels skip); losses not named count every position. The
+  /// synthetic labels follow it, so that a loss is timed at the work it does in training.
+  std::map<std::string, double> counted_label_shares;
 };
 
 /// Measures the convex task set `tasks` (ids of `graph`, any order, no duplicates) for one
@@ -30,7 +36,9 @@ struct ProfilerOptions {
 /// with plausible data: integer inputs (token ids, labels, also when they arrive as boundary
 /// activations) uniformly in [0, n) where n is the smallest valid range of their consumers (Gather:
 /// rows of the table; SoftmaxCrossEntropy: classes; followed through shape ops), 0 when no consumer
-/// bounds them; f32/bf16 inputs normal(0, 1), except additive attention masks (Attention/Softmax mask inputs), which are 0.
+/// bounds them; labels of the losses in options.counted_label_shares ignore_index at the share of
+/// positions that do not count; f32/bf16 inputs normal(0, 1), except additive attention masks
+/// (Attention/Softmax mask inputs), which are 0.
 /// Parameters and buffers come from initialize_parameters (names as in the full model).
 ///
 /// Fills, at this batch: forward_seconds / backward_seconds (seconds, median of `repeats` passes
