@@ -10,8 +10,9 @@
 namespace partrain::app {
 
 /// Median seconds per fp32 parameter byte of one `optimizer` step ("adamw" or "sgd") with
-/// `settings` on `backend`, timed on a 4 Mi-element parameter after one warm-up step (`repeats`
-/// timed steps). Throws partrain::Error for an unknown optimizer.
+/// `settings` on `backend` as the executor's step runs it (the gradients' sum of squares for the
+/// global norm, then the update), timed on a 4 Mi-element parameter after one warm-up step
+/// (`repeats` timed steps). Throws partrain::Error for an unknown optimizer.
 double measure_optimizer_seconds_per_byte(Backend& backend, const std::string& optimizer,
                                           const runtime::OptimizerSettings& settings, int repeats = 5);
 
