@@ -47,66 +47,51 @@ class StandInTensorParallelGroup final : public TensorParallelGroup {
 
 constexpr std::int64_t kUnbounded = std::numeric_limits<std::int64_t>::max();
 
-// The number of valid values of an integer value: the smallest range its consumers accept (Gather
-// indices: table rows; SoftmaxCrossEntropy labels: classes), followed through shape ops (which copy
-// elements). kUnbounded when no consumer bounds it.
-std::int64_t index_limit(const Graph& graph, int value, int depth = 0) {
-  std::int64_t limit = kUnbounded;
-  if (depth > 64) return limit;
+bool is_shape_op(OpType op) {
+  return op == OpType::Reshape || op == OpType::Permute || op == OpType::Slice || op == OpType::Concat ||
+         op == OpType::Split;
+}
+
+// Calls visit(task, k) for every task that reads `value` as its input k, following shape ops (which
+// copy elements) to the tasks that read their outputs; the shape ops themselves are not visited.
+template <typename Visit>
+void visit_readers(const Graph& graph, int value, Visit&& visit, int depth = 0) {
+  if (depth > 64) return;
   for (int consumer : graph.value(value).consumers) {
     const Task& task = graph.task(consumer);
     for (std::size_t k = 0; k < task.inputs.size(); ++k) {
       if (task.inputs[k] != value) continue;
-      switch (task.op) {
-        case OpType::Gather:
-          if (k == 1) limit = std::min(limit, graph.value(task.inputs[0]).type.shape.at(0));
-          break;
-        case OpType::SoftmaxCrossEntropy:
-          if (k == 1) {
-            const Shape& logits = graph.value(task.inputs[0]).type.shape;
-            if (!logits.empty() && logits.back() > 0) limit = std::min(limit, logits.back());
-          }
-          break;
-        case OpType::Reshape:
-        case OpType::Permute:
-        case OpType::Slice:
-        case OpType::Concat:
-        case OpType::Split:
-          for (int output : task.outputs) limit = std::min(limit, index_limit(graph, output, depth + 1));
-          break;
-        default: break;
-      }
+      if (is_shape_op(task.op))
+        for (int output : task.outputs) visit_readers(graph, output, visit, depth + 1);
+      else
+        visit(task, k);
     }
   }
+}
+
+// The number of valid values of an integer value: the smallest range its readers accept (Gather
+// indices: table rows; SoftmaxCrossEntropy labels: classes). kUnbounded when no reader bounds it.
+std::int64_t index_limit(const Graph& graph, int value) {
+  std::int64_t limit = kUnbounded;
+  visit_readers(graph, value, [&](const Task& task, std::size_t k) {
+    if (task.op == OpType::Gather && k == 1) limit = std::min(limit, graph.value(task.inputs[0]).type.shape.at(0));
+    if (task.op == OpType::SoftmaxCrossEntropy && k == 1) {
+      const Shape& logits = graph.value(task.inputs[0]).type.shape;
+      if (!logits.empty() && logits.back() > 0) limit = std::min(limit, logits.back());
+    }
+  });
   return limit;
 }
 
-// The loss task (SoftmaxCrossEntropy or VocabParallelCrossEntropy) that reads `value` as its labels,
-// directly or through shape ops; nullptr when none does.
-const Task* label_loss(const Graph& graph, int value, int depth = 0) {
-  if (depth > 64) return nullptr;
-  for (int consumer : graph.value(value).consumers) {
-    const Task& task = graph.task(consumer);
-    for (std::size_t k = 0; k < task.inputs.size(); ++k) {
-      if (task.inputs[k] != value) continue;
-      switch (task.op) {
-        case OpType::SoftmaxCrossEntropy:
-        case OpType::VocabParallelCrossEntropy:
-          if (k == 1) return &task;
-          break;
-        case OpType::Reshape:
-        case OpType::Permute:
-        case OpType::Slice:
-        case OpType::Concat:
-        case OpType::Split:
-          for (int output : task.outputs)
-            if (const Task* loss = label_loss(graph, output, depth + 1)) return loss;
-          break;
-        default: break;
-      }
-    }
-  }
-  return nullptr;
+// The loss task (SoftmaxCrossEntropy or VocabParallelCrossEntropy) that reads `value` as its labels;
+// nullptr when none does.
+const Task* label_loss(const Graph& graph, int value) {
+  const Task* loss = nullptr;
+  visit_readers(graph, value, [&](const Task& task, std::size_t k) {
+    if (!loss && k == 1 && (task.op == OpType::SoftmaxCrossEntropy || task.op == OpType::VocabParallelCrossEntropy))
+      loss = &task;
+  });
+  return loss;
 }
 
 // True when the value is an additive attention mask (Attention input 3, Softmax input 1): zeros.
