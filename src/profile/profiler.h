@@ -33,12 +33,9 @@ struct ProfilerOptions {
 /// microbatch of `batch` samples on `backend`.
 ///
 /// Only the subgraph is instantiated (standalone_graph of extract_subgraph). Its inputs are filled
-/// with plausible data: integer inputs (token ids, labels, also when they arrive as boundary
-/// activations) uniformly in [0, n) where n is the smallest valid range of their consumers (Gather:
-/// rows of the table; SoftmaxCrossEntropy: classes; followed through shape ops), 0 when no consumer
-/// bounds them; labels of the losses in options.counted_label_shares ignore_index at the share of
-/// positions that do not count; f32/bf16 inputs normal(0, 1), except additive attention masks
-/// (Attention/Softmax mask inputs), which are 0.
+/// with plausible data by synthetic_input (profile/synthetic_inputs.h: token ids and labels in
+/// range, labels of options.counted_label_shares ignore_index where training's are, zero attention
+/// masks, normal(0, 1) floats).
 /// Parameters and buffers come from initialize_parameters (names as in the full model).
 ///
 /// Fills, at this batch: forward_seconds / backward_seconds (seconds, median of `repeats` passes
