@@ -3,6 +3,7 @@
 // `partrain eval` share, so both run a checkpoint under plans made the same way.
 #include "app/plan_agreement.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -44,16 +45,16 @@ std::string profile_backend_name(const Backend& backend) {
 
 // A cache timed at another speed than the ranks have now (other load, clocks or binding: its speed
 // calibration differs by more than profile::kCalibrationTolerance) has its times scaled by the ratio
-// of the calibrations, and the run says so. A cache without a calibration (older) is used as it is.
-void adapt_to_current_speed(profile::ProfileDB& database, double calibration, const std::string& cache) {
+// of the calibrations for this run, and the run says so; the cache keeps its own speed
+// (profile::at_recorded_speed). Returns the factor applied (1: none).
+double adapt_to_current_speed(profile::ProfileDB& database, double calibration, const std::string& cache) {
   const double recorded = database.calibration_seconds();
-  if (recorded <= 0 || calibration <= 0) return;
-  const double ratio = calibration / recorded;
-  if (std::abs(ratio - 1) <= profile::kCalibrationTolerance) return;
-  database.rescale_times(ratio);
-  std::printf("profile: %s was measured at another speed (calibration %.3f ms then, %.3f ms now): its times are "
-              "scaled by %.2f ([profile] refresh = true measures again)\n",
-              cache.c_str(), recorded * 1e3, calibration * 1e3, ratio);
+  const double factor = profile::adapt_to_speed(database, calibration);
+  if (factor != 1.0)
+    std::printf("profile: %s was measured at another speed (calibration %.3f ms then, %.3f ms now): its times are "
+                "scaled by %.2f for this run ([profile] refresh = true measures again)\n",
+                cache.c_str(), recorded * 1e3, calibration * 1e3, factor);
+  return factor;
 }
 
 // Distributed profiling (docs/planning.md §Profiling): rank 0 lists every layer at microbatch sizes 1,
@@ -65,19 +66,25 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   profile::ProfileDB database(graph.hash(), backend_name, config.train.precision);
   const std::string cache = profile_cache_path(config, graph, backend);
   std::vector<profile::ProfileRequest> requests;
-  const double calibration = profile::speed_calibration_seconds(backend, world);  // collective
+  double speed_factor = 1.0;  // applied to the cached times for this run
   if (world.rank() == 0) {
     if (std::filesystem::exists(cache) && config.profile.refresh) {
       std::printf("profile: [profile] refresh = true: measuring again instead of using %s\n", cache.c_str());
     } else if (std::filesystem::exists(cache)) {
       try {
         database = profile::ProfileDB::load(cache);
-        adapt_to_current_speed(database, calibration, cache);
       } catch (const Error& error) {  // a damaged cache is measured again, not fatal
         std::printf("profile: ignoring %s: %s\n", cache.c_str(), error.message().c_str());
         database = profile::ProfileDB(graph.hash(), backend_name, config.train.precision);
       }
     }
+  }
+  // Every rank calibrates (collective), against the cache's calibration that rank 0 read.
+  const double recorded =
+      world.all_reduce_scalar(world.rank() == 0 ? database.calibration_seconds() : 0.0, comm::ReduceOp::Max);
+  const double calibration = profile::speed_calibration_against(backend, world, recorded);
+  if (world.rank() == 0) {
+    speed_factor = adapt_to_current_speed(database, calibration, cache);
     if (database.calibration_seconds() == 0) database.set_calibration_seconds(calibration);
     requests = partition::calibration_requests(graph, config.train.global_batch);
   }
@@ -94,6 +101,12 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   const profile::DistributedProfileReport report = profile::profile_distributed(
       graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });
   progress.finish();
+  if (recorded == 0) {
+    // A new cache's calibration stands for the speed its measurements ran at: timed again after them,
+    // the faster of the two, so that a blip at start-up does not rescale every later run.
+    const double after = profile::speed_calibration_seconds(backend, world);  // collective
+    if (world.rank() == 0) database.set_calibration_seconds(std::min(calibration, after));
+  }
   // Point-to-point and all-reduce costs on the communicator training uses, once per cache.
   std::string measure = "0";
   if (world.rank() == 0) {
@@ -121,7 +134,7 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   }
   if (world.rank() == 0) {
     std::filesystem::create_directories(config.profile.cache_dir);
-    database.save(cache);
+    profile::at_recorded_speed(database, speed_factor).save(cache);
     std::printf("profile: measured %zu task sets on %d ranks; %zu measurements in %s\n", report.requests.size(),
                 world.size(), database.size(), cache.c_str());
   }

@@ -1,6 +1,7 @@
 #include "profile/speed_calibration.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <vector>
 
@@ -36,6 +37,35 @@ double speed_calibration_seconds(Backend& backend, comm::Communicator& world) {
     if (run >= kWarmup) seconds.push_back(elapsed);
   }
   return world.all_reduce_scalar(median(std::move(seconds))) / world.size();
+}
+
+double speed_calibration_against(Backend& backend, comm::Communicator& world, double recorded_seconds) {
+  constexpr int kRetries = 3;
+  double closest = speed_calibration_seconds(backend, world);
+  const auto outside = [&](double seconds) {
+    return recorded_seconds > 0 && std::abs(seconds / recorded_seconds - 1) > kCalibrationTolerance;
+  };
+  // The same decisions on every rank: the calibration is the same on every rank, and so is recorded_seconds.
+  for (int retry = 0; retry < kRetries && outside(closest); ++retry) {
+    const double again = speed_calibration_seconds(backend, world);
+    if (std::abs(again - recorded_seconds) < std::abs(closest - recorded_seconds)) closest = again;
+  }
+  return closest;
+}
+
+double adapt_to_speed(ProfileDB& database, double calibration_seconds) {
+  const double recorded = database.calibration_seconds();
+  if (recorded <= 0 || calibration_seconds <= 0) return 1.0;
+  const double ratio = calibration_seconds / recorded;
+  if (std::abs(ratio - 1) <= kCalibrationTolerance) return 1.0;
+  database.rescale_times(ratio);
+  return ratio;
+}
+
+ProfileDB at_recorded_speed(const ProfileDB& database, double speed_factor) {
+  ProfileDB recorded = database;
+  if (speed_factor != 1.0) recorded.rescale_times(1.0 / speed_factor);
+  return recorded;
 }
 
 }  // namespace partrain::profile
