@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "profile/profile_db.h"
 #include "profile/speed_calibration.h"
+#include "profile/speed_reference.h"
 
 namespace partrain::profile {
 namespace {
@@ -34,10 +35,9 @@ TEST(SpeedCalibration, RescaleScalesTimesAndKeepsSizes) {
   EXPECT_THROW(db.rescale_times(0), Error);
 }
 
-// A run whose calibration is 1.5x the cache's plans with times 1.5x the cache's; what it saves is
-// at the cache's speed again, a measurement the run added included. Runs with noisy calibrations
-// (this VM: 10.4-10.9 ms or 13.8-20 ms per process) must not move the cache by the product of their
-// noise; within the tolerance nothing is scaled.
+// A run whose layers take 1.5x their cached time plans with times 1.5x the cache's; what it saves
+// is at the cache's speed again, a measurement the run added included. Runs whose speed is noisy
+// must not move the cache by the product of their noise; within the tolerance nothing is scaled.
 TEST(SpeedCalibration, AdaptedRunsKeepTheCacheAtItsOwnSpeed) {
   ProfileDB cache(42, "cpu-2ranks-1threads", "fp32");
   Measurement m;
@@ -48,11 +48,11 @@ TEST(SpeedCalibration, AdaptedRunsKeepTheCacheAtItsOwnSpeed) {
   cache.set_calibration_seconds(0.010);
 
   ProfileDB within = cache;
-  EXPECT_DOUBLE_EQ(adapt_to_speed(within, 0.0114), 1.0);
+  EXPECT_DOUBLE_EQ(adapt_to_speed(within, 1.14), 1.0);
   EXPECT_DOUBLE_EQ(within.find(cached, 4)->forward_seconds, 0.010);
 
   ProfileDB run = cache;
-  const double factor = adapt_to_speed(run, 0.015);
+  const double factor = adapt_to_speed(run, 1.5);
   EXPECT_DOUBLE_EQ(factor, 1.5);
   EXPECT_DOUBLE_EQ(run.find(cached, 4)->forward_seconds, 0.015);
   Measurement measured_now;  // taken at the run's speed
@@ -66,24 +66,61 @@ TEST(SpeedCalibration, AdaptedRunsKeepTheCacheAtItsOwnSpeed) {
   EXPECT_NEAR(saved.find(cached, 4)->backward_seconds, 0.020, 1e-15);
   EXPECT_NEAR(saved.find(added, 4)->forward_seconds, 0.002, 1e-15);
   EXPECT_NEAR(saved.find(added, 4)->backward_seconds, 0.004, 1e-15);
+  EXPECT_DOUBLE_EQ(adapt_to_speed(run, 0.0), 1.0);  // no measurement: nothing scaled
+}
 
-  // A second noisy run adapts from the saved cache, not from the first run's view.
-  ProfileDB second = saved;
-  EXPECT_NEAR(adapt_to_speed(second, 0.010), 1.0, 1e-12);
-  EXPECT_NEAR(second.find(cached, 4)->forward_seconds, 0.010, 1e-15);
+// The references a run times again: the longest cached layers within the budget, at most 3, the
+// shortest alone when none fits; layers not in the cache never.
+TEST(SpeedCalibration, ReferencesAreTheLongestCachedLayersWithinTheBudget) {
+  ProfileDB db(42, "cpu-2ranks-1threads", "fp32");
+  const auto add = [&](std::vector<int> tasks, std::int64_t batch, double seconds) {
+    Measurement m;
+    m.forward_seconds = seconds / 3;
+    m.backward_seconds = 2 * seconds / 3;
+    db.insert(tasks, batch, m);
+  };
+  add({0, 1}, 1, 0.010);
+  add({0, 1}, 2, 0.020);
+  add({2, 3}, 1, 0.030);
+  add({2, 3}, 2, 0.060);
+  add({4}, 1, 0.200);
+  const std::vector<ProfileRequest> requests = {{{0, 1}, 1}, {{0, 1}, 2}, {{2, 3}, 1}, {{2, 3}, 2}, {{4}, 1}, {{5}, 1}};
+  const std::vector<SpeedReference> chosen = choose_speed_references(db, requests, 0.1);
+  ASSERT_EQ(chosen.size(), 3u);  // 0.060 + 0.030 + 0.010 (0.200 and then 0.020 do not fit)
+  EXPECT_EQ(chosen[0].tasks, (std::vector<int>{2, 3}));
+  EXPECT_EQ(chosen[0].batch, 2);
+  EXPECT_NEAR(chosen[0].cached_seconds, 0.060, 1e-15);
+  EXPECT_NEAR(chosen[1].cached_seconds, 0.030, 1e-15);
+  EXPECT_NEAR(chosen[2].cached_seconds, 0.010, 1e-15);
 
-  ProfileDB older = cache;  // no calibration recorded: used as it is
-  older.set_calibration_seconds(0);
-  EXPECT_DOUBLE_EQ(adapt_to_speed(older, 0.015), 1.0);
+  const std::vector<SpeedReference> tight = choose_speed_references(db, requests, 0.001);
+  ASSERT_EQ(tight.size(), 1u);
+  EXPECT_NEAR(tight[0].cached_seconds, 0.010, 1e-15);
+  EXPECT_TRUE(choose_speed_references(ProfileDB(42, "cpu", "fp32"), requests).empty());
+
+  const std::vector<SpeedReference> back = speed_references_from_text(speed_references_to_text(chosen));
+  ASSERT_EQ(back.size(), chosen.size());
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    EXPECT_EQ(back[i].tasks, chosen[i].tasks);
+    EXPECT_EQ(back[i].batch, chosen[i].batch);
+    EXPECT_DOUBLE_EQ(back[i].cached_seconds, chosen[i].cached_seconds);
+  }
+  EXPECT_TRUE(speed_references_from_text("").empty());
+  EXPECT_THROW(speed_references_from_text("0-3;x;0.1\n"), Error);
+  EXPECT_THROW(speed_references_from_text("0-3\n"), Error);
 }
 
 TEST(SpeedCalibration, JsonKeepsTheCalibrationAndOlderCachesHaveNone) {
   ProfileDB db(42, "cpu", "fp32");
   db.set_calibration_seconds(0.0025);
+  db.set_other_load_cores(1.25);
   EXPECT_DOUBLE_EQ(ProfileDB::from_json(db.to_json(), "test").calibration_seconds(), 0.0025);
+  EXPECT_DOUBLE_EQ(ProfileDB::from_json(db.to_json(), "test").other_load_cores(), 1.25);
   nlohmann::json older = db.to_json();
   older.erase("calibration_seconds");
+  older.erase("other_load_cores");
   EXPECT_DOUBLE_EQ(ProfileDB::from_json(older, "older").calibration_seconds(), 0.0);
+  EXPECT_DOUBLE_EQ(ProfileDB::from_json(older, "older").other_load_cores(), -1.0);  // not recorded
 }
 
 }  // namespace

@@ -28,7 +28,9 @@
 #include "partition/planner.h"
 #include "profile/communication_profile.h"
 #include "profile/distributed_profiler.h"
+#include "profile/machine_load.h"
 #include "profile/speed_calibration.h"
+#include "profile/speed_reference.h"
 
 namespace partrain::app {
 namespace {
@@ -43,18 +45,51 @@ std::string profile_backend_name(const Backend& backend) {
   return "cpu-" + std::to_string(ranks_per_node) + "ranks-" + std::to_string(omp_get_max_threads()) + "threads";
 }
 
-// A cache timed at another speed than the ranks have now (other load, clocks or binding: its speed
-// calibration differs by more than profile::kCalibrationTolerance) has its times scaled by the ratio
-// of the calibrations for this run, and the run says so; the cache keeps its own speed
-// (profile::at_recorded_speed). Returns the factor applied (1: none).
-double adapt_to_current_speed(profile::ProfileDB& database, double calibration, const std::string& cache) {
-  const double recorded = database.calibration_seconds();
-  const double factor = profile::adapt_to_speed(database, calibration);
-  if (factor != 1.0)
-    std::printf("profile: %s was measured at another speed (calibration %.3f ms then, %.3f ms now): its times are "
-                "scaled by %.2f for this run ([profile] refresh = true measures again)\n",
-                cache.c_str(), recorded * 1e3, calibration * 1e3, factor);
+// A cache measured under other conditions than the run's: other processes kept a different number
+// of cores busy (profile::other_load_differs), or the cache did not record its load. Then its times
+// are scaled for this run by `speed_ratio` (its layers' time now over their cached time) when that
+// is beyond profile::kCalibrationTolerance, and the run says so; the cache keeps its own speed
+// (profile::at_recorded_speed). Under the same load, a speed difference is this machine's
+// run-to-run noise (a VM: 0.8-1.6x in one minute, uncorrelated with the steps that followed), and
+// the cache is used as measured. Returns the factor applied (1: none).
+double adapt_to_current_speed(profile::ProfileDB& database, double speed_ratio, double other_load_cores,
+                              std::size_t references, const std::string& cache) {
+  const double cached_load = database.other_load_cores();
+  const bool known = cached_load >= 0 && other_load_cores >= 0;
+  if (known && !profile::other_load_differs(cached_load, other_load_cores)) {
+    if (std::abs(speed_ratio - 1) > profile::kCalibrationTolerance)
+      std::printf("profile: %s: %zu of its layers now take %.2fx their cached time under the same load (%.1f cores "
+                  "busy with other processes then, %.1f now): used as measured ([profile] refresh = true measures "
+                  "again)\n",
+                  cache.c_str(), references, speed_ratio, cached_load, other_load_cores);
+    return 1.0;
+  }
+  const double factor = profile::adapt_to_speed(database, speed_ratio);
+  if (factor != 1.0 && known)
+    std::printf("profile: %s was measured under other load (%.1f cores busy with other processes then, %.1f now; %zu of "
+                "its layers take %.2fx their cached time): its times are scaled by %.2f for this run ([profile] "
+                "refresh = true measures again)\n",
+                cache.c_str(), cached_load, other_load_cores, references, speed_ratio, factor);
+  else if (factor != 1.0)
+    std::printf("profile: %s was measured at another speed (%zu of its layers now take %.2fx their cached time): its "
+                "times are scaled by %.2f for this run ([profile] refresh = true measures again)\n",
+                cache.c_str(), references, speed_ratio, factor);
   return factor;
+}
+
+// How the profiler measures for this run: the passes of [profile], the run's precision, and BERT's
+// masked-language-model labels counting at [data] mask_probability.
+profile::ProfilerOptions profiler_options(const ExperimentConfig& config) {
+  profile::ProfilerOptions options;
+  options.warmup = static_cast<int>(config.profile.warmup);
+  options.repeats = static_cast<int>(config.profile.repeats);
+  options.seed = static_cast<std::uint64_t>(config.train.seed);
+  options.mixed_precision = config.train.precision != "fp32";
+  options.compute_dtype = config.train.precision == "fp16" ? DType::F16 : DType::BF16;
+  // BERT's MLM loss counts only the masked tokens: timed on all-valid labels it computed every
+  // position's softmax, which training skips (the profile over-priced BERT's last stage).
+  if (config.model.type == "bert") options.counted_label_shares[kBertMaskedLanguageModelLoss] = config.data.mask_probability;
+  return options;
 }
 
 // Distributed profiling (docs/planning.md §Profiling): rank 0 lists every layer at microbatch sizes 1,
@@ -79,33 +114,35 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
       }
     }
   }
-  // Every rank calibrates (collective), against the cache's calibration that rank 0 read.
-  const double recorded =
-      world.all_reduce_scalar(world.rank() == 0 ? database.calibration_seconds() : 0.0, comm::ReduceOp::Max);
-  const double calibration = profile::speed_calibration_against(backend, world, recorded);
+  const profile::ProfilerOptions options = profiler_options(config);
+  // A new cache records the speed calibration of the conditions it is measured under.
+  const bool new_cache =
+      world.all_reduce_scalar(world.rank() == 0 && database.calibration_seconds() == 0 ? 1.0 : 0.0, comm::ReduceOp::Max) > 0;
+  const double calibration = new_cache ? profile::speed_calibration_seconds(backend, world) : 0.0;  // collective
+  // The cache's speed against this run's: rank 0 names a few cached layers, every rank times them.
+  std::string reference_text;
   if (world.rank() == 0) {
-    speed_factor = adapt_to_current_speed(database, calibration, cache);
-    if (database.calibration_seconds() == 0) database.set_calibration_seconds(calibration);
     requests = partition::calibration_requests(graph, config.train.global_batch);
+    reference_text = profile::speed_references_to_text(profile::choose_speed_references(database, requests));
   }
-  profile::ProfilerOptions options;
-  options.warmup = static_cast<int>(config.profile.warmup);
-  options.repeats = static_cast<int>(config.profile.repeats);
-  options.seed = static_cast<std::uint64_t>(config.train.seed);
-  options.mixed_precision = config.train.precision != "fp32";
-  options.compute_dtype = config.train.precision == "fp16" ? DType::F16 : DType::BF16;
-  // BERT's MLM loss counts only the masked tokens: timed on all-valid labels it computed every
-  // position's softmax, which training skips (the profile over-priced BERT's last stage).
-  if (config.model.type == "bert") options.counted_label_shares[kBertMaskedLanguageModelLoss] = config.data.mask_probability;
+  world.broadcast_bytes(reference_text, 0);
+  const std::vector<profile::SpeedReference> references = profile::speed_references_from_text(reference_text);
+  const int ranks_per_node = comm::MpiCommunicator::node_local_size();
+  const profile::OtherLoadMeter reference_meter;
+  const double speed_ratio = profile::measured_speed_ratio(graph, references, backend, world, options);  // collective
+  const double load_now = references.empty() ? -1 : profile::other_load_cores(reference_meter, world, ranks_per_node);
+  if (world.rank() == 0) {
+    speed_factor = adapt_to_current_speed(database, speed_ratio, load_now, references.size(), cache);
+    if (new_cache) database.set_calibration_seconds(calibration);
+  }
   io::ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
+  const profile::OtherLoadMeter profiling_meter;
   const profile::DistributedProfileReport report = profile::profile_distributed(
       graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });
   progress.finish();
-  if (recorded == 0) {
-    // A new cache's calibration stands for the speed its measurements ran at: timed again after them,
-    // the faster of the two, so that a blip at start-up does not rescale every later run.
-    const double after = profile::speed_calibration_seconds(backend, world);  // collective
-    if (world.rank() == 0) database.set_calibration_seconds(std::min(calibration, after));
+  if (new_cache) {  // the load the layers were measured under
+    const double load = profile::other_load_cores(profiling_meter, world, ranks_per_node);  // collective
+    if (world.rank() == 0) database.set_other_load_cores(load);
   }
   // Point-to-point and all-reduce costs on the communicator training uses, once per cache.
   std::string measure = "0";

@@ -1,6 +1,7 @@
 #include "profile/profile_db.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -129,7 +130,7 @@ nlohmann::json ProfileDB::to_json() const {
           {"backend", backend_}, {"dtype", dtype_}, {"measurements", entries},
           {"communication", communication_.to_json()},
           {"optimizer_seconds_per_byte", optimizer_seconds_per_byte_}, {"stage_peak_bytes", stage_peak_bytes_},
-          {"calibration_seconds", calibration_seconds_}};
+          {"calibration_seconds", calibration_seconds_}, {"other_load_cores", other_load_cores_}};
 }
 
 ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string& source_name) {
@@ -183,6 +184,8 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
     db.calibration_seconds_ = document.value("calibration_seconds", 0.0);  // older caches: none
     PARTRAIN_CHECK(db.calibration_seconds_ >= 0, source_name << ": calibration_seconds = " << db.calibration_seconds_
                                                              << " must be non-negative");
+    db.other_load_cores_ = document.value("other_load_cores", -1.0);  // older caches: not recorded
+    PARTRAIN_CHECK(std::isfinite(db.other_load_cores_), source_name << ": other_load_cores must be a number");
     if (document.contains("communication"))  // older caches hold none: measured again
       db.communication_ = CommunicationProfile::from_json(document.at("communication"), source_name);
     return db;

@@ -77,6 +77,11 @@ class ProfileDB {
   /// later run compares its own to tell a cache measured under other load or clocks.
   double calibration_seconds() const { return calibration_seconds_; }
   void set_calibration_seconds(double seconds) { calibration_seconds_ = seconds; }
+  /// Cores that other processes kept busy per node while the layers were measured
+  /// (profile/machine_load.h); −1 = not recorded (older caches). A later run compares its own to
+  /// tell other load from run-to-run noise.
+  double other_load_cores() const { return other_load_cores_; }
+  void set_other_load_cores(double cores) { other_load_cores_ = cores; }
   /// Multiplies every measured time (forward, backward, optimizer step) by `factor` > 0: a cache
   /// measured at another speed, rescaled by the ratio of the speed calibrations.
   void rescale_times(double factor);
@@ -107,6 +112,7 @@ class ProfileDB {
   std::map<std::string, double> optimizer_seconds_per_byte_;
   std::map<std::string, double> stage_peak_bytes_;
   double calibration_seconds_ = 0;
+  double other_load_cores_ = -1;
 };
 
 }  // namespace partrain::profile

@@ -39,27 +39,10 @@ double speed_calibration_seconds(Backend& backend, comm::Communicator& world) {
   return world.all_reduce_scalar(median(std::move(seconds))) / world.size();
 }
 
-double speed_calibration_against(Backend& backend, comm::Communicator& world, double recorded_seconds) {
-  constexpr int kRetries = 3;
-  double closest = speed_calibration_seconds(backend, world);
-  const auto outside = [&](double seconds) {
-    return recorded_seconds > 0 && std::abs(seconds / recorded_seconds - 1) > kCalibrationTolerance;
-  };
-  // The same decisions on every rank: the calibration is the same on every rank, and so is recorded_seconds.
-  for (int retry = 0; retry < kRetries && outside(closest); ++retry) {
-    const double again = speed_calibration_seconds(backend, world);
-    if (std::abs(again - recorded_seconds) < std::abs(closest - recorded_seconds)) closest = again;
-  }
-  return closest;
-}
-
-double adapt_to_speed(ProfileDB& database, double calibration_seconds) {
-  const double recorded = database.calibration_seconds();
-  if (recorded <= 0 || calibration_seconds <= 0) return 1.0;
-  const double ratio = calibration_seconds / recorded;
-  if (std::abs(ratio - 1) <= kCalibrationTolerance) return 1.0;
-  database.rescale_times(ratio);
-  return ratio;
+double adapt_to_speed(ProfileDB& database, double speed_ratio) {
+  if (speed_ratio <= 0 || std::abs(speed_ratio - 1) <= kCalibrationTolerance) return 1.0;
+  database.rescale_times(speed_ratio);
+  return speed_ratio;
 }
 
 ProfileDB at_recorded_speed(const ProfileDB& database, double speed_factor) {

@@ -1,8 +1,9 @@
 #pragma once
 // A short, fixed workload timed on every rank at once: the speed the ranks have right now (their
-// load, thread count, binding and clocks together). The ProfileDB records it with its measurements;
-// a later run that finds the cache times it again and, when the two differ, rescales or re-measures
-// the cache (app/plan_agreement.cpp, docs/planning.md "Profiling").
+// load, thread count, binding and clocks together), which the ProfileDB records with its
+// measurements; and the rescaling of a cache for a run at another speed, which the cache's own
+// layers timed again measure (profile/speed_reference.h; app/plan_agreement.cpp, docs/planning.md
+// "Profiling").
 #include "comm/communicator.h"
 #include "core/backend.h"
 #include "profile/profile_db.h"
@@ -15,23 +16,15 @@ namespace partrain::profile {
 /// rank. Collective over `world`.
 double speed_calibration_seconds(Backend& backend, comm::Communicator& world);
 
-/// The relative difference between a cache's calibration and the current one above which the cache
-/// is not used as measured: 15 %.
+/// The relative difference between a cache's speed and the run's above which the cache is not used
+/// as measured: 15 %.
 inline constexpr double kCalibrationTolerance = 0.15;
 
-/// speed_calibration_seconds, measured up to 3 more times while it differs from `recorded_seconds`
-/// (a cache's calibration; 0: none, measured once) by more than kCalibrationTolerance; returns the
-/// measurement closest to the recorded one. A calibration is 0.1 s: on a VM whose vCPUs slow down
-/// for a moment (here: 10.4-10.9 ms or 13.8-20 ms per process, while training steps stayed within
-/// 3%) one measurement would rescale a cache for a passing blip; load that lasts (a build beside the
-/// run) shows in every try. Collective over `world` (every rank gets the same `recorded_seconds`).
-double speed_calibration_against(Backend& backend, comm::Communicator& world, double recorded_seconds);
-
-/// Scales every time of `database` (a cache) by current / recorded calibration when a run's
-/// `calibration_seconds` differs from the cache's by more than kCalibrationTolerance, so that the
-/// run plans at its own speed. Returns the factor applied: 1 when none (also when either calibration
-/// is 0, an older cache or no measurement).
-double adapt_to_speed(ProfileDB& database, double calibration_seconds);
+/// Scales every time of `database` (a cache) by `speed_ratio` (the run's time over the cache's for
+/// the same work: measured_speed_ratio, profile/speed_reference.h) when it differs from 1 by more
+/// than kCalibrationTolerance, so that the run plans at its own speed. Returns the factor applied:
+/// 1 when none.
+double adapt_to_speed(ProfileDB& database, double speed_ratio);
 
 /// `database` as the cache should keep it after a run that adapted it by `speed_factor`
 /// (adapt_to_speed's result): every time, those measured in the run included, scaled back by
