@@ -546,4 +546,61 @@ TEST(MerakPlanner, TinyModels) {
   }
 }
 
+// Left to the planner, Merak's activation policy is its stage-aware recomputation (§6.2): with room
+// for every activation nothing is recomputed (the plan of recompute = "none"); with too little for
+// that, the stages recompute only what does not fit, and the step is no slower than recomputing
+// every stage from its boundaries.
+TEST(MerakPlanner, ChoosesStageAwareRecomputation) {
+  const Graph graph = build_model(tiny_config("gpt", 4));
+  DeviceSpec device;
+  PlannerOptions options = planner_options(4, 16);
+  options.stages = 2;
+  options.microbatches = 8;
+  options.memory_margin = 0;
+  const std::unique_ptr<CostModel> ample = make_analytic_cost_model(graph, device);
+  PlannerOptions none = options;
+  none.recompute = "none";
+  const Plan keeping = plan_merak(graph, *ample, none);
+  const Plan automatic = plan_merak(graph, *ample, options);  // recompute "auto"
+  for (const PlanStage& stage : automatic.stages) EXPECT_EQ(stage.recompute, RecomputePolicy::None);
+  EXPECT_NEAR(automatic.predicted_step_seconds, keeping.predicted_step_seconds, 1e-12);
+
+  double largest = 0;
+  for (const PlanStage& stage : keeping.stages) largest = std::max(largest, stage.memory_bytes);
+  device.memory_bytes = 0.97 * largest;  // "none" no longer fits
+  const std::unique_ptr<CostModel> tight = make_analytic_cost_model(graph, device);
+  EXPECT_THROW(plan_merak(graph, *tight, none), Error);
+  const Plan stage_aware = plan_merak(graph, *tight, options);
+  int recomputing = 0;
+  for (const PlanStage& stage : stage_aware.stages) {
+    EXPECT_LE(stage.memory_bytes, device.memory_bytes);
+    recomputing += stage.recompute != RecomputePolicy::None;
+  }
+  EXPECT_GE(recomputing, 1);
+  PlannerOptions boundaries = options;
+  boundaries.recompute = "boundaries";
+  EXPECT_LE(stage_aware.predicted_step_seconds, plan_merak(graph, *tight, boundaries).predicted_step_seconds * (1 + 1e-12));
+}
+
+// Under schedule = "auto", the merak planner also plans under its shifted critical path schedule
+// (§6.1) and keeps the fastest plan: never slower than the scp plan alone.
+TEST(MerakPlanner, ScheduleAutoIncludesShiftedCriticalPath) {
+  const Graph graph = build_model(tiny_config("bert", 4));
+  const std::unique_ptr<CostModel> cost = make_analytic_cost_model(graph, DeviceSpec{});
+  PlannerOptions options = planner_options(4, 16);
+  options.planner = "merak";
+  options.stages = 4;
+  options.microbatches = 8;
+  options.choose_schedule = true;
+  const Plan chosen = make_plan(graph, *cost, options);
+  EXPECT_EQ(chosen.planner, "merak");
+  for (const ScheduleKind schedule : {ScheduleKind::OneForwardOneBackward, ScheduleKind::ShiftedCriticalPath}) {
+    PlannerOptions fixed = options;
+    fixed.choose_schedule = false;
+    fixed.schedule = schedule;
+    EXPECT_LE(chosen.predicted_step_seconds, make_plan(graph, *cost, fixed).predicted_step_seconds * (1 + 1e-12))
+        << schedule_name(schedule);
+  }
+}
+
 }  // namespace

@@ -172,6 +172,11 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
     };
     consider(one_f_one_b);
     consider(zero_bubble);
+    if (options.planner == "merak") {  // Merak's own schedule (§6.1): 1F1B with the critical path shifted
+      PlannerOptions shifted = one_f_one_b;
+      shifted.schedule = ScheduleKind::ShiftedCriticalPath;
+      consider(shifted);
+    }
     if (best && best->pipeline_stages() > 1) {
       // zb_v at the depth and replicas chosen: the uniform planner's 2S chunks of near-equal layer
       // counts in a V (no planner searches V layouts of unequal chunks yet).

@@ -28,7 +28,8 @@ namespace partrain::partition {
 /// and when the stage DP still finds no split the block count is doubled (up to 3 times, at most
 /// one block per atomic component) before "no plan fits".
 /// With options.choose_schedule, plans under 1f1b and under zb_h1 (Qi et al. 2024 §2.1: a third of
-/// 1F1B's bubble, every stage holding 1F1B's first stage's activations), then a zb_v plan of the
+/// 1F1B's bubble, every stage holding 1F1B's first stage's activations), for the merak planner also
+/// under its shifted critical path schedule (Merak §6.1), then a zb_v plan of the
 /// better one's depth and microbatches from the uniform planner (2S chunks of near-equal layer
 /// counts in a V), and returns the plan with the shortest predicted step of those that fit; throws
 /// only when none fits.

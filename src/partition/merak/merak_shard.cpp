@@ -213,8 +213,13 @@ Plan merak_plan_with_stages(const Graph& graph, const std::vector<MerakShard>& s
 }
 }  // namespace
 
-Plan plan_merak(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
-  PARTRAIN_CHECK(options.world_size >= 1, "merak: world size " << options.world_size);
+Plan plan_merak(const Graph& graph, const CostModel& cost, const PlannerOptions& requested) {
+  PARTRAIN_CHECK(requested.world_size >= 1, "merak: world size " << requested.world_size);
+  // Left to the planner, the activation policy is Merak's own (§6.2): stage-aware recomputation,
+  // each stage keeping the activations of as many layers as its memory holds (all of them when
+  // everything fits, none when nothing does).
+  PlannerOptions options = requested;
+  if (options.recompute == "auto") options.recompute = "stage_aware";
   const std::vector<MerakShard> shards = merak_shards(graph);
   const int n = static_cast<int>(shards.size());
   if (options.stages > 0) {

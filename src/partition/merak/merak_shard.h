@@ -75,10 +75,13 @@ std::vector<std::pair<std::size_t, std::size_t>> balanced_contiguous_ranges(cons
 /// balanced compute (forward + backward seconds of CostModel::measure of each shard at the
 /// per-replica microbatch, balanced_contiguous_ranges). S = options.stages, or else the divisor of
 /// the world size (at most the shard count) whose plan fits and predicts the shortest step (the
-/// schedule simulated, plan_from_stages); replicas equal_replicas; the schedule and
-/// recomputation are taken from the options (Merak's shifted critical path schedule and stage-aware
-/// recomputation are runtime policies); microbatches, predictions and the memory check by
-/// plan_from_stages. Throws partrain::Error for more stages than shards, a stage count that does not
+/// schedule simulated, plan_from_stages); replicas equal_replicas; the schedule from the options
+/// (make_plan's choice under schedule "auto" includes Merak's shifted critical path, §6.1);
+/// recomputation from the options, where "auto" is Merak's stage-aware recomputation (§6.2:
+/// choose_stage_aware_recomputation keeps per stage the layers its memory holds); microbatches,
+/// predictions and the memory check by plan_from_stages. Interleaving and sequence parallelism are
+/// not Merak's (its pipeline is one chunk per stage; it splits layers by Megatron's tensor
+/// parallelism only): the 3D search around it chooses t and ZeRO as for every planner. Throws partrain::Error for more stages than shards, a stage count that does not
 /// divide the world size, or (S unset) when no stage count fits, naming each count's reason.
 Plan plan_merak(const Graph& graph, const CostModel& cost, const PlannerOptions& options);
 
