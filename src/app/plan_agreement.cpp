@@ -92,84 +92,103 @@ profile::ProfilerOptions profiler_options(const ExperimentConfig& config) {
   return options;
 }
 
-// Distributed profiling (docs/planning.md §Profiling): rank 0 lists every layer at microbatch sizes 1,
-// 2, 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
-// every rank measures its share. Collective over `world`; returns the complete DB on every rank.
-profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& graph, comm::Communicator& world,
-                                  comm::Communicator& device_world, Backend& backend) {
-  const std::string backend_name = profile_backend_name(backend);
-  profile::ProfileDB database(graph.hash(), backend_name, config.train.precision);
-  const std::string cache = profile_cache_path(config, graph, backend);
-  std::vector<profile::ProfileRequest> requests;
-  double speed_factor = 1.0;  // applied to the cached times for this run
-  if (world.rank() == 0) {
-    if (std::filesystem::exists(cache) && config.profile.refresh) {
-      std::printf("profile: [profile] refresh = true: measuring again instead of using %s\n", cache.c_str());
-    } else if (std::filesystem::exists(cache)) {
-      try {
-        database = profile::ProfileDB::load(cache);
-      } catch (const Error& error) {  // a damaged cache is measured again, not fatal
-        std::printf("profile: ignoring %s: %s\n", cache.c_str(), error.message().c_str());
-        database = profile::ProfileDB(graph.hash(), backend_name, config.train.precision);
-      }
-    }
+// Rank 0's cached ProfileDB at `cache`: empty (a new cache) when there is none, when [profile]
+// refresh = true, or when it is damaged (measured again, not fatal). Other ranks get an empty DB.
+profile::ProfileDB load_cache(const ExperimentConfig& config, const Graph& graph, const std::string& backend_name,
+                              const std::string& cache, bool leader) {
+  profile::ProfileDB empty(graph.hash(), backend_name, config.train.precision);
+  if (!leader || !std::filesystem::exists(cache)) return empty;
+  if (config.profile.refresh) {
+    std::printf("profile: [profile] refresh = true: measuring again instead of using %s\n", cache.c_str());
+    return empty;
   }
-  const profile::ProfilerOptions options = profiler_options(config);
-  // A new cache records the speed calibration of the conditions it is measured under.
-  const bool new_cache =
-      world.all_reduce_scalar(world.rank() == 0 && database.calibration_seconds() == 0 ? 1.0 : 0.0, comm::ReduceOp::Max) > 0;
-  const double calibration = new_cache ? profile::speed_calibration_seconds(backend, world) : 0.0;  // collective
-  // The cache's speed against this run's: rank 0 names a few cached layers, every rank times them.
+  try {
+    return profile::ProfileDB::load(cache);
+  } catch (const Error& error) {
+    std::printf("profile: ignoring %s: %s\n", cache.c_str(), error.message().c_str());
+    return empty;
+  }
+}
+
+// The cache's speed against this run's (docs/planning.md §Profiling): rank 0 names a few cached
+// layers of `requests`, every rank times them while the other load is measured, and rank 0 adapts
+// `database` (adapt_to_current_speed). Returns the factor applied to the cached times (rank 0; 1
+// elsewhere). Collective over `world`.
+double adapt_cache_to_run(profile::ProfileDB& database, const Graph& graph,
+                          const std::vector<profile::ProfileRequest>& requests, const profile::ProfilerOptions& options,
+                          const std::string& cache, comm::Communicator& world, Backend& backend) {
   std::string reference_text;
-  if (world.rank() == 0) {
-    requests = partition::calibration_requests(graph, config.train.global_batch);
+  if (world.rank() == 0)
     reference_text = profile::speed_references_to_text(profile::choose_speed_references(database, requests));
-  }
   world.broadcast_bytes(reference_text, 0);
   const std::vector<profile::SpeedReference> references = profile::speed_references_from_text(reference_text);
-  const int ranks_per_node = comm::MpiCommunicator::node_local_size();
-  const profile::OtherLoadMeter reference_meter;
-  const double speed_ratio = profile::measured_speed_ratio(graph, references, backend, world, options);  // collective
-  const double load_now = references.empty() ? -1 : profile::other_load_cores(reference_meter, world, ranks_per_node);
-  if (world.rank() == 0) {
-    speed_factor = adapt_to_current_speed(database, speed_ratio, load_now, references.size(), cache);
-    if (new_cache) database.set_calibration_seconds(calibration);
-  }
-  io::ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
-  const profile::OtherLoadMeter profiling_meter;
-  const profile::DistributedProfileReport report = profile::profile_distributed(
-      graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });
-  progress.finish();
-  if (new_cache) {  // the load the layers were measured under
-    const double load = profile::other_load_cores(profiling_meter, world, ranks_per_node);  // collective
-    if (world.rank() == 0) database.set_other_load_cores(load);
-  }
-  // Point-to-point and all-reduce costs on the communicator training uses, once per cache.
+  if (references.empty()) return 1.0;  // a new cache (the same on every rank: broadcast)
+  const profile::OtherLoadMeter meter;
+  const double speed_ratio = profile::measured_speed_ratio(graph, references, backend, world, options);
+  const double load_now = profile::other_load_cores(meter, world, comm::MpiCommunicator::node_local_size());
+  return world.rank() == 0 ? adapt_to_current_speed(database, speed_ratio, load_now, references.size(), cache) : 1.0;
+}
+
+// Point-to-point and all-reduce costs on the communicator training uses, once per cache (rank 0's
+// `database` gets them). Collective over `world` and `device_world`.
+void measure_communication_once(profile::ProfileDB& database, comm::Communicator& world,
+                                comm::Communicator& device_world, Backend& backend) {
   std::string measure = "0";
   if (world.rank() == 0) {
     const auto& groups = database.communication().allreduce;
     measure = world.size() > 1 && (groups.empty() || groups.rbegin()->first < world.size()) ? "1" : "0";
   }
   world.broadcast_bytes(measure, 0);
-  if (measure == "1") {
-    profile::CommunicationProfile communication = profile::measure_communication(device_world, backend);
-    if (world.rank() == 0) {
-      std::printf("profile: communication (%s): p2p %.1f us + %.2f GB/s; all-reduce over %d ranks %.1f us + %.2f GB/s\n",
-                  communication.communicator.c_str(), communication.within_node.latency_seconds * 1e6,
-                  communication.within_node.bytes_per_second / 1e9, communication.allreduce.rbegin()->first,
-                  communication.allreduce.rbegin()->second.latency_seconds * 1e6,
-                  communication.allreduce.rbegin()->second.bytes_per_second / 1e9);
-      database.set_communication(std::move(communication));
-    }
+  if (measure != "1") return;
+  profile::CommunicationProfile communication = profile::measure_communication(device_world, backend);
+  if (world.rank() != 0) return;
+  std::printf("profile: communication (%s): p2p %.1f us + %.2f GB/s; all-reduce over %d ranks %.1f us + %.2f GB/s\n",
+              communication.communicator.c_str(), communication.within_node.latency_seconds * 1e6,
+              communication.within_node.bytes_per_second / 1e9, communication.allreduce.rbegin()->first,
+              communication.allreduce.rbegin()->second.latency_seconds * 1e6,
+              communication.allreduce.rbegin()->second.bytes_per_second / 1e9);
+  database.set_communication(std::move(communication));
+}
+
+// Distributed profiling (docs/planning.md §Profiling): rank 0 lists every layer at microbatch sizes 1,
+// 2, 4, ... (what the calibrated cost model needs), drops what its cached ProfileDB already holds, and
+// every rank measures its share. A new cache records the conditions it was measured under (speed
+// calibration, other load); a cached one is adapted to this run's (adapt_cache_to_run) and saved at
+// its own speed. Collective over `world`; returns the complete DB on every rank.
+profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& graph, comm::Communicator& world,
+                                  comm::Communicator& device_world, Backend& backend) {
+  const bool leader = world.rank() == 0;
+  const std::string cache = profile_cache_path(config, graph, backend);
+  profile::ProfileDB database = load_cache(config, graph, profile_backend_name(backend), cache, leader);
+  const profile::ProfilerOptions options = profiler_options(config);
+  std::vector<profile::ProfileRequest> requests;
+  if (leader) requests = partition::calibration_requests(graph, config.train.global_batch);
+  const bool new_cache =
+      world.all_reduce_scalar(leader && database.calibration_seconds() == 0 ? 1.0 : 0.0, comm::ReduceOp::Max) > 0;
+  if (new_cache) {
+    const double calibration = profile::speed_calibration_seconds(backend, world);  // collective
+    if (leader) database.set_calibration_seconds(calibration);
   }
+  const double speed_factor = adapt_cache_to_run(database, graph, requests, options, cache, world, backend);
+
+  io::ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
+  const profile::OtherLoadMeter profiling_meter;
+  const profile::DistributedProfileReport report = profile::profile_distributed(
+      graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });
+  progress.finish();
+  if (new_cache) {  // the load the layers were measured under (−1 when the window was too short to tell)
+    const double load = profile::other_load_cores(profiling_meter, world, comm::MpiCommunicator::node_local_size());
+    if (leader) database.set_other_load_cores(load);
+  }
+  measure_communication_once(database, world, device_world, backend);
   // The optimizer step's cost per parameter byte (rank 0 plans; it measures on its own device).
-  if (world.rank() == 0 && !database.optimizer_seconds_per_byte().count(config.train.optimizer)) {
+  if (leader && !database.optimizer_seconds_per_byte().count(config.train.optimizer)) {
     const double seconds = measure_optimizer_seconds_per_byte(backend, config.train.optimizer,
                                                               runtime_options(config.train).optimizer);
     database.set_optimizer_seconds_per_byte(config.train.optimizer, seconds);
     std::printf("profile: %s step %.3f ms per million parameters\n", config.train.optimizer.c_str(), seconds * 4e9);
   }
-  if (world.rank() == 0) {
+  if (leader) {
     std::filesystem::create_directories(config.profile.cache_dir);
     profile::at_recorded_speed(database, speed_factor).save(cache);
     std::printf("profile: measured %zu task sets on %d ranks; %zu measurements in %s\n", report.requests.size(),

@@ -39,7 +39,7 @@ std::optional<double> OtherLoadMeter::share_of_other_load(int ranks_per_node) co
   const double busy = node_busy_cpu_seconds();
   if (node_busy_seconds_ < 0 || busy < 0 || ranks_per_node < 1) return std::nullopt;
   const double window = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  if (window <= 0) return 0;
+  if (window < kShortestLoadWindowSeconds) return std::nullopt;  // a few clock ticks: cannot tell
   const double others = (busy - node_busy_seconds_) / ranks_per_node - (process_cpu_seconds() - process_seconds_);
   return others / window;
 }

@@ -10,6 +10,10 @@
 
 namespace partrain::profile {
 
+/// The shortest window that tells the load: /proc/stat counts in clock ticks of 10 ms, so a window
+/// of 0.1 s reads each core's use to about a tenth.
+inline constexpr double kShortestLoadWindowSeconds = 0.1;
+
 /// Measures, over the window from construction (or restart) to share_of_other_load(), this rank's
 /// share of the node's CPU time spent by other processes: (node busy seconds / ranks_per_node − this
 /// process's CPU seconds) / window seconds. Summed over a node's ranks, it is the number of cores
@@ -21,7 +25,7 @@ class OtherLoadMeter {
   void restart();
   /// This rank's share (cores; may be slightly negative from clock-tick rounding) over the window,
   /// for `ranks_per_node` ≥ 1 ranks of the job on this node; empty when /proc/stat cannot be read
-  /// (not Linux).
+  /// (not Linux) or the window is shorter than kShortestLoadWindowSeconds.
   std::optional<double> share_of_other_load(int ranks_per_node) const;
 
  private:

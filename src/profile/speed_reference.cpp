@@ -1,10 +1,12 @@
 #include "profile/speed_reference.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <sstream>
 
 #include "core/error.h"
+#include "profile/machine_load.h"
 #include "profile/speed_calibration.h"
 
 namespace partrain::profile {
@@ -61,16 +63,23 @@ std::vector<SpeedReference> speed_references_from_text(const std::string& text) 
 
 namespace {
 
-// This rank's measured over cached seconds of every reference, timed with the others at once.
+// This rank's measured over cached seconds of every reference, timed with the others at once, the
+// references measured over and over for at least kShortestTrySeconds (long enough for the other
+// load measured beside, profile/machine_load.h; the ranks may loop different counts: measuring is
+// local).
 double time_once(const Graph& graph, std::span<const SpeedReference> references, Backend& backend,
                  comm::Communicator& world, const ProfilerOptions& options) {
+  constexpr double kShortestTrySeconds = 2 * kShortestLoadWindowSeconds;
   world.barrier();  // every rank at once: they share the node's cores, as in profiling and training
+  const auto start = std::chrono::steady_clock::now();
   double measured = 0, cached = 0;
-  for (const SpeedReference& reference : references) {
-    const Measurement m = measure_task_set(graph, reference.tasks, reference.batch, backend, options);
-    measured += m.forward_seconds + m.backward_seconds;
-    cached += reference.cached_seconds;
-  }
+  do {
+    for (const SpeedReference& reference : references) {
+      const Measurement m = measure_task_set(graph, reference.tasks, reference.batch, backend, options);
+      measured += m.forward_seconds + m.backward_seconds;
+      cached += reference.cached_seconds;
+    }
+  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < kShortestTrySeconds);
   return world.all_reduce_scalar(measured / cached) / world.size();
 }
 

@@ -38,8 +38,8 @@ std::string speed_references_to_text(std::span<const SpeedReference> references)
 std::vector<SpeedReference> speed_references_from_text(const std::string& text);
 
 /// Measured over cached seconds of `references` (of `graph`), every rank timing all of them at the
-/// same moment with `options` (as the cache was profiled): the mean over the ranks of each rank's
-/// sum of measured seconds over the sum of cached ones. Timed up to 2 more times while it differs
+/// same moment with `options` (as the cache was profiled), over and over for at least 0.2 s: the
+/// mean over the ranks of each rank's sum of measured seconds over the sum of cached ones. Timed up to 2 more times while it differs
 /// from 1 by more than kCalibrationTolerance (profile/speed_calibration.h), the try closest to 1
 /// counting: a passing slowdown shows in one try, load that lasts in all. 1 when `references` is
 /// empty. The same value on every rank. Collective over `world` (same references on every rank).
