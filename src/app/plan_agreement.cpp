@@ -163,9 +163,10 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   const profile::ProfilerOptions options = profiler_options(config);
   std::vector<profile::ProfileRequest> requests;
   if (leader) requests = partition::calibration_requests(graph, config.train.global_batch);
-  const bool new_cache =
+  // A new cache (or an older one without them) records the conditions it is measured under.
+  const bool record_conditions =
       world.all_reduce_scalar(leader && database.calibration_seconds() == 0 ? 1.0 : 0.0, comm::ReduceOp::Max) > 0;
-  if (new_cache) {
+  if (record_conditions) {
     const double calibration = profile::speed_calibration_seconds(backend, world);  // collective
     if (leader) database.set_calibration_seconds(calibration);
   }
@@ -176,7 +177,7 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   const profile::DistributedProfileReport report = profile::profile_distributed(
       graph, requests, world, backend, options, database, [&progress](double fraction) { progress.update(fraction); });
   progress.finish();
-  if (new_cache) {  // the load the layers were measured under (−1 when the window was too short to tell)
+  if (record_conditions) {  // the load the layers were measured under (−1 when the window was too short to tell)
     const double load = profile::other_load_cores(profiling_meter, world, comm::MpiCommunicator::node_local_size());
     if (leader) database.set_other_load_cores(load);
   }

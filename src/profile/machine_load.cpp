@@ -29,11 +29,10 @@ double process_cpu_seconds() {
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
-void OtherLoadMeter::restart() {
-  node_busy_seconds_ = node_busy_cpu_seconds();
-  process_seconds_ = process_cpu_seconds();
-  start_ = std::chrono::steady_clock::now();
-}
+OtherLoadMeter::OtherLoadMeter()
+    : node_busy_seconds_(node_busy_cpu_seconds()),
+      process_seconds_(process_cpu_seconds()),
+      start_(std::chrono::steady_clock::now()) {}
 
 std::optional<double> OtherLoadMeter::share_of_other_load(int ranks_per_node) const {
   const double busy = node_busy_cpu_seconds();

@@ -14,15 +14,13 @@ namespace partrain::profile {
 /// of 0.1 s reads each core's use to about a tenth.
 inline constexpr double kShortestLoadWindowSeconds = 0.1;
 
-/// Measures, over the window from construction (or restart) to share_of_other_load(), this rank's
+/// Measures, over the window from construction to share_of_other_load(), this rank's
 /// share of the node's CPU time spent by other processes: (node busy seconds / ranks_per_node − this
 /// process's CPU seconds) / window seconds. Summed over a node's ranks, it is the number of cores
 /// other processes kept busy; app code sums over the world and divides by the node count.
 class OtherLoadMeter {
  public:
-  OtherLoadMeter() { restart(); }
-  /// Starts a new window.
-  void restart();
+  OtherLoadMeter();
   /// This rank's share (cores; may be slightly negative from clock-tick rounding) over the window,
   /// for `ranks_per_node` ≥ 1 ranks of the job on this node; empty when /proc/stat cannot be read
   /// (not Linux) or the window is shorter than kShortestLoadWindowSeconds.

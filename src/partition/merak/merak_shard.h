@@ -81,7 +81,8 @@ std::vector<std::pair<std::size_t, std::size_t>> balanced_contiguous_ranges(cons
 /// choose_stage_aware_recomputation keeps per stage the layers its memory holds); microbatches,
 /// predictions and the memory check by plan_from_stages. Interleaving and sequence parallelism are
 /// not Merak's (its pipeline is one chunk per stage; it splits layers by Megatron's tensor
-/// parallelism only): the 3D search around it chooses t and ZeRO as for every planner. Throws partrain::Error for more stages than shards, a stage count that does not
+/// parallelism only): the 3D search around it chooses t and ZeRO as for every planner. Throws
+/// partrain::Error for more stages than shards, a stage count that does not
 /// divide the world size, or (S unset) when no stage count fits, naming each count's reason.
 Plan plan_merak(const Graph& graph, const CostModel& cost, const PlannerOptions& options);
 
