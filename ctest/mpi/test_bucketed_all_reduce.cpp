@@ -140,21 +140,27 @@ TEST(BucketedAllReduce, ZeroSegmentsAreReduceScatteredBucketByBucket) {
   // Every element is owned by exactly one rank.
   const double total = world.all_reduce_scalar(static_cast<double>(owned));
   EXPECT_EQ(total, 6 + 5 + 1 + 7 + 4);
-  // Each rank writes its rank + 1 into its elements; all_gather gives every rank the owners' values.
+  // Each rank writes 1000·(rank + 1) + 100·parameter + element into its elements; all_gather (in
+  // place, through the spent gradient buffer) gives every rank the owners' values, each in its place.
+  const auto written = [](int rank, std::size_t parameter, std::int64_t i) {
+    return static_cast<float>(1000 * (rank + 1) + 100 * static_cast<int>(parameter) + i);
+  };
   for (const ZeroPartition::Piece& piece : zero.pieces()) {
     const Tensor view = ZeroPartition::view(parameters[piece.parameter], piece);
-    for (std::int64_t i = 0; i < view.numel(); ++i) view.data<float>()[i] = static_cast<float>(world.rank() + 1);
+    for (std::int64_t i = 0; i < view.numel(); ++i) view.data<float>()[i] = written(world.rank(), piece.parameter, piece.begin + i);
   }
   zero.all_gather(parameters);
-  std::vector<double> sums(parameters.size());
   for (std::size_t p = 0; p < parameters.size(); ++p) {
-    for (float value : parameters[p].to_float_vector()) {
-      EXPECT_GE(value, 1.0f);
-      EXPECT_LE(value, static_cast<float>(ranks));
-      sums[p] += value;
+    const std::vector<float> values = parameters[p].to_float_vector();
+    double sum = 0;
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(values.size()); ++i) {
+      const int owner = static_cast<int>(values[i] / 1000) - 1;
+      EXPECT_TRUE(owner >= 0 && owner < ranks && values[i] == written(owner, p, i))
+          << "parameter " << p << " element " << i << ": " << values[i];
+      sum += values[i];
     }
     // The same values on every rank.
-    EXPECT_EQ(world.all_reduce_scalar(sums[p], comm::ReduceOp::Max), world.all_reduce_scalar(sums[p], comm::ReduceOp::Min));
+    EXPECT_EQ(world.all_reduce_scalar(sum, comm::ReduceOp::Max), world.all_reduce_scalar(sum, comm::ReduceOp::Min));
   }
 }
 

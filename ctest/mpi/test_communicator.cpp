@@ -457,5 +457,19 @@ TEST(MpiCommunicator, ReduceScatterAndAllGatherAgainstSums) {
   expect_error([&] { world().reduce_scatter(input, Tensor::zeros({kPart + 1})); }, "are not");
 }
 
+// In place (ZeRO-1's parameter gather into the spent gradient buffer): the input is this rank's own
+// slot of the output, which MPI accepts only as MPI_IN_PLACE.
+TEST(MpiCommunicator, AllGatherInPlace) {
+  const int n = world().size(), r = world().rank();
+  constexpr int kPart = 7;
+  const Tensor whole = Tensor::full({kPart * n}, -1.0, DType::F32);
+  const Tensor own = whole.slice_rows(r * kPart, (r + 1) * kPart);
+  for (int i = 0; i < kPart; ++i) own.data<float>()[i] = static_cast<float>(100 * r + i);
+  world().all_gather(own, whole);
+  for (int q = 0; q < n; ++q)
+    for (int i = 0; i < kPart; ++i)
+      EXPECT_EQ(whole.data<float>()[q * kPart + i], static_cast<float>(100 * q + i)) << "rank " << q << " element " << i;
+}
+
 }  // namespace
 }  // namespace partrain::comm

@@ -146,6 +146,23 @@ TEST(InterleavedSchedule, MegatronOrder) {
   EXPECT_EQ(last.back(), Action::step());
 }
 
+// A rank's activation peak walks its list (Plan::rank_peak_bytes): with MegatronOrder's lists and a
+// second chunk holding 100 times the first's bytes per microbatch, stage 1's peak holds one
+// microbatch of chunk 1 (its forwards go straight to their backwards) and two of chunk 0, plus chunk
+// 1's working memory: 2·10 + 1000 + 100. Stage 0 holds two of each before B0.1 frees one of chunk 1:
+// 3·10 + 2·1000 + 100. Counting each chunk's (warm-up + 1) / v microbatches would say 2121 for both.
+TEST(InterleavedSchedule, PeakActivationBytesWalksTheList) {
+  const Schedule schedule = partrain::generate_schedule(interleaved_plan(2, 2, 4));
+  const std::vector<double> microbatch_bytes = {10, 1000}, working_bytes = {1, 100};
+  EXPECT_DOUBLE_EQ(partrain::peak_activation_bytes(schedule[1], microbatch_bytes, working_bytes), 1120);
+  EXPECT_DOUBLE_EQ(partrain::peak_activation_bytes(schedule[0], microbatch_bytes, working_bytes), 2130);
+  // One chunk's figures for a list of two chunks: an error naming the action.
+  const std::vector<double> one = {10};
+  EXPECT_NE(partrain::testing::error_message([&] { partrain::peak_activation_bytes(schedule[0], one, one); })
+                .find("is on chunk 1 of 1"),
+            std::string::npos);
+}
+
 TEST(InterleavedSchedule, CheckerReportsDeadlockOnChunkOrder) {
   // Stage 0 runs chunk 1's forward of microbatch 0 before chunk 0's: it waits for stage 1, which
   // waits for chunk 0's activation that stage 0 never sent yet.

@@ -321,6 +321,20 @@ TEST(Plan, InterleavedJsonRoundTripAndValidation) {
   EXPECT_EQ(loaded.schedule, ScheduleKind::Interleaved);
   EXPECT_EQ(loaded.to_json(), plan.to_json());
   EXPECT_EQ(loaded.chunks_of_stage(0), (std::vector<int>{0, 2}));
+  // A rank of stage 0 holds chunks 0 and 2 but computes one at a time: their held parts add up, and
+  // the larger working part comes on top; a walked peak (rank_peak_bytes) takes precedence.
+  plan.stages[0].memory_bytes = 100;
+  plan.stages[0].working_bytes = 30;
+  plan.stages[2].memory_bytes = 50;
+  plan.stages[2].working_bytes = 20;
+  EXPECT_DOUBLE_EQ(plan.rank_memory_bytes(0), 70 + 30 + 30);
+  plan.rank_peak_bytes = {90, 80};
+  EXPECT_DOUBLE_EQ(plan.rank_memory_bytes(0), 90);
+  const Plan reloaded = Plan::from_json(plan.to_json(), "test");
+  EXPECT_EQ(reloaded.rank_peak_bytes, plan.rank_peak_bytes);
+  EXPECT_DOUBLE_EQ(reloaded.stages[2].working_bytes, 20);
+  EXPECT_EQ(reloaded.to_json(), plan.to_json());
+  plan.rank_peak_bytes.clear();
   Plan wrong = plan;
   wrong.world_size = 8;  // 2 stages x 2 replicas, not 4 chunks x 2
   EXPECT_NE(error_message([&] { wrong.validate(graph); }).find("world size 8 is not 1 pipeline replicas x 4"),
@@ -431,6 +445,32 @@ TEST(PlanBuilder, PredictionsSimulateTheScheduleWithTheCostModel) {
     EXPECT_NEAR(plan.stages[0].memory_bytes, first.parameter_bytes * 4 + in_flight * first.activation_bytes, 1e-3);
     EXPECT_EQ(plan.stages[0].summary, "embeddings, encoder.layer.0");
   }
+}
+
+// ZeRO-1 shards a stage's optimizer state and adds its reduced gradient part over a data-parallel
+// group of more than one rank, and leaves parameters tied to another stage whole (the runtime reduces
+// those over the stages sharing them): bert's word embeddings on stage 0 (2 replicas) and the MLM
+// decoder on stage 1 (1 replica, nothing to shard over).
+TEST(PlanBuilder, ZeroShardsTheUntiedParametersOfGroupsLargerThanOne) {
+  const Graph graph = build_model(tiny_model_config("bert"));
+  const TaskSumCostModel cost(graph, 1e12);
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  const std::vector<std::vector<int>> stages = {join_groups(groups, 0, 2), join_groups(groups, 2, groups.size())};
+  const profile::Measurement first = cost.measure(stages[0], 3), second = cost.measure(stages[1], 6);
+  PlannerOptions options;
+  options.world_size = 3;
+  options.global_batch = 12;
+  options.microbatches = 2;
+  options.recompute = "none";
+  options.zero = 1;
+  const Plan plan = plan_from_stages(graph, stages, {2, 1}, cost, options, "test");
+  ASSERT_EQ(plan.microbatch_size(), 6);
+  const double tied = static_cast<double>(graph.value(graph.value_id("bert.embeddings.word_embeddings.weight")).type.bytes(1));
+  // AdamW in fp32: weights 1 + gradients 1 + (Adam 2 + reduced part 1) / 2 on stage 0's untied bytes;
+  // 4 on the tied ones and on every byte of stage 1.
+  EXPECT_NEAR(plan.stages[0].memory_bytes, (first.parameter_bytes - tied) * 3.5 + tied * 4 + 2 * first.activation_bytes, 1e-3);
+  EXPECT_NEAR(plan.stages[1].memory_bytes, second.parameter_bytes * 4 + second.activation_bytes, 1e-3);
+  EXPECT_DOUBLE_EQ(plan.stages[0].working_bytes, first.peak_bytes - first.activation_bytes);
 }
 
 // Merak's stage-aware recomputation (merak.txt §6.2): with memory between "stage 0 recomputes

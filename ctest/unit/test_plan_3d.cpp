@@ -254,23 +254,31 @@ TEST(TensorParallelCosts, CalibratedModelUsesTheMeasuredAllReduceWhereTheGroupWa
 // ZeRO-1 in the memory model
 // ---------------------------------------------------------------------------------------------
 
-TEST(ZeroMemory, OptimizerStateAndMastersDividedByTheDataParallelGroup) {
+// The runtime's ZeRO-1 (runtime/zero_partition.h) keeps the fp32 weights and the flat gradient
+// buffer whole (the parameter all-gather reuses the buffer), and per rank 1/D of the optimizer state
+// plus its reduced gradient part of 1/D; a group of one keeps the optimizer state whole.
+TEST(ZeroMemory, OptimizerStateAndReducedGradientPartDividedByTheDataParallelGroup) {
   profile::MemoryPolicy policy;  // AdamW: 2 state copies
-  // fp32: weights 1 + gradients 1 + Adam 2 (sharded).
+  // fp32: weights 1 + gradients 1 + Adam 2 (sharded) + the reduced part 1 (only when sharded).
   EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 4.0);
   policy.optimizer_shards = 4;
-  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 2.0 + 2.0 / 4);
-  // bf16: f32 gradients 1 + bf16 weights and gradients 0.5 + 0.5, f32 masters 1 and Adam 2 (sharded).
+  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 2.0 + 3.0 / 4);
+  // bf16: f32 weights 1 + f32 gradients 1 + bf16 working weights 0.5, Adam 2 (sharded); the bf16
+  // gradients are working memory (one parameter at a time).
   policy.mixed_precision = true;
   policy.optimizer_shards = 1;
-  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 5.0);
+  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 4.5);
   policy.optimizer_shards = 8;
-  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 2.0 + 3.0 / 8);
-  // SGD: one momentum copy.
+  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 2.5 + 3.0 / 8);
+  // SGD: one momentum copy; with two shards the part and the state weigh what one state copy did.
   policy = profile::MemoryPolicy{};
   policy.optimizer_state_copies = 1;
   policy.optimizer_shards = 2;
-  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 2.0 + 1.0 / 2);
+  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 3.0);
+  // zero_stage_memory_bytes: the same change on a whole stage's bytes.
+  policy.optimizer_shards = 1;
+  EXPECT_DOUBLE_EQ(profile::zero_stage_memory_bytes(1000.0, 100.0, policy, 1), 1000.0);
+  EXPECT_DOUBLE_EQ(profile::zero_stage_memory_bytes(1000.0, 100.0, policy, 4), 1000.0 - 100.0 + 2.0 / 4 * 100.0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -388,7 +396,8 @@ TEST(ThreeDimensionalPlanning, ZeroOneWhenOptimizerStateIsTheBindingTerm) {
   options.tensor_parallel = 1;
   options.zero = -1;
   // One sample per replica: the model state of 4 bytes per parameter byte does not fit, with
-  // ZeRO-1 over the 4 replicas 2 + 2/4 does (the working memory of one sample is far smaller).
+  // ZeRO-1 over the 4 replicas 2 + (2 Adam + 1 reduced gradient part) / 4 does (the working memory
+  // of one sample is far smaller).
   const std::unique_ptr<CostModel> measure = make_analytic_cost_model(model, device);
   const profile::Measurement m = measure->measure(all_tasks(model), 1);
   const double parameters = m.parameter_bytes;
@@ -398,7 +407,7 @@ TEST(ThreeDimensionalPlanning, ZeroOneWhenOptimizerStateIsTheBindingTerm) {
   EXPECT_EQ(result.plan.zero, 1);
   ASSERT_EQ(result.plan.stages.size(), 1u);
   EXPECT_EQ(result.plan.stages[0].replicas * result.plan.pipeline_replicas, 4);
-  EXPECT_NEAR(result.plan.stages[0].memory_bytes, parameters * (2.0 + 2.0 / 4) + m.peak_bytes, 1.0);
+  EXPECT_NEAR(result.plan.stages[0].memory_bytes, parameters * (2.0 + 3.0 / 4) + m.peak_bytes, 1.0);
   ASSERT_EQ(result.candidates.size(), 2u);
   EXPECT_FALSE(result.candidates[0].feasible);  // zero 0
   EXPECT_TRUE(result.candidates[1].feasible);   // zero 1

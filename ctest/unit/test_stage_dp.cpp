@@ -847,12 +847,13 @@ TEST(Interleaving, RefusedWhenTheChunksDoNotFit) {
   PlannerOptions options = pipeline_options();
   options.global_batch = 16;
   // A rank holds 16 GB of model state. 1F1B at M = 16 (one sample per microbatch) keeps at most 4
-  // microbatches of its 4 blocks (400 MB) plus one block's transient (25 MB): 16.5 GB is enough.
-  // Interleaved, a rank keeps more: at M = 16 and v = 2, (3·2 + 4 + 1)/2 → 6 microbatches of each
-  // 2-block chunk (600 MB), and at fewer microbatches larger ones (M = 8: 6 of 100 MB per chunk;
-  // M = 4 = S: 4 of 200 MB per chunk); v = 4 keeps 5 of each 1-block chunk (500 MB) plus four
-  // transients (100 MB). None fits.
-  const Chain tight = pipeline_chain(16.5e9, activation, link);
+  // microbatches of its 4 blocks (400 MB) plus one block's transient (25 MB): 16.49 GB is enough.
+  // Interleaved, rank 0 keeps more: its warm-up of (S − 1)·2 + (v − 1)·S chunk steps and one more
+  // leave 11 chunk-microbatches in flight at v = 2 (of 2 blocks: 550 MB) and 19 at v = 4 (of 1 block:
+  // 475 MB), plus one chunk's transient (25 MB), at M = 16; fewer microbatches are larger (the
+  // planner's search counts (warm-up + 1) / v per chunk and every chunk's transient, more still).
+  // None fits.
+  const Chain tight = pipeline_chain(16.49e9, activation, link);
   const Plan plain = partrain::partition::plan_stages_rannc(tight.graph, tight.blocks, *tight.cost, options);
   ASSERT_EQ(plain.pipeline_stages(), 4);
   EXPECT_EQ(plain.microbatches, 16);

@@ -25,6 +25,7 @@
 #include "io/config.h"
 #include "models/model.h"
 #include "partition/common/cost_model.h"
+#include "support/memory_prediction.h"
 #include "support/partrain_runs.h"
 
 namespace {
@@ -42,21 +43,8 @@ struct PredictionCase {
   double tolerance;
 };
 
-// The per-stage check: a stage's measured peak (bytes) may exceed CAPSlog's prediction by the
-// relative tolerance plus, on top, one sent output still in flight (at most `sent_output_bytes`, see
-// the test); `error` gets (predicted − (measured − in-flight allowance)) / measured, and the check
-// holds when |error| ≤ tolerance. So measured passes in [predicted / (1 + tolerance),
-// (predicted + sent_output_bytes) / (1 − tolerance)] and fails outside (passing_measured_range).
-bool within_prediction(double predicted, double measured, double tolerance, double sent_output_bytes, double& error) {
-  const double in_flight = std::clamp(measured - predicted * (1 + tolerance), 0.0, sent_output_bytes);
-  error = (predicted - (measured - in_flight)) / measured;
-  return std::abs(error) <= tolerance;
-}
-
-// The measured peaks within_prediction accepts for `predicted`: {lowest, highest}, in bytes.
-std::pair<double, double> passing_measured_range(double predicted, double tolerance, double sent_output_bytes) {
-  return {predicted / (1 + tolerance), (predicted + sent_output_bytes) / (1 - tolerance)};
-}
+using partrain::testing::passing_measured_range;
+using partrain::testing::within_prediction;
 
 std::string case_name(const ::testing::TestParamInfo<PredictionCase>& info) {
   return info.param.model + "_recompute_" + info.param.recompute;
@@ -116,17 +104,9 @@ TEST_P(CapslogMemoryPrediction, MeasuredStagePeaksMatchThePrediction) {
   const nlohmann::json& stages = plan.at("stages");
   ASSERT_EQ(stages.size(), 4u);
 
-  std::vector<double> measured(4, 0.0);
-  std::ifstream metrics(directory + "/metrics.jsonl");
   int steps = 0;
-  for (std::string line; std::getline(metrics, line); ++steps) {
-    const nlohmann::json record = nlohmann::json::parse(line);
-    const std::vector<double> peaks = record.at("rank_peak_memory_bytes").get<std::vector<double>>();
-    const std::vector<double> baselines = record.at("rank_baseline_bytes").get<std::vector<double>>();
-    ASSERT_EQ(peaks.size(), 4u);
-    ASSERT_EQ(baselines.size(), 4u);
-    for (int rank = 0; rank < 4; ++rank) measured[rank] = std::max(measured[rank], peaks[rank] - baselines[rank]);
-  }
+  const std::vector<double> measured = partrain::testing::measured_rank_peaks(directory, steps);
+  ASSERT_EQ(measured.size(), 4u);
   ASSERT_EQ(steps, 3);
   double largest_error = 0, predicted_max = 0, measured_max = 0;
   std::printf("%s, recompute %s, capslog on 4 stages: stage, predicted MiB, measured MiB, error\n", model.c_str(),
@@ -141,23 +121,10 @@ TEST_P(CapslogMemoryPrediction, MeasuredStagePeaksMatchThePrediction) {
       partrain::load_experiment(std::string(PARTRAIN_SOURCE_DIR) + "/configs/" + model + "-tiny.toml", sequence);
   const partrain::Graph graph = partrain::build_model(config.model);
   const auto microbatch = static_cast<std::int64_t>(8 / plan.at("microbatches").get<int>());
-  const auto largest_boundary_bytes = [&](const nlohmann::json& stage) {
-    std::vector<bool> inside(graph.tasks().size(), false);
-    for (const int task : stage.at("tasks").get<std::vector<int>>()) inside[task] = true;
-    double largest = 0;
-    for (const partrain::Value& value : graph.values()) {
-      if (value.kind != partrain::ValueKind::Activation || value.consumers.empty()) continue;
-      const bool produced_inside = value.producer >= 0 && inside[value.producer];
-      bool crosses = false;
-      for (const int consumer : value.consumers) crosses |= inside[consumer] != produced_inside;
-      const int id = value.id;
-      if (crosses) largest = std::max(largest, partrain::partition::activation_bytes_of(graph, std::span(&id, 1), microbatch, false));
-    }
-    return largest;
-  };
   for (int s = 0; s < 4; ++s) {  // one replica per stage: rank s holds stage s
     const double predicted = stages[s].at("memory_bytes").get<double>();
-    const double sent_output_bytes = largest_boundary_bytes(stages[s]);
+    const double sent_output_bytes =
+        partrain::testing::largest_boundary_bytes(graph, stages[s].at("tasks").get<std::vector<int>>(), microbatch);
     ASSERT_GT(measured[s], 0);
     // Within the tolerance of the prediction, or above it by no more than one sent output.
     if (measured[s] > predicted * (1 + tolerance) && measured[s] <= predicted * (1 + tolerance) + sent_output_bytes)

@@ -56,8 +56,7 @@ std::string prediction_error_line(const Plan& plan, const std::vector<double>& s
          << "; peak memory per stage:";
   }
   for (std::size_t s = 0; s < static_cast<std::size_t>(plan.pipeline_stages()) && s < stage_peak_bytes.size(); ++s) {
-    double predicted = 0;  // a rank holds every model chunk of its stage (interleaved)
-    for (int chunk : plan.chunks_of_stage(static_cast<int>(s))) predicted += plan.stages[chunk].memory_bytes;
+    const double predicted = plan.rank_memory_bytes(static_cast<int>(s));  // every model chunk of the stage
     std::snprintf(text, sizeof text, " (%.1f of %.1f MiB predicted)", stage_peak_bytes[s] / (1 << 20),
                   predicted / (1 << 20));
     line << (s ? ", " : " ") << s << " " << relative_error(stage_peak_bytes[s], predicted) << text;

@@ -123,6 +123,10 @@ void check_scatter_gather(const Tensor& whole, const Tensor& part, int ranks, co
                                                                   << ranks << " parts of " << part.numel());
 }
 
+bool is_own_slot(const Tensor& part, const Tensor& whole, int rank) {
+  return part.raw_data() == static_cast<const char*>(whole.raw_data()) + static_cast<std::size_t>(rank) * part.nbytes();
+}
+
 int group_rank_of(const Communicator& communicator, int global_rank) {
   const std::span<const int> ranks = communicator.global_ranks();
   for (std::size_t i = 0; i < ranks.size(); ++i)

@@ -139,7 +139,9 @@ class Communicator {
   /// holds the result after wait(), and `input` must stay unchanged until then.
   virtual Request reduce_scatter_async(const Tensor& input, const Tensor& output) = 0;
   /// All-gather: rank r's `input` (f32, n elements) lands at [r·n, (r+1)·n) of `output` (f32,
-  /// size() × n elements) on every rank. Throws partrain::Error on another dtype or size.
+  /// size() × n elements) on every rank. `input` may be that slot of `output` itself (in place, as
+  /// NCCL defines it: ZeRO-1 gathers the parameters into the spent gradient buffer). Throws
+  /// partrain::Error on another dtype or size.
   virtual void all_gather(const Tensor& input, const Tensor& output) = 0;
   /// All-reduce of one host scalar (loss, gradient norm², token counts), in double precision.
   virtual double all_reduce_scalar(double value, ReduceOp op = ReduceOp::Sum) = 0;
@@ -172,6 +174,9 @@ class Communicator {
 /// Checks the operands of reduce_scatter / all_gather on a communicator of `ranks` ranks: f32,
 /// `whole` holding ranks × part.numel() elements. Throws partrain::Error naming `operation`.
 void check_scatter_gather(const Tensor& whole, const Tensor& part, int ranks, const char* operation);
+
+/// Whether `part` is rank `rank`'s slot of `whole` (an in-place all_gather).
+bool is_own_slot(const Tensor& part, const Tensor& whole, int rank);
 
 /// The position of `global_rank` in `communicator.global_ranks()`, or -1 if it is not a member.
 int group_rank_of(const Communicator& communicator, int global_rank);

@@ -160,6 +160,26 @@ std::vector<int> Plan::chunks_of_stage(int stage) const {
   return chunks;
 }
 
+double Plan::rank_memory_bytes(int stage) const {
+  if (stage >= 0 && static_cast<std::size_t>(stage) < rank_peak_bytes.size()) return rank_peak_bytes[stage];
+  std::vector<double> bytes, working;
+  for (int chunk : chunks_of_stage(stage)) {
+    bytes.push_back(stages[chunk].memory_bytes);
+    working.push_back(stages[chunk].working_bytes);
+  }
+  return partrain::rank_memory_bytes(bytes, working);
+}
+
+double rank_memory_bytes(std::span<const double> chunk_bytes, std::span<const double> chunk_working_bytes) {
+  double held = 0, working = 0;
+  for (std::size_t c = 0; c < chunk_bytes.size(); ++c) {
+    const double chunk_working = c < chunk_working_bytes.size() ? chunk_working_bytes[c] : 0.0;
+    held += chunk_bytes[c] - chunk_working;
+    working = std::max(working, chunk_working);
+  }
+  return held + working;
+}
+
 std::int64_t Plan::microbatch_size() const {
   const std::int64_t divisor = static_cast<std::int64_t>(pipeline_replicas) * microbatches;
   return divisor > 0 ? global_batch / divisor : 0;
@@ -403,6 +423,7 @@ nlohmann::json Plan::to_json() const {
     stage_list.push_back({{"summary", stage.summary}, {"replicas", stage.replicas},
                           {"recompute", recompute_name(stage.recompute)}, {"forward_seconds", stage.forward_seconds},
                           {"backward_seconds", stage.backward_seconds}, {"memory_bytes", stage.memory_bytes},
+                          {"working_bytes", stage.working_bytes},
                           {"allreduce_seconds", stage.allreduce_seconds},
                           {"allreduce_hidden_seconds", stage.allreduce_hidden_seconds},
                           {"optimizer_seconds", stage.optimizer_seconds},
@@ -413,28 +434,30 @@ nlohmann::json Plan::to_json() const {
     if (stage.weight_gradient_seconds > 0) stage_list.back()["weight_gradient_seconds"] = stage.weight_gradient_seconds;
     if (stage.tied_allreduce_seconds > 0) stage_list.back()["tied_allreduce_seconds"] = stage.tied_allreduce_seconds;
   }
-  return {{"format", "partrain-plan"},
-          {"version", 2},
-          {"planner", planner},
-          {"graph_hash", hash_hex(graph_hash)},
-          {"world_size", world_size},
-          {"pipeline_replicas", pipeline_replicas},
-          {"tensor_parallel", tensor_parallel},
-          {"zero", zero},
-          {"sub_pipelined_tmp", sub_pipelined_tmp},
-          {"sequence_parallel", sequence_parallel},
-          {"global_batch", global_batch},
-          {"microbatches", microbatches},
-          {"schedule", schedule_name(schedule)},
-          {"virtual_stages", virtual_stages},
-          {"precision", precision_name(precision)},
-          {"optimizer", optimizer},
-          {"optimizer_state_copies", optimizer_state_copies},
-          {"device_memory_bytes", device_memory_bytes},
-          {"predicted_step_seconds", predicted_step_seconds},
-          {"predicted_bubble_fraction", predicted_bubble_fraction},
-          {"cost_model", cost_model},
-          {"stages", stage_list}};
+  nlohmann::json document = {{"format", "partrain-plan"},
+                    {"version", 2},
+                    {"planner", planner},
+                    {"graph_hash", hash_hex(graph_hash)},
+                    {"world_size", world_size},
+                    {"pipeline_replicas", pipeline_replicas},
+                    {"tensor_parallel", tensor_parallel},
+                    {"zero", zero},
+                    {"sub_pipelined_tmp", sub_pipelined_tmp},
+                    {"sequence_parallel", sequence_parallel},
+                    {"global_batch", global_batch},
+                    {"microbatches", microbatches},
+                    {"schedule", schedule_name(schedule)},
+                    {"virtual_stages", virtual_stages},
+                    {"precision", precision_name(precision)},
+                    {"optimizer", optimizer},
+                    {"optimizer_state_copies", optimizer_state_copies},
+                    {"device_memory_bytes", device_memory_bytes},
+                    {"predicted_step_seconds", predicted_step_seconds},
+                    {"predicted_bubble_fraction", predicted_bubble_fraction},
+                    {"cost_model", cost_model},
+                    {"stages", stage_list}};
+  if (!rank_peak_bytes.empty()) document["rank_peak_bytes"] = rank_peak_bytes;
+  return document;
 }
 
 Plan Plan::from_json(const nlohmann::json& document, const std::string& source_name) {
@@ -467,6 +490,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
     plan.predicted_step_seconds = document.value("predicted_step_seconds", 0.0);
     plan.predicted_bubble_fraction = document.value("predicted_bubble_fraction", 0.0);
     plan.cost_model = document.value("cost_model", std::string());
+    plan.rank_peak_bytes = document.value("rank_peak_bytes", std::vector<double>{});
     for (const nlohmann::json& entry : document.at("stages")) {
       PlanStage stage;
       stage.summary = entry.value("summary", std::string());
@@ -479,6 +503,7 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
       stage.forward_seconds = entry.value("forward_seconds", 0.0);
       stage.backward_seconds = entry.value("backward_seconds", 0.0);
       stage.memory_bytes = entry.value("memory_bytes", 0.0);
+      stage.working_bytes = entry.value("working_bytes", 0.0);
       stage.allreduce_seconds = entry.value("allreduce_seconds", 0.0);
       stage.allreduce_hidden_seconds = entry.value("allreduce_hidden_seconds", 0.0);
       stage.optimizer_seconds = entry.value("optimizer_seconds", 0.0);

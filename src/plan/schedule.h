@@ -12,6 +12,7 @@
 // (sender, receiver, kind, microbatch, receiving model chunk); the sample range must agree.
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -131,5 +132,11 @@ int microbatches_in_flight(ScheduleKind kind, int stage, int stages, int microba
 /// Largest number of microbatches whose Forward has run and whose Backward (or BackwardWeight) has
 /// not, along the list (activation memory held at once; 1F1B: min(S-s, M) on stage s).
 int peak_in_flight(const std::vector<Action>& actions);
+/// Largest activation bytes a rank's list holds at once: at each compute action, the stored bytes of
+/// every (chunk, microbatch) between its Forward and the end of its backward, per chunk
+/// `microbatch_bytes[chunk]` (indexed by Action::chunk), plus `working_bytes[chunk]` of the chunk
+/// computing. Throws partrain::Error for an action whose chunk has no entry.
+double peak_activation_bytes(const std::vector<Action>& actions, std::span<const double> microbatch_bytes,
+                             std::span<const double> working_bytes);
 
 }  // namespace partrain

@@ -236,4 +236,20 @@ int peak_in_flight(const std::vector<Action>& actions) {
   return peak;
 }
 
+double peak_activation_bytes(const std::vector<Action>& actions, std::span<const double> microbatch_bytes,
+                             std::span<const double> working_bytes) {
+  double held = 0, peak = 0;
+  for (const Action& action : actions) {
+    if (!action.is_compute()) continue;
+    const auto chunk = static_cast<std::size_t>(action.chunk);
+    PARTRAIN_CHECK(chunk < microbatch_bytes.size() && chunk < working_bytes.size(),
+                   "peak_activation_bytes: " << action.to_string() << " is on chunk " << chunk << " of "
+                                             << std::min(microbatch_bytes.size(), working_bytes.size()));
+    if (action.kind == ActionKind::Forward) held += microbatch_bytes[chunk];
+    peak = std::max(peak, held + working_bytes[chunk]);
+    if (action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardWeight) held -= microbatch_bytes[chunk];
+  }
+  return peak;
+}
+
 }  // namespace partrain

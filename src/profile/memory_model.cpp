@@ -4,38 +4,57 @@
 
 namespace partrain::profile {
 
-double sharded_state_factor(const MemoryPolicy& policy) {
-  return policy.optimizer_state_copies + (policy.mixed_precision ? 1.0 : 0.0);
+double sharded_state_factor(const MemoryPolicy& policy) { return policy.optimizer_state_copies + 1.0; }
+
+double unsharded_state_factor(const MemoryPolicy& policy) {
+  // fp32 weights and gradients; mixed precision adds a bf16 working copy of the weights (half). Its
+  // bf16 gradients live one parameter at a time, until they are accumulated into the fp32 gradients
+  // (graph/interpreter.cpp hands each over when complete): working memory the profiler measures, not
+  // model state (measured on gpt-tiny's LM-head stage: 4.5 × its fp32 parameter bytes held between
+  // steps with AdamW, validation/perf/README.md). The fp32 weights stay whole
+  // under ZeRO-1 in both precisions: the runtime updates its part of them and all-gathers them
+  // (runtime/zero_partition.h), and the bf16 working copies are cast from them.
+  return 2.0 + (policy.mixed_precision ? 0.5 : 0.0);
 }
 
 double model_state_factor(const MemoryPolicy& policy) {
-  // fp32 weights and gradients, fp32 optimizer state; mixed precision adds a bf16 working copy of
-  // the weights and keeps bf16 gradients before they are accumulated into fp32 (half + half).
-  // ZeRO-1 keeps 1 / shards of the optimizer state (and of the fp32 masters in mixed precision).
-  const double sharded = sharded_state_factor(policy);
-  const double whole = 2.0 + (policy.mixed_precision ? 1.0 : 0.0) + policy.optimizer_state_copies - sharded;
-  return whole + sharded / std::max(1, policy.optimizer_shards);
+  if (policy.optimizer_shards <= 1) return unsharded_state_factor(policy) + policy.optimizer_state_copies;
+  return unsharded_state_factor(policy) + sharded_state_factor(policy) / policy.optimizer_shards;
 }
 
-double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy) {
-  const double model_state = m.parameter_bytes * model_state_factor(policy);
-  const int in_flight = std::max(1, policy.microbatches_in_flight);
+double zero_stage_memory_bytes(double unsharded_bytes, double parameter_bytes, const MemoryPolicy& policy, double group) {
+  if (group <= 1) return unsharded_bytes;
+  return unsharded_bytes + parameter_bytes * (sharded_state_factor(policy) / group - policy.optimizer_state_copies);
+}
+
+StageMemory stage_memory(const Measurement& m, const MemoryPolicy& policy) {
+  MemoryPolicy whole = policy;
+  whole.optimizer_shards = 1;
+  const double unsharded = std::clamp(policy.unsharded_parameter_bytes, 0.0, m.parameter_bytes);
+  StageMemory bytes;
+  bytes.model_state = (m.parameter_bytes - unsharded) * model_state_factor(policy) + unsharded * model_state_factor(whole);
+  bytes.in_flight = std::max(1, policy.microbatches_in_flight);
   // Working memory beyond the stored activations of one microbatch (temporaries of forward/backward).
-  const double transient = std::max(0.0, m.peak_bytes - m.activation_bytes);
-  double stored;
+  bytes.working = std::max(0.0, m.peak_bytes - m.activation_bytes) + policy.communication_buffer_bytes;
   if (policy.segmented) {
-    stored = in_flight * policy.checkpoint_bytes + policy.recomputed_peak_bytes;
+    bytes.per_microbatch = policy.checkpoint_bytes;
+    bytes.working += policy.recomputed_peak_bytes;
   } else if (policy.recompute) {
     // Each microbatch in flight keeps what its recomputation starts from (its received inputs) and,
     // when only part of the stage is recomputed (Merak §6.2), the saved tensors of the kept part; one
     // at a time holds all its saved tensors again. (A bound: the recomputed microbatch's input counts
     // twice when its backward reads it, as a transformer layer's first LayerNorm does.)
     const double kept = std::clamp(policy.kept_activation_bytes, 0.0, m.activation_bytes);
-    stored = in_flight * (m.boundary_input_bytes + kept) + (m.activation_bytes - kept);
+    bytes.per_microbatch = m.boundary_input_bytes + kept;
+    bytes.working += m.activation_bytes - kept;
   } else {
-    stored = in_flight * m.activation_bytes;
+    bytes.per_microbatch = m.activation_bytes;
   }
-  return model_state + stored + transient + policy.communication_buffer_bytes;
+  return bytes;
 }
+
+double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy) { return stage_memory(m, policy).total(); }
+
+double working_memory_bytes(const Measurement& m, const MemoryPolicy& policy) { return stage_memory(m, policy).working; }
 
 }  // namespace partrain::profile

@@ -25,9 +25,27 @@ struct MemoryPolicy {
   int microbatches_in_flight = 1;      // forward passes stored before their backward (1F1B: S - s; GPipe: M)
   double communication_buffer_bytes = 0.0;
   /// ZeRO-1 (Rajbhandari et al. 2020): ranks of the stage's data-parallel group that the optimizer
-  /// state (and, in mixed precision, the fp32 master weights) is sharded over; 1: not sharded.
+  /// state is sharded over; 1: not sharded.
   int optimizer_shards = 1;
+  /// Of the stage's parameter bytes, those ZeRO-1 leaves whole: parameters tied to another stage
+  /// (reduced over the stages that share them, runtime/executor.h).
+  double unsharded_parameter_bytes = 0.0;
 };
+
+/// A stage's memory by how long it lives (bytes): the model state throughout the step, each microbatch
+/// in flight's stored activations from its forward to its backward, and the working memory that
+/// exists only while the stage computes (forward and backward temporaries, a recomputed microbatch).
+struct StageMemory {
+  double model_state = 0;
+  double per_microbatch = 0;
+  int in_flight = 1;  // MemoryPolicy::microbatches_in_flight
+  double working = 0;
+  /// The stage's peak: model_state + in_flight · per_microbatch + working.
+  double total() const { return model_state + in_flight * per_microbatch + working; }
+};
+
+/// stage_memory_bytes in its parts.
+StageMemory stage_memory(const Measurement& m, const MemoryPolicy& policy);
 
 /// Peak bytes on one device for a stage with measurement `m` (at the per-replica microbatch size).
 /// m.activation_bytes is what one microbatch keeps from its forward to its backward (the saved
@@ -38,13 +56,31 @@ struct MemoryPolicy {
 /// segment at a time its recomputed saved tensors.
 double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy);
 
+/// Of stage_memory_bytes(m, policy), the bytes alive only while the stage computes: the forward's
+/// and backward's working memory (m.peak_bytes − m.activation_bytes) and what a recomputation
+/// holds for the one microbatch it recomputes. A rank holding several model chunks needs the largest
+/// of its chunks' working bytes, not their sum (plan::rank_memory_bytes).
+double working_memory_bytes(const Measurement& m, const MemoryPolicy& policy);
+
+
 /// Bytes of model state per (fp32) parameter byte: weights + gradients + optimizer state (+ bf16
-/// copy), the ZeRO-1 part (sharded_state_factor) divided by policy.optimizer_shards.
+/// copies). With ZeRO-1 over policy.optimizer_shards > 1 ranks: unsharded_state_factor plus
+/// sharded_state_factor / optimizer_shards.
 double model_state_factor(const MemoryPolicy& policy);
 
-/// The part of model_state_factor that ZeRO-1 shards over the data-parallel group, per parameter
-/// byte before dividing: the optimizer state copies, plus the fp32 master weights in mixed precision
-/// (in fp32 the weights are the ones the forward pass reads, so every rank keeps them whole).
+/// The model state every rank of a ZeRO-1 group keeps whole, per parameter byte: the fp32 weights
+/// and gradients (the flat gradient buffer, which the parameter all-gather reuses), and in mixed
+/// precision the bf16 weights and gradients.
+double unsharded_state_factor(const MemoryPolicy& policy);
+
+/// What ZeRO-1 divides over its group of D > 1 ranks, per parameter byte before dividing: the
+/// optimizer state copies and the rank's reduced gradient part (the reduce-scatter's output).
+/// A group of one keeps the optimizer state whole and needs no reduced part.
 double sharded_state_factor(const MemoryPolicy& policy);
+
+/// A stage's memory under ZeRO-1 over a data-parallel group of `group` ranks, from its memory
+/// `unsharded_bytes` without ZeRO (stage_memory_bytes with optimizer_shards = 1) and its
+/// `parameter_bytes`: the optimizer state replaced by sharded_state_factor / group when group > 1.
+double zero_stage_memory_bytes(double unsharded_bytes, double parameter_bytes, const MemoryPolicy& policy, double group);
 
 }  // namespace partrain::profile

@@ -249,14 +249,17 @@ void PipelineExecutor::classify_parameters(const std::map<int, std::vector<int>>
 
 void PipelineExecutor::create_optimizer(const std::map<int, std::vector<int>>& stages_of, bool bucketed,
                                         const std::vector<GradientCompletion>& completion) {
+  // ZeRO-1 shards over the stage's data-parallel group; a group of one has nothing to shard over (and
+  // its memory is modelled as plain data parallelism's).
+  const bool sharded = plan_.zero == 1 && stage_group_->size() > 1;
   std::vector<OptimizerParameter> parameters;
   std::vector<OptimizerParameter> tied_parameters;  // after the ZeRO pieces
   for (int value : parameter_order_) {
     // No weight decay for biases and normalisation weights (1-D), as in Hugging Face and Megatron.
     OptimizerParameter parameter{graph_.value(value).name, state_[value], state_[value].rank() > 1};
-    (plan_.zero == 1 && stages_of.at(value).size() > 1 ? tied_parameters : parameters).push_back(parameter);
+    (sharded && stages_of.at(value).size() > 1 ? tied_parameters : parameters).push_back(parameter);
   }
-  if (plan_.zero == 1) {
+  if (sharded) {
     // ZeRO-1: the optimizer updates this rank's pieces of the untied parameters (tied ones, reduced
     // over stages, stay whole). Each piece's elements are held by this rank alone in the
     // data-parallel group, and by the t ranks of the tensor-parallel group when not split there.
@@ -767,11 +770,6 @@ void PipelineExecutor::optimizer_step(Pass& pass) {
     std::vector<Tensor> tensors;
     for (int value : tied_) tensors.push_back(gradients_.at(value));
     tied_group_->all_reduce_coalesced(tensors);
-  }
-  if (zero_ && zero_gradients_.empty() && !zero_->pieces().empty()) {  // a data-parallel group of one: no AllReduce action
-    std::vector<Tensor> tensors;
-    for (int value : untied_) tensors.push_back(gradients_.at(value));
-    zero_gradients_ = zero_->reduce_scatter(tensors);
   }
   sum_sequence_parallel_gradients();
   // Every holder of a parameter has the same reduced gradient: count it once over the world. The

@@ -43,7 +43,6 @@ ZeroPartition::ZeroPartition(std::vector<Tensor> parameters, comm::Communicator&
     PARTRAIN_CHECK(segment_of_[p] < segments_.size(), "ZeRO: parameter " << p << " is in no segment");
   gradients_ = backend_.zeros({flat});
   part_ = backend_.zeros({part_size_});
-  gathered_ = backend_.zeros({part_size_ * ranks});
 }
 
 Tensor ZeroPartition::view(const Tensor& tensor, const Piece& piece) {
@@ -83,22 +82,21 @@ std::vector<Tensor> ZeroPartition::reduce_scatter(std::span<const Tensor> gradie
 void ZeroPartition::all_gather(std::span<const Tensor> tensors) {
   PARTRAIN_CHECK(tensors.size() == parameters_.size(),
                  "ZeRO: " << tensors.size() << " tensors for " << parameters_.size() << " parameters");
-  for (const Piece& piece : pieces_)
-    backend_.copy(part_.slice_rows(piece.offset, piece.offset + piece.end - piece.begin), view(tensors[piece.parameter], piece));
-  group_.all_gather(part_, gathered_);
-  // Rank r's part holds elements [r·p_k, (r+1)·p_k) of every segment k: copy each parameter's runs.
-  const std::int64_t ranks = group_.size();
-  for (std::size_t p = 0; p < tensors.size(); ++p) {
-    const Segment& s = layout_[segment_of_[p]];
-    const Tensor flat = tensors[p].reshape({-1});
-    const std::int64_t begin = offsets_[p], end = begin + parameters_[p].numel();
-    for (std::int64_t r = 0; r < ranks && s.part > 0; ++r) {
-      const std::int64_t first = std::max(begin, r * s.part), last = std::min(end, (r + 1) * s.part);
-      if (first >= last) continue;
-      const std::int64_t source = r * part_size_ + s.part_offset + (first - r * s.part);
-      backend_.copy(flat.slice_rows(first - begin, last - begin), gathered_.slice_rows(source, source + last - first));
-    }
+  // The flat gradient buffer is spent once the reduce-scatters are complete (the reduced sums are in
+  // part_), and its layout is the gathered one: rank r's slot of segment k holds elements
+  // [r·p_k, (r+1)·p_k). So this rank's elements go into its slots and each segment is all-gathered
+  // in place there, as DeepSpeed and Megatron's distributed optimizer do, with no buffer of its own.
+  for (const Piece& piece : pieces_) {
+    const std::int64_t flat = layout_[segment_of_[piece.parameter]].flat_offset + offsets_[piece.parameter] + piece.begin;
+    backend_.copy(gradients_.slice_rows(flat, flat + piece.end - piece.begin), view(tensors[piece.parameter], piece));
   }
+  const std::int64_t ranks = group_.size(), rank = group_.rank();
+  for (const Segment& s : layout_) {
+    if (s.part == 0) continue;
+    const Tensor whole = gradients_.slice_rows(s.flat_offset, s.flat_offset + s.part * ranks);
+    group_.all_gather(whole.slice_rows(rank * s.part, (rank + 1) * s.part), whole);
+  }
+  for (std::size_t p = 0; p < tensors.size(); ++p) backend_.copy(tensors[p], gradient_view(p).reshape(tensors[p].shape()));
 }
 
 }  // namespace partrain::runtime

@@ -68,7 +68,8 @@ class ZeroPartition {
 
   /// Every rank's updated elements of `tensors` (one per parameter, shaped like it: the parameters
   /// after the update, or an optimizer state laid out like them) copied to every rank, in place.
-  /// Collective over the group.
+  /// Gathers through the flat gradient buffer, so the gradient views hold no gradients afterwards
+  /// (the reduced sums of reduced_parts() are kept apart and stay valid). Collective over the group.
   void all_gather(std::span<const Tensor> tensors);
 
  private:
@@ -87,8 +88,7 @@ class ZeroPartition {
   std::vector<std::size_t> segment_of_;  // per parameter
   std::vector<std::int64_t> offsets_;    // per parameter: where it starts inside its segment
   Tensor gradients_;                     // Σ D·p_k elements: the gradients, segment by segment
-  Tensor part_;                          // part_size elements
-  Tensor gathered_;                      // D × part_size elements: every rank's part
+  Tensor part_;                          // part_size elements: this rank's reduced gradient sums
 };
 
 }  // namespace partrain::runtime

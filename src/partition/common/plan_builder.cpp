@@ -332,6 +332,28 @@ std::vector<double> tied_parameter_shares(const Plan& plan, const Graph& graph) 
 }
 }  // namespace
 
+namespace {
+// Interleaved plans: each pipeline stage's peak from its rank's action list, which says which chunks'
+// microbatches are in flight together (the per-chunk microbatches_in_flight of stage_memory_policy
+// averages them and overcounts the last chunk, whose microbatches go straight to their backward).
+// `memory` holds each chunk's parts (Plan::stages order).
+void record_rank_peaks(Plan& plan, const Schedule& schedule, const std::vector<profile::StageMemory>& memory) {
+  plan.rank_peak_bytes.clear();
+  if (plan.schedule != ScheduleKind::Interleaved || plan.virtual_stages < 2) return;
+  for (int s = 0; s < plan.pipeline_stages(); ++s) {
+    std::vector<double> microbatch_bytes, working_bytes;
+    double model_state = 0;
+    for (int chunk : plan.chunks_of_stage(s)) {
+      model_state += memory[chunk].model_state;
+      microbatch_bytes.push_back(memory[chunk].per_microbatch);
+      working_bytes.push_back(memory[chunk].working);
+    }
+    const std::vector<Action>& actions = schedule.at(plan.rank_of(Placement{0, s, 0, 0}));
+    plan.rank_peak_bytes.push_back(model_state + peak_activation_bytes(actions, microbatch_bytes, working_bytes));
+  }
+}
+}  // namespace
+
 void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const int stage_count = static_cast<int>(plan.stages.size());
   // devices_per_pipeline_replica() counts ranks (× tensor_parallel); a planner working on groups of t ranks
@@ -349,6 +371,7 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
     for (int chunk : plan.chunks_of_stage(s)) tied = tied || tied_shares[chunk] > 0;
     if (tied) tied_group += plan.stages[plan.chunks_of_stage(s).front()].replicas * plan.pipeline_replicas;
   }
+  std::vector<profile::StageMemory> chunk_memory(stage_count);
   for (int s = 0; s < stage_count; ++s) {
     PlanStage& stage = plan.stages[s];
     auto [begin, end] = plan.replica_samples(s, 0);  // replica 0 holds the largest share
@@ -379,11 +402,15 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
     const bool segmented = stage.recompute == RecomputePolicy::Layers || stage.recompute == RecomputePolicy::Selective;
     stage.weight_gradient_seconds =
         m.backward_seconds * weight_gradient_share(graph, stage.tasks, segmented ? recomputed_tasks(graph, stage) : std::vector<int>{});
-    stage.memory_bytes = profile::stage_memory_bytes(m, policy);
+    // ZeRO-1 shards the untied parameters only: the tied ones are reduced over their stages whole.
+    const double tied_bytes = m.parameter_bytes * tied_shares[s];
+    policy.unsharded_parameter_bytes = tied_bytes;
+    chunk_memory[s] = profile::stage_memory(m, policy);
+    stage.memory_bytes = chunk_memory[s].total();
+    stage.working_bytes = chunk_memory[s].working;
     if (stage.summary.empty()) stage.summary = summarize_tasks(graph, stage.tasks);
     // ZeRO-1's reduce-scatter + all-gather move what the all-reduce moves (ring: 2 (n − 1)/n of the
     // bytes per rank); each rank then updates only its 1 / shards of the parameters.
-    const double tied_bytes = m.parameter_bytes * tied_shares[s];
     stage.allreduce_seconds =
         cost.allreduce_seconds(m.parameter_bytes - tied_bytes, group, spans_nodes(cost, group * plan.tensor_parallel));
     stage.allreduce_hidden_seconds = allreduce_hidden_seconds(stage.allreduce_seconds, stage.backward_seconds,
@@ -392,11 +419,14 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
         tied_bytes > 0 ? cost.allreduce_seconds(tied_bytes, tied_group,
                                                 across_nodes || spans_nodes(cost, tied_group * plan.tensor_parallel))
                        : 0.0;
-    stage.optimizer_seconds = cost.optimizer_step_seconds(m.parameter_bytes / policy.optimizer_shards, options.optimizer);
+    stage.optimizer_seconds = cost.optimizer_step_seconds(
+        (m.parameter_bytes - tied_bytes) / policy.optimizer_shards + tied_bytes, options.optimizer);
   }
   // The step time is the schedule's own action lists simulated with these costs: gpipe, 1f1b and
   // scp get their own bubbles, and each stage's all-reduce starts when that stage's backwards end.
-  const TimelinePrediction prediction = simulate_schedule(plan, generate_schedule(plan), TimelineCosts::from_plan(plan));
+  const Schedule schedule = generate_schedule(plan);
+  const TimelinePrediction prediction = simulate_schedule(plan, schedule, TimelineCosts::from_plan(plan));
+  record_rank_peaks(plan, schedule, chunk_memory);
   plan.predicted_step_seconds = prediction.step_seconds;
   plan.predicted_bubble_fraction = prediction.bubble_fraction;
   plan.device_memory_bytes = cost.device().memory_bytes;
@@ -407,9 +437,7 @@ double memory_excess_bytes(const Plan& plan, const CostModel& cost, const Planne
   double largest = 0.0;
   // A rank holds every model chunk of its pipeline stage (one chunk per stage without interleaving).
   for (int s = 0; s < plan.pipeline_stages(); ++s) {
-    double rank_bytes = 0.0;
-    for (int chunk : plan.chunks_of_stage(s)) rank_bytes += plan.stages[chunk].memory_bytes;
-    largest = std::max(largest, rank_bytes);
+    largest = std::max(largest, plan.rank_memory_bytes(s));
   }
   return largest - options.usable_memory_bytes(cost.device());
 }

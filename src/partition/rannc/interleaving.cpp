@@ -203,13 +203,16 @@ double score(ChunkCosts& costs, const PlannerOptions& options, const Configurati
   const double usable = options.usable_memory_bytes(cost.device());
   double largest_allreduce = 0;
   for (int s = 0; s < S; ++s) {
-    double allreduce = 0, memory = 0;
+    double allreduce = 0;
+    std::vector<double> memory, working;
     for (int chunk = s; chunk < chunks; chunk += S) {
       const profile::Measurement& m = costs.measurement(first[chunk], chunk + 1 < chunks ? first[chunk + 1] : k, c.batch);
       allreduce += cost.allreduce_seconds(m.parameter_bytes, group, group_across);
-      memory += profile::stage_memory_bytes(m, stage_memory_policy(fixed, chunk, chunks, c.microbatches, group));
+      const profile::MemoryPolicy policy = stage_memory_policy(fixed, chunk, chunks, c.microbatches, group);
+      memory.push_back(profile::stage_memory_bytes(m, policy));
+      working.push_back(profile::working_memory_bytes(m, policy));
     }
-    if (memory > usable) return kInfinity;
+    if (rank_memory_bytes(memory, working) > usable) return kInfinity;
     largest_allreduce = std::max(largest_allreduce, allreduce);
   }
   return (static_cast<double>(c.microbatches) * v + S - 1) * chunk_seconds + largest_allreduce;

@@ -423,11 +423,13 @@ class StageDp {
             double memory = profile::stage_memory_bytes(*c.measurement, policy[j]);  // unsharded
             if (zero_) {
               const double sharded = c.measurement->parameter_bytes * profile::sharded_state_factor(policy[j]);
+              const double fixed = memory - c.measurement->parameter_bytes * policy[j].optimizer_state_copies;
               const auto memory_at = [&](int replicas) {
-                return memory - sharded + sharded / (static_cast<double>(replicas) * setting.pipeline_replicas);
+                return profile::zero_stage_memory_bytes(memory, c.measurement->parameter_bytes, policy[j],
+                                                        static_cast<double>(replicas) * setting.pipeline_replicas);
               };
               if (objective == Objective::Time && memory_at(r_first) > usable_) {
-                const double room = usable_ - (memory - sharded);  // for sharded / (r · pipeline_replicas)
+                const double room = usable_ - fixed;  // for sharded / (r · pipeline_replicas)
                 if (!(room > 0)) continue;
                 const double needed = std::ceil(sharded / (room * setting.pipeline_replicas));
                 if (needed > r_end) continue;
@@ -531,10 +533,9 @@ class StageDp {
               if (!run) continue;
               const StageRun& c = *run;
               double memory = profile::stage_memory_bytes(*c.measurement, policy);
-              if (zero_) {
-                const double sharded = c.measurement->parameter_bytes * profile::sharded_state_factor(policy);
-                memory += sharded / (static_cast<double>(replicas) * setting.pipeline_replicas) - sharded;
-              }
+              if (zero_)
+                memory = profile::zero_stage_memory_bytes(memory, c.measurement->parameter_bytes, policy,
+                                                          static_cast<double>(replicas) * setting.pipeline_replicas);
               if (memory > usable_) continue;  // line 18: does not fit the device memory
               const double forward = std::max(previous.forward, c.forward);
               const double backward = std::max(previous.backward, c.backward);
