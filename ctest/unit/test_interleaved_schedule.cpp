@@ -156,10 +156,17 @@ TEST(InterleavedSchedule, PeakActivationBytesWalksTheList) {
   const std::vector<double> microbatch_bytes = {10, 1000}, working_bytes = {1, 100};
   EXPECT_DOUBLE_EQ(partrain::peak_activation_bytes(schedule[1], microbatch_bytes, working_bytes), 1120);
   EXPECT_DOUBLE_EQ(partrain::peak_activation_bytes(schedule[0], microbatch_bytes, working_bytes), 2130);
-  // One chunk's figures for a list of two chunks: an error naming the action.
+  // The same from the stage's compute order alone (what the planner's search walks), and through
+  // the undominated states: stage 1 passes through few distinct ones.
+  const std::vector<partrain::Action> order = partrain::interleaved_compute_order(2, 2, 4, 1);
+  EXPECT_EQ(compute_order(order), compute_order(schedule[1]));
+  const std::vector<partrain::InFlightState> states = partrain::in_flight_states(order, 2);
+  EXPECT_LE(states.size(), 4u);
+  EXPECT_DOUBLE_EQ(partrain::peak_activation_bytes(states, microbatch_bytes, working_bytes), 1120);
+  // One chunk's figures for a list of two chunks: an error naming what is missing.
   const std::vector<double> one = {10};
   EXPECT_NE(partrain::testing::error_message([&] { partrain::peak_activation_bytes(schedule[0], one, one); })
-                .find("is on chunk 1 of 1"),
+                .find("chunks up to 1, figures for 1"),
             std::string::npos);
 }
 

@@ -850,9 +850,8 @@ TEST(Interleaving, RefusedWhenTheChunksDoNotFit) {
   // microbatches of its 4 blocks (400 MB) plus one block's transient (25 MB): 16.49 GB is enough.
   // Interleaved, rank 0 keeps more: its warm-up of (S − 1)·2 + (v − 1)·S chunk steps and one more
   // leave 11 chunk-microbatches in flight at v = 2 (of 2 blocks: 550 MB) and 19 at v = 4 (of 1 block:
-  // 475 MB), plus one chunk's transient (25 MB), at M = 16; fewer microbatches are larger (the
-  // planner's search counts (warm-up + 1) / v per chunk and every chunk's transient, more still).
-  // None fits.
+  // 475 MB), plus one chunk's transient (25 MB), at M = 16; fewer microbatches are larger. None
+  // fits (the search and plan_builder both walk the rank's compute order).
   const Chain tight = pipeline_chain(16.49e9, activation, link);
   const Plan plain = partrain::partition::plan_stages_rannc(tight.graph, tight.blocks, *tight.cost, options);
   ASSERT_EQ(plain.pipeline_stages(), 4);

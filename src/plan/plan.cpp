@@ -162,20 +162,10 @@ std::vector<int> Plan::chunks_of_stage(int stage) const {
 
 double Plan::rank_memory_bytes(int stage) const {
   if (stage >= 0 && static_cast<std::size_t>(stage) < rank_peak_bytes.size()) return rank_peak_bytes[stage];
-  std::vector<double> bytes, working;
-  for (int chunk : chunks_of_stage(stage)) {
-    bytes.push_back(stages[chunk].memory_bytes);
-    working.push_back(stages[chunk].working_bytes);
-  }
-  return partrain::rank_memory_bytes(bytes, working);
-}
-
-double rank_memory_bytes(std::span<const double> chunk_bytes, std::span<const double> chunk_working_bytes) {
   double held = 0, working = 0;
-  for (std::size_t c = 0; c < chunk_bytes.size(); ++c) {
-    const double chunk_working = c < chunk_working_bytes.size() ? chunk_working_bytes[c] : 0.0;
-    held += chunk_bytes[c] - chunk_working;
-    working = std::max(working, chunk_working);
+  for (int chunk : chunks_of_stage(stage)) {
+    held += stages[chunk].memory_bytes - stages[chunk].working_bytes;
+    working = std::max(working, stages[chunk].working_bytes);
   }
   return held + working;
 }

@@ -5,7 +5,6 @@
 // per stage, the rank map, and the predicted time and memory of each stage. Saved as JSON; validated
 // against its graph. Partitioners and the runtime meet only through Graph, ProfileDB and this Plan.
 #include <cstdint>
-#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -93,7 +92,7 @@ struct PlanStage {
   double memory_bytes = 0;      // predicted peak bytes per device
   /// Predicted: of memory_bytes, what exists only while this chunk computes (its forward's and
   /// backward's working memory, a recomputed microbatch): a rank holding several chunks
-  /// (interleaved) runs one at a time and needs the largest (Plan::rank_memory_bytes).
+  /// (interleaved) runs one at a time and needs only the largest (Plan::rank_memory_bytes).
   double working_bytes = 0;
   double allreduce_seconds = 0; // predicted: the stage's gradient all-reduce over its data-parallel group
   /// Predicted: the part of allreduce_seconds that runs during the stage's last backward (the
@@ -171,8 +170,8 @@ struct Plan {
   /// The index of model chunk `chunk` in chunks_of_stage(stage_of_chunk(chunk)).
   int local_chunk_index(int chunk) const;
   /// Predicted peak bytes of a rank of pipeline stage `stage`: rank_peak_bytes[stage] when recorded,
-  /// else its chunks' memory_bytes, each chunk's working_bytes replaced by the largest of them
-  /// (rank_memory_bytes).
+  /// else its chunks' memory_bytes added up, each chunk's working_bytes replaced by the largest of
+  /// them (the rank computes one chunk at a time).
   double rank_memory_bytes(int stage) const;
   /// Samples of one microbatch of one pipeline replica: global_batch / (pipeline_replicas · microbatches).
   std::int64_t microbatch_size() const;
@@ -237,11 +236,5 @@ std::string summarize_tasks(const Graph& graph, const std::vector<int>& tasks);
 /// predicted forward/backward ms, memory GiB, the bottleneck marked), then the predicted step time
 /// and samples/s.
 std::string format_plan_table(const Plan& plan);
-
-/// Peak bytes of a rank holding model chunks with predicted peaks `chunk_bytes`, of which
-/// `chunk_working_bytes` exist only while that chunk computes (PlanStage::working_bytes; missing
-/// entries count 0): the held parts add up, and the rank, running one chunk at a time, needs the
-/// largest working part besides.
-double rank_memory_bytes(std::span<const double> chunk_bytes, std::span<const double> chunk_working_bytes);
 
 }  // namespace partrain

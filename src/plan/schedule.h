@@ -132,11 +132,31 @@ int microbatches_in_flight(ScheduleKind kind, int stage, int stages, int microba
 /// Largest number of microbatches whose Forward has run and whose Backward (or BackwardWeight) has
 /// not, along the list (activation memory held at once; 1F1B: min(S-s, M) on stage s).
 int peak_in_flight(const std::vector<Action>& actions);
-/// Largest activation bytes a rank's list holds at once: at each compute action, the stored bytes of
-/// every (chunk, microbatch) between its Forward and the end of its backward, per chunk
-/// `microbatch_bytes[chunk]` (indexed by Action::chunk), plus `working_bytes[chunk]` of the chunk
-/// computing. Throws partrain::Error for an action whose chunk has no entry.
+/// Megatron-LM's interleaved 1F1B compute order on pipeline stage `stage` of `stages`, each rank
+/// holding `virtual_stages` model chunks, over `microbatches` (a multiple of `stages`): the Forward
+/// and Backward actions (microbatch, local chunk; no sample ranges) in the order generate_schedule
+/// emits them for that stage's ranks. Throws partrain::Error for a stage outside [0, stages) or a
+/// non-positive count.
+std::vector<Action> interleaved_compute_order(int stages, int virtual_stages, int microbatches, int stage);
+
+/// One moment of a rank's list, at a compute action: how many microbatches of each of its chunks
+/// are between their Forward and the end of their backward, and which chunk computes.
+struct InFlightState {
+  std::vector<int> in_flight;  // per local chunk (Action::chunk)
+  int computing = 0;
+};
+/// The states of `actions` (a rank's list over `chunks` local chunks) at its compute actions, less
+/// those another state with the same computing chunk holds at least as much of in every chunk: the
+/// peak for any per-chunk byte figures is reached at one of them. Throws partrain::Error for an
+/// action on a chunk outside [0, chunks).
+std::vector<InFlightState> in_flight_states(const std::vector<Action>& actions, int chunks);
+/// Largest activation bytes held at once over `states`: the stored bytes of every (chunk,
+/// microbatch) in flight, per chunk `microbatch_bytes[chunk]`, plus `working_bytes[chunk]` of the
+/// chunk computing. Throws partrain::Error when the figures cover fewer chunks than the states.
+double peak_activation_bytes(std::span<const InFlightState> states, std::span<const double> microbatch_bytes,
+                             std::span<const double> working_bytes);
+/// peak_activation_bytes over the in_flight_states of a rank's list. Throws partrain::Error when the
+/// figures cover fewer chunks than the list uses.
 double peak_activation_bytes(const std::vector<Action>& actions, std::span<const double> microbatch_bytes,
                              std::span<const double> working_bytes);
-
 }  // namespace partrain

@@ -1,6 +1,8 @@
 // The schedule IR's actions and the generators of gpipe, 1f1b, scp, zb_h1 and interleaved action lists
 // (plan/schedule.h).
 #include <algorithm>
+#include <functional>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -180,33 +182,49 @@ std::vector<Action> generate_rank(const Plan& plan, int rank) {
   return list;
 }
 
+std::vector<Action> generate_interleaved_rank(const Plan& plan, int rank) {
+  const Placement place = plan.placement_of(rank);
+  ChunkListWriter writer(plan, rank);
+  for (const Action& action :
+       interleaved_compute_order(plan.pipeline_stages(), plan.virtual_stages, plan.microbatches, place.stage)) {
+    if (action.kind == ActionKind::Forward) writer.forward(action.chunk, action.microbatch);
+    else writer.backward(action.chunk, action.microbatch, false);
+  }
+  return writer.finish();
+}
+
+}  // namespace
+
 // Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_interleaving, Narayanan et al.
 // SC'21 §2.2): step i of the M·v forward (or backward) steps runs microbatch
 // (i / (S·v))·S + i mod S on local chunk (i mod S·v) / S (backward: v-1 minus that), so S microbatches
 // pass through one chunk before the next chunk starts and the bubble shrinks by v.
-std::vector<Action> generate_interleaved_rank(const Plan& plan, int rank) {
-  const Placement place = plan.placement_of(rank);
-  const int S = plan.pipeline_stages(), v = plan.virtual_stages, M = plan.microbatches;
-  const int s = place.stage;
-  ChunkListWriter writer(plan, rank);
+std::vector<Action> interleaved_compute_order(int stages, int virtual_stages, int microbatches, int stage) {
+  const int S = stages, v = virtual_stages, M = microbatches, s = stage;
+  PARTRAIN_CHECK(S >= 1 && v >= 1 && M >= 1 && s >= 0 && s < S,
+                 "interleaved_compute_order: stage " << s << " of " << S << ", " << v << " chunks, " << M << " microbatches");
   auto chunk_of = [&](int i, bool forward) {
     const int k = i % (S * v) / S;
     return forward ? k : v - 1 - k;
   };
   auto microbatch_of = [&](int i) { return i / (S * v) * S + i % S; };
-
+  auto compute = [&](ActionKind kind, int i) {
+    Action action = kind == ActionKind::Forward ? Action::forward(microbatch_of(i), 0, 0, false)
+                                                : Action::backward(microbatch_of(i), 0, 0);
+    action.chunk = chunk_of(i, kind == ActionKind::Forward);
+    return action;
+  };
+  std::vector<Action> order;
   const int total = M * v;
   const int warmup = M == S ? total : std::min(total, (S - s - 1) * 2 + (v - 1) * S);
-  for (int i = 0; i < warmup; ++i) writer.forward(chunk_of(i, true), microbatch_of(i));
+  for (int i = 0; i < warmup; ++i) order.push_back(compute(ActionKind::Forward, i));
   for (int i = 0; i < total - warmup; ++i) {
-    writer.forward(chunk_of(warmup + i, true), microbatch_of(warmup + i));
-    writer.backward(chunk_of(i, false), microbatch_of(i), false);
+    order.push_back(compute(ActionKind::Forward, warmup + i));
+    order.push_back(compute(ActionKind::Backward, i));
   }
-  for (int i = total - warmup; i < total; ++i) writer.backward(chunk_of(i, false), microbatch_of(i), false);
-  return writer.finish();
+  for (int i = total - warmup; i < total; ++i) order.push_back(compute(ActionKind::Backward, i));
+  return order;
 }
-
-}  // namespace
 
 Schedule generate_schedule(const Plan& plan) {
   check_plan_shape(plan);
@@ -236,20 +254,53 @@ int peak_in_flight(const std::vector<Action>& actions) {
   return peak;
 }
 
-double peak_activation_bytes(const std::vector<Action>& actions, std::span<const double> microbatch_bytes,
-                             std::span<const double> working_bytes) {
-  double held = 0, peak = 0;
+std::vector<InFlightState> in_flight_states(const std::vector<Action>& actions, int chunks) {
+  std::vector<int> in_flight(static_cast<std::size_t>(std::max(0, chunks)), 0);
+  std::set<std::pair<int, std::vector<int>>> seen;  // (computing chunk, counts)
   for (const Action& action : actions) {
     if (!action.is_compute()) continue;
-    const auto chunk = static_cast<std::size_t>(action.chunk);
-    PARTRAIN_CHECK(chunk < microbatch_bytes.size() && chunk < working_bytes.size(),
-                   "peak_activation_bytes: " << action.to_string() << " is on chunk " << chunk << " of "
-                                             << std::min(microbatch_bytes.size(), working_bytes.size()));
-    if (action.kind == ActionKind::Forward) held += microbatch_bytes[chunk];
-    peak = std::max(peak, held + working_bytes[chunk]);
-    if (action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardWeight) held -= microbatch_bytes[chunk];
+    PARTRAIN_CHECK(action.chunk >= 0 && action.chunk < chunks,
+                   "in_flight_states: " << action.to_string() << " is on chunk " << action.chunk << " of " << chunks);
+    if (action.kind == ActionKind::Forward) ++in_flight[action.chunk];
+    seen.insert({action.chunk, in_flight});
+    if (action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardWeight) --in_flight[action.chunk];
+  }
+  // Keep the states no other state of the same computing chunk holds at least as much as, per chunk.
+  std::vector<InFlightState> states;
+  for (const auto& [computing, counts] : seen) {
+    const bool dominated = std::any_of(seen.begin(), seen.end(), [&](const auto& other) {
+      return other.first == computing && other.second != counts &&
+             std::equal(counts.begin(), counts.end(), other.second.begin(), std::less_equal<int>());
+    });
+    if (!dominated) states.push_back({counts, computing});
+  }
+  return states;
+}
+
+double peak_activation_bytes(std::span<const InFlightState> states, std::span<const double> microbatch_bytes,
+                             std::span<const double> working_bytes) {
+  double peak = 0;
+  for (const InFlightState& state : states) {
+    PARTRAIN_CHECK(state.in_flight.size() <= microbatch_bytes.size() &&
+                       static_cast<std::size_t>(state.computing) < working_bytes.size(),
+                   "peak_activation_bytes: a state of " << state.in_flight.size() << " chunks, figures for "
+                                                        << std::min(microbatch_bytes.size(), working_bytes.size()));
+    double held = working_bytes[state.computing];
+    for (std::size_t c = 0; c < state.in_flight.size(); ++c) held += state.in_flight[c] * microbatch_bytes[c];
+    peak = std::max(peak, held);
   }
   return peak;
+}
+
+double peak_activation_bytes(const std::vector<Action>& actions, std::span<const double> microbatch_bytes,
+                             std::span<const double> working_bytes) {
+  int chunks = 0;
+  for (const Action& action : actions)
+    if (action.is_compute()) chunks = std::max(chunks, action.chunk + 1);
+  PARTRAIN_CHECK(static_cast<std::size_t>(chunks) <= std::min(microbatch_bytes.size(), working_bytes.size()),
+                 "peak_activation_bytes: the list has chunks up to " << chunks - 1 << ", figures for "
+                                                                     << std::min(microbatch_bytes.size(), working_bytes.size()));
+  return peak_activation_bytes(in_flight_states(actions, chunks), microbatch_bytes, working_bytes);
 }
 
 }  // namespace partrain

@@ -3,14 +3,17 @@
 #include "partition/rannc/block_ranges.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <unordered_map>
 
 #include "core/error.h"
 #include "partition/common/plan_builder.h"
 #include "partition/rannc/stage_dp.h"
+#include "plan/schedule.h"
 #include "profile/memory_model.h"
 
 namespace partrain::partition {
@@ -36,6 +39,16 @@ class ChunkCosts {
 
   std::vector<int> range_tasks(int b, int e) const { return ranges_.range_tasks(b, e); }
   const profile::Measurement& measurement(int b, int e, std::int64_t batch) { return ranges_.measurement(b, e, batch); }
+
+  // The undominated in-flight states of stage s's interleaved compute order (plan/schedule.h),
+  // cached: they depend on (S, v, M, s) only, and the search scores many splits of each.
+  const std::vector<InFlightState>& in_flight_states(int S, int v, int M, int s) {
+    const std::array<int, 4> key = {S, v, M, s};
+    auto found = in_flight_states_.find(key);
+    if (found == in_flight_states_.end())
+      found = in_flight_states_.emplace(key, partrain::in_flight_states(interleaved_compute_order(S, v, M, s), v)).first;
+    return found->second;
+  }
 
   // A chunk's time: the stage DP's stage time (stage_dp.cpp StageRun), as predict_plan prices it.
   double seconds(int b, int e, std::int64_t batch, bool across_nodes, bool recompute) {
@@ -80,6 +93,7 @@ class ChunkCosts {
   std::vector<std::vector<int>> own_tasks_;
   BlockRanges ranges_;  // the blocks' ranges and their measurements
   std::unordered_map<std::uint64_t, OwnCompute> own_compute_;
+  std::map<std::array<int, 4>, std::vector<InFlightState>> in_flight_states_;
 };
 
 // The min-max chunk DP for one (batch, transfers across nodes, recomputation): value(c, e) is the
@@ -203,16 +217,21 @@ double score(ChunkCosts& costs, const PlannerOptions& options, const Configurati
   const double usable = options.usable_memory_bytes(cost.device());
   double largest_allreduce = 0;
   for (int s = 0; s < S; ++s) {
-    double allreduce = 0;
-    std::vector<double> memory, working;
+    // The rank's peak as predict_plan finds it (record_rank_peaks): its chunks' model state, and the
+    // largest of their in-flight activations and working memory along its compute order.
+    double allreduce = 0, model_state = 0;
+    std::vector<double> microbatch_bytes, working_bytes;
     for (int chunk = s; chunk < chunks; chunk += S) {
       const profile::Measurement& m = costs.measurement(first[chunk], chunk + 1 < chunks ? first[chunk + 1] : k, c.batch);
       allreduce += cost.allreduce_seconds(m.parameter_bytes, group, group_across);
-      const profile::MemoryPolicy policy = stage_memory_policy(fixed, chunk, chunks, c.microbatches, group);
-      memory.push_back(profile::stage_memory_bytes(m, policy));
-      working.push_back(profile::working_memory_bytes(m, policy));
+      const profile::StageMemory memory =
+          profile::stage_memory(m, stage_memory_policy(fixed, chunk, chunks, c.microbatches, group));
+      model_state += memory.model_state;
+      microbatch_bytes.push_back(memory.per_microbatch);
+      working_bytes.push_back(memory.working);
     }
-    if (rank_memory_bytes(memory, working) > usable) return kInfinity;
+    const double peak = peak_activation_bytes(costs.in_flight_states(S, v, c.microbatches, s), microbatch_bytes, working_bytes);
+    if (model_state + peak > usable) return kInfinity;
     largest_allreduce = std::max(largest_allreduce, allreduce);
   }
   return (static_cast<double>(c.microbatches) * v + S - 1) * chunk_seconds + largest_allreduce;
