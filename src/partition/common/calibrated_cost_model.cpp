@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <span>
+#include <utility>
 
 #include "core/error.h"
 #include "graph/tensor_parallel.h"
@@ -65,12 +67,14 @@ class CalibratedCostModel final : public CostModel {
       ++share_tasks[group];
     }
     m.forward_seconds = m.backward_seconds = 0;
+    const std::vector<double> pending = pending_gradient_bytes(tasks);
     double transient = 0;  // measured working memory beyond the kept activations
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       if (share_tasks[g] == 0) continue;
       // A layer's temporaries (attention scores, im2col buffers, the loss's softmax) come and go
-      // within its forward or backward: the task set's transient peak is the largest layer's.
-      transient = std::max(transient, groups_[g].transient_bytes(batch));
+      // within its forward or backward: the task set's transient peak is the largest layer's, with
+      // the parameter gradients pending across it.
+      transient = std::max(transient, groups_[g].transient_bytes(batch) + pending[g]);
       const double share = groups_[g].flops > 0 ? share_flops[g] / groups_[g].flops
                                                 : static_cast<double>(share_tasks[g]) / groups_[g].tasks;
       const auto [forward, backward] = groups_[g].seconds(batch);
@@ -147,6 +151,32 @@ class CalibratedCostModel final : public CostModel {
   DeviceSpec device_;
   profile::CommunicationProfile communication_;
   std::map<std::string, double> optimizer_seconds_per_byte_;  // measured optimizer step cost
+  // Per layer group, the bytes of parameter gradients pending during its backward when `tasks` run
+  // as one stage. A parameter read by several layer groups (GPT's tied embedding and LM head on one
+  // stage) gets a gradient from each reader's backward; the interpreter keeps the later layers'
+  // contribution (in the parameter's compute dtype) until the earliest reader's backward adds its
+  // own and hands the sum over (graph/interpreter.cpp, as autograd does): the groups from the
+  // earliest reader up to the latest, the latest excluded (its own profile holds what it makes),
+  // carry it on top of their own working memory, which their profiles, measured apart, do not see.
+  std::vector<double> pending_gradient_bytes(std::span<const int> tasks) const {
+    std::map<int, std::pair<int, int>> readers;  // parameter -> first and last reading group
+    for (int task : tasks) {
+      const int group = group_of_[task];
+      if (group < 0) continue;
+      for (int input : graph_.task(task).inputs) {
+        if (graph_.value(input).kind != ValueKind::Param) continue;
+        auto [found, inserted] = readers.emplace(input, std::pair{group, group});
+        found->second = {std::min(found->second.first, group), std::max(found->second.second, group)};
+      }
+    }
+    std::vector<double> pending(groups_.size(), 0.0);
+    for (const auto& [parameter, range] : readers) {
+      const double bytes = static_cast<double>(graph_.value(parameter).type.bytes(1)) * (mixed_precision_ ? 0.5 : 1.0);
+      for (int g = range.first; g < range.second; ++g) pending[g] += bytes;
+    }
+    return pending;
+  }
+
   std::vector<Group> groups_;
   std::vector<int> group_of_;
   std::vector<double> flops_;
