@@ -267,12 +267,12 @@ std::vector<InFlightState> in_flight_states(const std::vector<Action>& actions, 
   }
   // Keep the states no other state of the same computing chunk holds at least as much as, per chunk.
   std::vector<InFlightState> states;
-  for (const auto& [computing, counts] : seen) {
+  for (const auto& state : seen) {  // not a structured binding: clang 14 cannot capture one in a lambda
     const bool dominated = std::any_of(seen.begin(), seen.end(), [&](const auto& other) {
-      return other.first == computing && other.second != counts &&
-             std::equal(counts.begin(), counts.end(), other.second.begin(), std::less_equal<int>());
+      return other.first == state.first && other.second != state.second &&
+             std::equal(state.second.begin(), state.second.end(), other.second.begin(), std::less_equal<int>());
     });
-    if (!dominated) states.push_back({counts, computing});
+    if (!dominated) states.push_back({state.second, state.first});
   }
   return states;
 }
