@@ -59,9 +59,8 @@ double stage_memory_bytes(const Measurement& m, const MemoryPolicy& policy);
 /// Of stage_memory_bytes(m, policy), the bytes alive only while the stage computes: the forward's
 /// and backward's working memory (m.peak_bytes − m.activation_bytes) and what a recomputation
 /// holds for the one microbatch it recomputes. A rank holding several model chunks needs the largest
-/// of its chunks' working bytes, not their sum (plan::rank_memory_bytes).
+/// of its chunks' working bytes, not their sum (Plan::rank_memory_bytes).
 double working_memory_bytes(const Measurement& m, const MemoryPolicy& policy);
-
 
 /// Bytes of model state per (fp32) parameter byte: weights + gradients + optimizer state (+ bf16
 /// copies). With ZeRO-1 over policy.optimizer_shards > 1 ranks: unsharded_state_factor plus
@@ -70,7 +69,7 @@ double model_state_factor(const MemoryPolicy& policy);
 
 /// The model state every rank of a ZeRO-1 group keeps whole, per parameter byte: the fp32 weights
 /// and gradients (the flat gradient buffer, which the parameter all-gather reuses), and in mixed
-/// precision the bf16 weights and gradients.
+/// precision the bf16 working copy of the weights.
 double unsharded_state_factor(const MemoryPolicy& policy);
 
 /// What ZeRO-1 divides over its group of D > 1 ranks, per parameter byte before dividing: the
