@@ -330,9 +330,6 @@ std::vector<double> tied_parameter_shares(const Plan& plan, const Graph& graph) 
   }
   return shares;
 }
-}  // namespace
-
-namespace {
 // Interleaved plans: each pipeline stage's peak from its rank's action list, which says which chunks'
 // microbatches are in flight together (the per-chunk microbatches_in_flight of stage_memory_policy
 // averages them and overcounts the last chunk, whose microbatches go straight to their backward).
@@ -341,18 +338,24 @@ void record_rank_peaks(Plan& plan, const Schedule& schedule, const std::vector<p
   plan.rank_peak_bytes.clear();
   if (plan.schedule != ScheduleKind::Interleaved || plan.virtual_stages < 2) return;
   for (int s = 0; s < plan.pipeline_stages(); ++s) {
-    std::vector<double> microbatch_bytes, working_bytes;
-    double model_state = 0;
-    for (int chunk : plan.chunks_of_stage(s)) {
-      model_state += memory[chunk].model_state;
-      microbatch_bytes.push_back(memory[chunk].per_microbatch);
-      working_bytes.push_back(memory[chunk].working);
-    }
+    std::vector<profile::StageMemory> chunks;
+    for (int chunk : plan.chunks_of_stage(s)) chunks.push_back(memory[chunk]);
     const std::vector<Action>& actions = schedule.at(plan.rank_of(Placement{0, s, 0, 0}));
-    plan.rank_peak_bytes.push_back(model_state + peak_activation_bytes(actions, microbatch_bytes, working_bytes));
+    plan.rank_peak_bytes.push_back(rank_peak_bytes(chunks, in_flight_states(actions, static_cast<int>(chunks.size()))));
   }
 }
 }  // namespace
+
+double rank_peak_bytes(std::span<const profile::StageMemory> chunks, std::span<const InFlightState> states) {
+  double model_state = 0;
+  std::vector<double> microbatch_bytes, working_bytes;
+  for (const profile::StageMemory& chunk : chunks) {
+    model_state += chunk.model_state;
+    microbatch_bytes.push_back(chunk.per_microbatch);
+    working_bytes.push_back(chunk.working);
+  }
+  return model_state + peak_activation_bytes(states, microbatch_bytes, working_bytes);
+}
 
 void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const int stage_count = static_cast<int>(plan.stages.size());

@@ -3,12 +3,14 @@
 // ideals, dpl) and then need replicas, microbatches, predictions and a memory check: one place, so
 // every planner predicts time and memory the same way.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "graph/graph.h"
 #include "partition/common/cost_model.h"
 #include "plan/plan.h"
+#include "plan/schedule.h"
 #include "partition/common/planner_options.h"
 #include "profile/memory_model.h"
 
@@ -53,6 +55,11 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
 /// The largest predicted memory of a rank (Σ over its model chunks under interleaving) minus the
 /// usable device memory (≤ 0 when the plan fits).
 double memory_excess_bytes(const Plan& plan, const CostModel& cost, const PlannerOptions& options);
+
+/// Peak bytes of a rank holding the model chunks `chunks` (by local chunk index) that passes through
+/// the in-flight `states` of its compute order (plan/schedule.h): the chunks' model state plus the
+/// largest in-flight activations and working memory (docs/planning.md §Memory).
+double rank_peak_bytes(std::span<const profile::StageMemory> chunks, std::span<const InFlightState> states);
 
 /// A plan with no stages yet, headed with what it is planned for: planner, graph hash, global batch,
 /// schedule, precision and optimizer (with its state copies) from the options.

@@ -13,7 +13,6 @@
 #include "core/error.h"
 #include "partition/common/plan_builder.h"
 #include "partition/rannc/stage_dp.h"
-#include "plan/schedule.h"
 #include "profile/memory_model.h"
 
 namespace partrain::partition {
@@ -217,21 +216,15 @@ double score(ChunkCosts& costs, const PlannerOptions& options, const Configurati
   const double usable = options.usable_memory_bytes(cost.device());
   double largest_allreduce = 0;
   for (int s = 0; s < S; ++s) {
-    // The rank's peak as predict_plan finds it (record_rank_peaks): its chunks' model state, and the
-    // largest of their in-flight activations and working memory along its compute order.
-    double allreduce = 0, model_state = 0;
-    std::vector<double> microbatch_bytes, working_bytes;
+    // The rank's peak as predict_plan finds it (record_rank_peaks), from its compute order alone.
+    double allreduce = 0;
+    std::vector<profile::StageMemory> memory;
     for (int chunk = s; chunk < chunks; chunk += S) {
       const profile::Measurement& m = costs.measurement(first[chunk], chunk + 1 < chunks ? first[chunk + 1] : k, c.batch);
       allreduce += cost.allreduce_seconds(m.parameter_bytes, group, group_across);
-      const profile::StageMemory memory =
-          profile::stage_memory(m, stage_memory_policy(fixed, chunk, chunks, c.microbatches, group));
-      model_state += memory.model_state;
-      microbatch_bytes.push_back(memory.per_microbatch);
-      working_bytes.push_back(memory.working);
+      memory.push_back(profile::stage_memory(m, stage_memory_policy(fixed, chunk, chunks, c.microbatches, group)));
     }
-    const double peak = peak_activation_bytes(costs.in_flight_states(S, v, c.microbatches, s), microbatch_bytes, working_bytes);
-    if (model_state + peak > usable) return kInfinity;
+    if (rank_peak_bytes(memory, costs.in_flight_states(S, v, c.microbatches, s)) > usable) return kInfinity;
     largest_allreduce = std::max(largest_allreduce, allreduce);
   }
   return (static_cast<double>(c.microbatches) * v + S - 1) * chunk_seconds + largest_allreduce;
