@@ -1,4 +1,5 @@
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/optimizer_kernels.h"
 
 #include <cmath>
 #include <cstring>
@@ -110,13 +111,8 @@ double CpuBackend::sum_of_squares(std::span<const Tensor> tensors, std::span<con
     check_host_float(tensor, "sum_of_squares");
     const std::int64_t n = tensor.numel();
     double sum = 0;
-    if (tensor.dtype() == DType::F32) {  // the pointer hoisted: Tensor::data per element was most of the time
-      const float* values = tensor.data<float>();
-#pragma omp parallel for reduction(+ : sum) schedule(static) if (n >= 32768)
-      for (std::int64_t k = 0; k < n; ++k) {
-        const double x = values[k];
-        sum += x * x;
-      }
+    if (tensor.dtype() == DType::F32) {
+      sum = cpu::sum_of_squares_f32(tensor.data<float>(), n);
     } else {
 #pragma omp parallel for reduction(+ : sum) schedule(static) if (n >= 32768)
       for (std::int64_t k = 0; k < n; ++k) {
@@ -149,20 +145,8 @@ void CpuBackend::adamw_update(const Tensor& parameter, const Tensor& gradient, c
     PARTRAIN_CHECK(t->dtype() == DType::F32 && t->device().is_cpu(), "adamw_update: needs f32 host tensors");
     check_same_shape(*t, parameter, "adamw_update");
   }
-  float* value = parameter.data<float>();
-  const float* g_in = gradient.data<float>();
-  float* m = exp_avg.data<float>();
-  float* v = exp_avg_sq.data<float>();
-  const std::int64_t n = parameter.numel();
-#pragma omp parallel for schedule(static) if (n >= 32768)
-  for (std::int64_t k = 0; k < n; ++k) {
-    const float g = g_in[k] * u.grad_scale;
-    value[k] *= u.keep;
-    m[k] += u.one_minus_beta1 * (g - m[k]);  // torch lerp_(grad, 1 - beta1)
-    v[k] = v[k] * u.beta2 + u.one_minus_beta2 * g * g;
-    const float denom = std::sqrt(v[k]) / u.bias_correction2_sqrt + u.eps;
-    value[k] -= u.step_size * m[k] / denom;
-  }
+  cpu::adamw_update_f32(parameter.data<float>(), gradient.data<float>(), exp_avg.data<float>(),
+                        exp_avg_sq.data<float>(), parameter.numel(), u);
 }
 
 void CpuBackend::sgd_update(const Tensor& parameter, const Tensor& gradient, const Tensor& momentum_buffer,
@@ -172,20 +156,8 @@ void CpuBackend::sgd_update(const Tensor& parameter, const Tensor& gradient, con
     PARTRAIN_CHECK(t->dtype() == DType::F32 && t->device().is_cpu(), "sgd_update: needs f32 host tensors");
     check_same_shape(*t, parameter, "sgd_update");
   }
-  float* value = parameter.data<float>();
-  const float* g = gradient.data<float>();
-  float* buffer = momentum_buffer.defined() ? momentum_buffer.data<float>() : nullptr;
-  const std::int64_t n = parameter.numel();
-#pragma omp parallel for schedule(static) if (n >= 32768)
-  for (std::int64_t k = 0; k < n; ++k) {
-    float d = g[k] * u.grad_scale;
-    if (u.decay != 0.0f) d += u.decay * value[k];
-    if (buffer) {
-      buffer[k] = u.first ? d : buffer[k] * u.momentum + d;
-      d = buffer[k];
-    }
-    value[k] -= u.rate * d;
-  }
+  cpu::sgd_update_f32(parameter.data<float>(), gradient.data<float>(),
+                      momentum_buffer.defined() ? momentum_buffer.data<float>() : nullptr, parameter.numel(), u);
 }
 
 CpuBackend& cpu_backend() {

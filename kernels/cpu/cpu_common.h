@@ -1,5 +1,6 @@
 #pragma once
 // Helpers shared by the CPU kernels.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -15,6 +16,20 @@ inline constexpr std::int64_t kParallelThreshold = 16384;
 /// (2·m·n·k), in bands of rows or columns of C that are multiples of kGemmBand.
 inline constexpr double kParallelGemmFlops = 1 << 22;
 inline constexpr std::int64_t kGemmBand = 16;
+
+/// Elements per chunk of for_each_chunk.
+inline constexpr std::int64_t kChunkElements = 4096;
+
+/// Calls chunk(first, count) over [0, n) in chunks of kChunkElements, in parallel from
+/// kParallelThreshold elements. OpenMP's outlined loop bodies are not compiled per vector width
+/// (PARTRAIN_VECTOR_CLONES), so a parallel elementwise loop calls a cloned function per chunk.
+template <typename Chunk>
+void for_each_chunk(std::int64_t n, Chunk chunk) {
+  const std::int64_t chunks = (n + kChunkElements - 1) / kChunkElements;
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (std::int64_t c = 0; c < chunks; ++c)
+    chunk(c * kChunkElements, std::min(kChunkElements, n - c * kChunkElements));
+}
 
 /// Offset into a broadcast input for output element `index` (row-major over `output_shape`), with `strides` from
 /// kernels::broadcast_strides.

@@ -11,6 +11,7 @@ namespace partrain {
 
 namespace {
 using cpu::kParallelThreshold;
+using cpu::for_each_chunk;
 
 // ---------------- Add, Sub, Mul (broadcasting) ----------------
 template <typename Function>
@@ -177,15 +178,6 @@ PARTRAIN_VECTOR_CLONES void gelu_erf_backward(const float* x, const float* dy, f
   for (std::int64_t i = 0; i < n; ++i)
     dx[i] = dy[i] * (0.5f * (1.f + cpu::erf_vectorisable(x[i] * kInverseSqrtTwo)) +
                      x[i] * kInverseSqrtTwoPi * cpu::exp_vectorisable(-0.5f * x[i] * x[i]));
-}
-
-// Calls chunk(first, count) over [0, n) in chunks of 4096 elements, in parallel.
-template <typename Chunk>
-void for_each_chunk(std::int64_t n, Chunk chunk) {
-  constexpr std::int64_t kChunk = 4096;
-  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-  for (std::int64_t c = 0; c < chunks; ++c) chunk(c * kChunk, std::min(kChunk, n - c * kChunk));
 }
 
 void gelu_forward(const KernelContext& context, std::span<const Tensor> in, std::span<const Tensor> out) {

@@ -9,7 +9,9 @@
 /// A hot loop's function compiled three times (AVX-512, AVX2, baseline x86-64) and picked when the
 /// program loads by what the CPU supports (GCC's ifunc dispatch), so that one portable binary runs
 /// 16- or 8-wide where it can. FMA is left out on purpose: contracting a * b + c would round
-/// differently on different machines; the vector width alone does not change any result.
+/// differently on different machines; the vector width alone does not change any result. AVX-512F
+/// has fused multiply-adds of its own, so the build turns contraction off (-ffp-contract=off,
+/// CMakeLists.txt): GCC contracts by default in C++.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define PARTRAIN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
