@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -87,6 +88,60 @@ TEST(Optimizer, AdamWMatchesPyTorchEquations) {
   expect_close(adamw.state("w", "exp_avg_sq"), w.v, 1e-6, "exp_avg_sq");
   EXPECT_EQ(adamw.step_count("w"), 4);
   EXPECT_EQ(std::string(adamw.name()), "adamw");
+}
+
+// The CPU loops run 16 or 8 lanes wide (kernels/cpu/optimizer_kernels.h) and must round exactly as
+// the plain scalar loop below, on a length that is no multiple of a chunk and splits over threads.
+TEST(Optimizer, VectorisedUpdatesEqualTheScalarLoopBitForBit) {
+  const std::int64_t n = 100003;
+  std::vector<float> p(n), g(n), m(n), v(n);
+  std::uint32_t state = 12345;
+  const auto next = [&] {  // a small LCG: values in [-1, 1)
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(state >> 8) / static_cast<float>(1 << 23) - 1.0f;
+  };
+  for (std::int64_t k = 0; k < n; ++k) {
+    p[k] = next();
+    g[k] = next();
+    m[k] = 0.1f * next();
+    v[k] = 1e-3f * std::abs(next());
+  }
+  const std::vector<float> p0 = p, m0 = m;
+  partrain::AdamWUpdate u;
+  u.keep = 0.9999f, u.one_minus_beta1 = 0.1f, u.beta2 = 0.999f, u.one_minus_beta2 = 0.001f, u.step_size = 1e-3f;
+  u.bias_correction2_sqrt = 0.0316f, u.eps = 1e-8f, u.grad_scale = 0.7f;
+  const Tensor P = tensor_of(p), G = tensor_of(g), M = tensor_of(m), V = tensor_of(v);
+  cpu_backend().adamw_update(P, G, M, V, u);
+  for (std::int64_t k = 0; k < n; ++k) {
+    const float gk = g[k] * u.grad_scale;
+    p[k] *= u.keep;
+    m[k] += u.one_minus_beta1 * (gk - m[k]);
+    v[k] = v[k] * u.beta2 + u.one_minus_beta2 * gk * gk;
+    const float denom = std::sqrt(v[k]) / u.bias_correction2_sqrt + u.eps;
+    p[k] -= u.step_size * m[k] / denom;
+  }
+  EXPECT_EQ(P.to_float_vector(), p);
+  EXPECT_EQ(M.to_float_vector(), m);
+  EXPECT_EQ(V.to_float_vector(), v);
+
+  partrain::SgdUpdate s;
+  s.decay = 5e-4f, s.rate = 0.05f, s.momentum = 0.9f, s.grad_scale = 0.5f;
+  const Tensor Q = tensor_of(p0), B = tensor_of(m0);
+  cpu_backend().sgd_update(Q, G, B, s);
+  std::vector<float> q = p0, b = m0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const float d = g[k] * s.grad_scale + s.decay * q[k];
+    b[k] = b[k] * s.momentum + d;
+    q[k] -= s.rate * b[k];
+  }
+  EXPECT_EQ(Q.to_float_vector(), q);
+  EXPECT_EQ(B.to_float_vector(), b);
+
+  double sum = 0;
+  for (float x : g) sum += static_cast<double>(x) * x;
+  const std::vector<Tensor> gradients = {G};
+  const std::vector<double> ones = {1.0};
+  EXPECT_NEAR(cpu_backend().sum_of_squares(gradients, ones), sum, 1e-12 * sum);
 }
 
 TEST(Optimizer, AdamWFirstStepIsSignTimesLr) {
