@@ -548,9 +548,10 @@ TEST(ActivationMemory, RecomputedSegmentsOfEachPolicy) {
   const std::vector<std::vector<int>> cores = recomputed_segments(graph, stage);
   ASSERT_EQ(cores.size(), 3u);
   for (const std::vector<int>& core : cores) {
-    ASSERT_EQ(core.size(), 5u);
+    ASSERT_EQ(core.size(), 4u);  // scores (scaled by the GEMM's alpha), softmax, dropout, context
     EXPECT_EQ(graph.task(core.front()).op, OpType::MatMul);
-    EXPECT_EQ(graph.task(core[2]).op, OpType::Softmax);
+    EXPECT_EQ(graph.task(core[1]).op, OpType::Softmax);
+    EXPECT_EQ(graph.task(core[2]).op, OpType::Dropout);
     EXPECT_EQ(graph.task(core.back()).op, OpType::MatMul);
   }
   gpt.fused_attention = true;

@@ -13,7 +13,7 @@
 namespace partrain {
 
 /// Builds BertForPreTraining's (or BertForSequenceClassification's) forward graph (see the header comment). Position ids 0..S-1 are a
-/// Const. Attention is composed (MatMul, Scale, Softmax with the mask, Dropout, MatMul) unless
+/// Const. Attention is composed (MatMul scaled by 1/√d, Softmax with the mask, Dropout, MatMul) unless
 /// config.fused_attention. The MLM decoder is tied to bert.embeddings.word_embeddings.weight.
 Graph build_bert(const ModelConfig& config);
 

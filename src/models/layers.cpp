@@ -47,10 +47,11 @@ int attention(Graph& graph, const std::string& name, int q, int k, int v, std::i
     if (mask >= 0) inputs.push_back(mask);
     context = graph.add(OpType::Attention, name + ".attention", inputs, {{"causal", std::int64_t{causal ? 1 : 0}}});
   } else {
-    const int scores = graph.add(OpType::MatMul, name + ".scores", {q_heads, k_heads}, {{"trans_b", std::int64_t{1}}});
-    const int scaled = graph.add(OpType::Scale, name + ".scaled_scores", {scores},
-                                 {{"value", 1.0 / std::sqrt(static_cast<double>(head_size))}});
-    std::vector<int> softmax_inputs{scaled};
+    // The 1/√d scale rides on the score GEMM (its alpha), as Megatron-LM's baddbmm does: no pass
+    // of its own over the B·h·S·T scores, forward or backward.
+    const int scores = graph.add(OpType::MatMul, name + ".scores", {q_heads, k_heads},
+                                 {{"trans_b", std::int64_t{1}}, {"alpha", 1.0 / std::sqrt(static_cast<double>(head_size))}});
+    std::vector<int> softmax_inputs{scores};
     if (mask >= 0) softmax_inputs.push_back(mask);
     const int probabilities =
         graph.add(OpType::Softmax, name + ".probabilities", softmax_inputs, {{"causal", std::int64_t{causal ? 1 : 0}}});

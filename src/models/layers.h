@@ -37,9 +37,9 @@ int dropout(Graph& graph, const std::string& name, int x, double p);
 int position_ids(Graph& graph, const std::string& name, std::int64_t length);
 
 /// Scaled dot-product attention of q, k, v [B, S, H] split into `heads` heads of H / heads:
-/// reshape + permute each to [B, heads, S, d], then either the composed form (MatMul q k^T, Scale
-/// 1/sqrt(d), Softmax with the additive `mask` (value id, -1 for none) and the causal rule, Dropout
-/// of the probabilities, MatMul with v) or one fused Attention task (no dropout); then permute +
+/// reshape + permute each to [B, heads, S, d], then either the composed form (MatMul q k^T with
+/// alpha 1/sqrt(d), Softmax with the additive `mask` (value id, -1 for none) and the causal rule,
+/// Dropout of the probabilities, MatMul with v) or one fused Attention task (no dropout); then permute +
 /// reshape back to [B, S, H]. Task names start with `name`.
 int attention(Graph& graph, const std::string& name, int q, int k, int v, std::int64_t hidden, std::int64_t heads,
               int mask, bool causal, double attention_dropout, bool fused);

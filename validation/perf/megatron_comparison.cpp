@@ -11,8 +11,8 @@
 // rannc with t, ZeRO, sequence parallelism and the activation policy chosen) for the same model
 // and GPUs, its samples/s against the layout's under the same cost model.
 //
-// Attention is built unfused, as Megatron-LM ran it in 2021 (batched GEMM, scale, softmax, dropout,
-// batched GEMM, the scores through memory in each); `--fused-attention` builds partrain's fused
+// Attention is built unfused, as Megatron-LM ran it in 2021 (a batched GEMM with the 1/√d scale as
+// its alpha, softmax, dropout, batched GEMM, the scores through memory in each); `--fused-attention` builds partrain's fused
 // Attention op (no attention dropout) instead.
 //
 // `--choose-interleaving` lets the automatic plan's rannc choose the interleaving degree too

@@ -51,8 +51,8 @@ double memory_seconds(const KernelModel& kernels, double bytes);
 ///  - Attention [B, h, S, d] (the fused op: FlashAttention's way, the S × T scores stay on chip): the
 ///    batched GEMMs q kᵀ and P v (count B·h) by their math, only q, k, v and the output through
 ///    memory; the backward recomputes the scores (five GEMMs). The unfused form of a model built
-///    without fused_attention (MatMul, Scale, Softmax, Dropout, MatMul, as Megatron-LM 2021 runs
-///    it) is priced op by op, its scores through memory;
+///    without fused_attention (MatMul with the 1/√d scale as its alpha, Softmax, Dropout, MatMul, as
+///    Megatron-LM 2021 runs it) is priced op by op, its scores through memory;
 ///  - Reshape and the tensor-parallel communication tasks: 0 (a view; their collectives are priced
 ///    apart, cost_model.h);
 ///  - every other op streams memory: forward its activation inputs and outputs, backward the
