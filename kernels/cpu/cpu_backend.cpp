@@ -1,10 +1,10 @@
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/optimizer_kernels.h"
 
 #include <cmath>
 #include <cstring>
 
 #include "core/backend_registry.h"
+#include "kernels/cpu/optimizer_kernels.h"
 
 namespace partrain {
 

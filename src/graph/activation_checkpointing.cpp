@@ -58,10 +58,8 @@ int only_consumer_of_kind(const Graph& graph, int value, OpType op) {
 
 // The first and last task of the attention core around Softmax task `softmax`, or {−1, −1}.
 std::pair<int, int> attention_core(const Graph& graph, const Task& softmax) {
-  int scores_input = softmax.inputs[0];
-  if (const int scale = producer_of_kind(graph, scores_input, OpType::Scale); scale >= 0)
-    scores_input = graph.task(scale).inputs[0];
-  const int scores = producer_of_kind(graph, scores_input, OpType::MatMul);
+  // The scores MatMul carries the 1/√d scale as its alpha (layers::attention).
+  const int scores = producer_of_kind(graph, softmax.inputs[0], OpType::MatMul);
   int probabilities = softmax.outputs[0];
   if (const int dropout = only_consumer_of_kind(graph, probabilities, OpType::Dropout); dropout >= 0)
     probabilities = graph.task(dropout).outputs[0];

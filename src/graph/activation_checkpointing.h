@@ -25,7 +25,7 @@ std::vector<std::vector<int>> layer_checkpoint_blocks(const Graph& graph, std::s
                                                       int layers_per_block);
 
 /// Selective recomputation: the attention cores of the stage — for each Softmax task, the task range
-/// from the MatMul computing the scores (QKᵀ; through an optional Scale) to the MatMul multiplying the
+/// from the MatMul computing the scores (QKᵀ, scaled by its alpha) to the MatMul multiplying the
 /// (optionally dropped-out) probabilities with V — each as the run of the stage's tasks between its
 /// first and last task, in order. A core not wholly in the stage, and the fused Attention op (which
 /// saves only q, k, v and recomputes its probabilities already), give none.
