@@ -1,5 +1,7 @@
 #include "partition/planner.h"
 
+#include "partition/common/recomputation.h"
+
 #include <algorithm>
 #include <chrono>
 #include <iterator>
@@ -325,10 +327,13 @@ LayoutCandidate plan_layout(const Graph& planned, const CostModel& cost, const P
 // Block refinement (issue 25 item 1): the layouts were compared at options.blocks blocks, which
 // cuts a deep model only every few layers (the 1T GPT's 128 layers into 32 blocks: stages of 4, 8,
 // ... layers), and the coarse DP objective can prune a layout that finer stages would make the
-// fastest. A model with more layers than blocks gets the best layout's (t, ZeRO) planned again at
-// one block per layer (at most 2 × blocks: 4 × doubles the planning time of GPT-3 175B), with and
-// without sequence parallelism when that is
-// chosen, bounded by the best objective found; a faster plan replaces the best.
+// fastest. A model with more layers than blocks gets its most promising layouts' (t, ZeRO) planned
+// again at one block per layer (at most 2 × blocks: 4 × doubles the planning time of GPT-3 175B),
+// with and without sequence parallelism when that is chosen, bounded by the best objective found;
+// a faster plan replaces the best. The most promising: the best plan's (t, ZeRO), then for each
+// other tensor-parallel degree its best coarse layout when that reached 3/4 of the best samples/s
+// (the degree sets a layer's size and so how many layers fit a stage, which coarse blocks round:
+// the 1T GPT's t = 8, ZeRO-1 plan was behind t = 4's at 32 blocks and 30% ahead at 64).
 void refine_blocks(const TensorParallelGraphs& graphs, const CostModelFactory& costs, const PlannerOptions& options,
                    ThreeDimensionalPlan& result, std::optional<Plan>& best, double& best_objective,
                    const Graph*& best_graph) {
@@ -336,29 +341,49 @@ void refine_blocks(const TensorParallelGraphs& graphs, const CostModelFactory& c
   const Graph& model = graphs(1, false);
   const int refined = std::min(static_cast<int>(layer_groups(model).size()), 2 * options.blocks);
   if (refined <= options.blocks) return;
-  const int t = best->tensor_parallel;
-  const int zero = best->zero;
-  const std::unique_ptr<CostModel> model_cost = t == 1 ? costs(graphs(1, false)) : nullptr;
-  for (bool sequence_parallel : sequence_parallel_choices(options, t)) {
-    const Graph& planned = graphs(t, sequence_parallel);
-    const std::unique_ptr<CostModel> cost = t == 1 ? nullptr : costs(planned);
-    PlannerOptions refining = options;
-    refining.tensor_parallel = t;
-    refining.zero = zero;
-    refining.sequence_parallel = sequence_parallel;
-    refining.blocks = refined;
-    refining.diagnose_infeasible = false;
-    // The DP prices every stage with recomputation at its boundaries (one more forward: at most a
-    // third of forward + backward), the best objective comes from a plan that may recompute less:
-    // a layout is pruned only when even 3/4 of its DP objective cannot beat it.
-    refining.step_seconds_bound = best_objective * 4.0 / 3.0;
-    refining.progress = nullptr;
-    LayoutCandidate candidate =
-        plan_layout(planned, t == 1 ? *model_cost : *cost, refining, /*searching=*/true, best, best_objective);
-    candidate.blocks = refined;
-    if (candidate.feasible && best->tensor_parallel == t && best->zero == zero && best->sequence_parallel == sequence_parallel)
-      best_graph = &planned;  // (the refined plan, or the coarse one of the same layout)
-    result.candidates.push_back(std::move(candidate));
+  std::vector<std::pair<int, int>> layouts{{best->tensor_parallel, best->zero}};  // (t, ZeRO), best first
+  const bool layouts_sequence_parallel = best->sequence_parallel;
+  const double coarse_best = best->predicted_samples_per_second();
+  std::vector<LayoutCandidate> coarse = result.candidates;
+  std::stable_sort(coarse.begin(), coarse.end(), [](const LayoutCandidate& a, const LayoutCandidate& b) {
+    return a.samples_per_second > b.samples_per_second;
+  });
+  for (const LayoutCandidate& candidate : coarse) {
+    const bool degree_seen = std::any_of(layouts.begin(), layouts.end(), [&](const std::pair<int, int>& layout) {
+      return layout.first == candidate.tensor_parallel;
+    });
+    if (candidate.feasible && candidate.samples_per_second >= 0.75 * coarse_best && !degree_seen)
+      layouts.emplace_back(candidate.tensor_parallel, candidate.zero);
+  }
+  for (const auto& [t, zero] : layouts) {
+    const std::unique_ptr<CostModel> model_cost = t == 1 ? costs(graphs(1, false)) : nullptr;
+    // The best plan's own layout first: its refined objective bounds the others.
+    std::vector<bool> sequence_parallel_order = sequence_parallel_choices(options, t);
+    if (layouts_sequence_parallel) std::reverse(sequence_parallel_order.begin(), sequence_parallel_order.end());
+    for (bool sequence_parallel : sequence_parallel_order) {
+      const Graph& planned = graphs(t, sequence_parallel);
+      const std::unique_ptr<CostModel> cost = t == 1 ? nullptr : costs(planned);
+      PlannerOptions refining = options;
+      refining.tensor_parallel = t;
+      refining.zero = zero;
+      refining.sequence_parallel = sequence_parallel;
+      refining.blocks = refined;
+      refining.diagnose_infeasible = false;
+      // The DP's objective ((M + S − 1) · largest stage + largest exposed all-reduce) is not the
+      // simulated step: the best plan's own layout is pruned only when even 3/4 of its DP
+      // objective cannot beat the best; the others must beat it.
+      const bool best_layout = t == layouts.front().first && zero == layouts.front().second &&
+                               sequence_parallel == layouts_sequence_parallel;
+      refining.step_seconds_bound = best_objective * (best_layout ? 4.0 / 3.0 : 1.0);
+      refining.progress = nullptr;
+      LayoutCandidate candidate =
+          plan_layout(planned, t == 1 ? *model_cost : *cost, refining, /*searching=*/true, best, best_objective);
+      candidate.blocks = refined;
+      if (candidate.feasible && best->tensor_parallel == t && best->zero == zero &&
+          best->sequence_parallel == sequence_parallel)
+        best_graph = &planned;  // (the refined plan, or the coarse one of the same layout)
+      result.candidates.push_back(std::move(candidate));
+    }
   }
 }
 
@@ -407,7 +432,11 @@ std::vector<int> tensor_parallel_candidates(const TensorParallelGraphs& graphs, 
 }
 
 ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const CostModelFactory& costs,
-                                  const PlannerOptions& options) {
+                                  const PlannerOptions& asked) {
+  // The segments of a stage's recomputation, shared by every layout planned on the same graph.
+  SegmentedRecomputationCache recomputation_cache;
+  PlannerOptions options = asked;
+  if (!options.recomputation_cache) options.recomputation_cache = &recomputation_cache;
   const Graph& model = graphs(1, false);
   PARTRAIN_CHECK(options.tensor_parallel >= 0, "tensor_parallel must be 0 (the planner chooses) or positive, not "
                                                    << options.tensor_parallel);
@@ -425,7 +454,9 @@ ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const Cost
                                  : tensor_parallel_candidates(graphs, model_cost->device(), options);
   std::sort(degrees.rbegin(), degrees.rend());
   double memory_bytes = model_cost ? model_cost->device().memory_bytes : 0.0;
-  const std::vector<int> zeros = options.zero >= 0 ? std::vector<int>{options.zero} : std::vector<int>{0, 1};
+  // ZeRO-1 and sequence parallelism first: they save memory, so their plan is usually the fastest,
+  // and its objective then prunes the search of the others (ties still go to zero 0, no sp).
+  const std::vector<int> zeros = options.zero >= 0 ? std::vector<int>{options.zero} : std::vector<int>{1, 0};
   std::size_t total = 0;
   for (int t : degrees) total += sequence_parallel_choices(options, t).size() * zeros.size();
 
@@ -435,7 +466,9 @@ ThreeDimensionalPlan make_3d_plan(const TensorParallelGraphs& graphs, const Cost
   const Graph* best_graph = nullptr;  // graphs(t) of the best plan, copied into the result once
   std::size_t done = 0;
   for (int t : degrees) {
-    for (bool sequence_parallel : sequence_parallel_choices(options, t)) {
+    std::vector<bool> sequence_parallel_order = sequence_parallel_choices(options, t);
+    std::reverse(sequence_parallel_order.begin(), sequence_parallel_order.end());
+    for (bool sequence_parallel : sequence_parallel_order) {
       const auto graph_start = std::chrono::steady_clock::now();
       const Graph* planned = nullptr;
       try {

@@ -18,7 +18,8 @@
 // `--choose-interleaving` lets the automatic plan's rannc choose the interleaving degree too
 // (schedule = "interleaved", virtual_stages = "auto"; docs/planning.md, RaNNC).
 //
-// Usage: megatron_comparison [--fused-attention] [--no-automatic] [--choose-interleaving] [--rows N]
+// Usage: megatron_comparison [--fused-attention] [--no-automatic] [--choose-interleaving] [--rows N] [--model NAME]
+// (--model 529.6B: that row of the table only)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -132,13 +133,16 @@ partition::PlannerOptions layout_options(const TableOneRow& row) {
 int main(int argc, char** argv) {
   bool fused_attention = false, automatic = true, choose_interleaving = false;
   std::size_t rows = std::size(kTableOne);
+  std::string only_model;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fused-attention")) fused_attention = true;
     else if (!std::strcmp(argv[i], "--no-automatic")) automatic = false;
     else if (!std::strcmp(argv[i], "--choose-interleaving")) choose_interleaving = true;
     else if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) rows = std::stoul(argv[++i]);
+    else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) only_model = argv[++i];
     else {
-      std::fprintf(stderr, "usage: megatron_comparison [--fused-attention] [--no-automatic] [--choose-interleaving] [--rows N]\n");
+      std::fprintf(stderr, "usage: megatron_comparison [--fused-attention] [--no-automatic] [--choose-interleaving] "
+                           "[--rows N] [--model NAME]\n");
       return 2;
     }
   }
@@ -150,6 +154,7 @@ int main(int argc, char** argv) {
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (std::size_t r = 0; r < rows && r < std::size(kTableOne); ++r) {
       const TableOneRow& row = kTableOne[r];
+      if (!only_model.empty() && only_model != row.name) continue;
       const Graph model = gpt_of(row, fused_attention);
       const Graph graph = row.tensor_parallel > 1 ? tensor_parallel_graph(model, row.tensor_parallel) : model;
       const auto cost = partition::make_analytic_cost_model(graph, device, /*mixed_precision=*/true);

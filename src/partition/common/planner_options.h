@@ -14,6 +14,7 @@
 namespace partrain::partition {
 
 class CapslogMeasurements;  // partition/capslog/capslog_profiling.h
+class SegmentedRecomputationCache;  // partition/common/recomputation.h
 
 /// What make_plan and make_3d_plan are asked: the devices, batch, schedule and memory margin every
 /// planner honours, and the knobs of the individual planners (named after them).
@@ -74,6 +75,10 @@ struct PlannerOptions {
   /// planner reads them and requests there the jobs it lacks (priced analytically meanwhile).
   /// Null: every profiling peak is analytic (profiling off, `partrain plan`). Not owned.
   CapslogMeasurements* capslog_measurements = nullptr;
+  /// rannc under recompute = "auto": the per-range segments of selective and per-layer recomputation,
+  /// shared by the layouts make_3d_plan plans on one graph (both ZeRO settings, block refinement).
+  /// Null: each search keeps its own. Not owned.
+  SegmentedRecomputationCache* recomputation_cache = nullptr;
   /// Called with the fraction done (0..1) during long searches (progress bar); may be empty.
   std::function<void(double)> progress;
   /// rannc: when no plan fits, work out the smallest memory and device count that would (slow on

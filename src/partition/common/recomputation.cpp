@@ -19,35 +19,65 @@ void StageRecomputation::apply_to(profile::MemoryPolicy& policy) const {
 }
 
 namespace {
-// Per-layer or selective recomputation: each microbatch keeps the segments' checkpoints and the
-// saved tensors of the tasks outside them; one segment at a time holds its saved tensors again.
-StageRecomputation segmented_recomputation(const Graph& graph, const CostModel& cost, const PlanStage& stage,
-                                           std::int64_t batch, bool mixed_precision) {
-  StageRecomputation figures;
-  figures.segmented = true;
+// activation_bytes_of(values) as fixed + per_sample · batch (it is linear in the batch).
+SegmentedRecomputation::LinearBytes linear_bytes(const Graph& graph, std::span<const int> values, bool mixed_precision) {
+  const double one = activation_bytes_of(graph, values, 1, mixed_precision);
+  const double two = activation_bytes_of(graph, values, 2, mixed_precision);
+  return {2 * one - two, two - one};
+}
+}  // namespace
+
+SegmentedRecomputation segmented_recomputation(const Graph& graph, const PlanStage& stage, bool mixed_precision) {
+  SegmentedRecomputation structure;
   const std::vector<std::vector<int>> segments = recomputed_segments(graph, stage);
   std::vector<int> kept = saved_for_backward(graph, tasks_outside_segments(stage.tasks, segments));
-  std::vector<int> recomputed;
   for (const std::vector<int>& segment : segments) {
     const std::vector<int> checkpoints = segment_checkpoints(graph, segment);
     kept.insert(kept.end(), checkpoints.begin(), checkpoints.end());
-    recomputed.insert(recomputed.end(), segment.begin(), segment.end());
+    structure.recomputed.insert(structure.recomputed.end(), segment.begin(), segment.end());
   }
   std::sort(kept.begin(), kept.end());
   kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
-  figures.checkpoint_bytes = activation_bytes_of(graph, kept, batch, mixed_precision);
+  structure.kept = linear_bytes(graph, kept, mixed_precision);
   for (const std::vector<int>& segment : segments) {
     std::vector<int> extra;  // saved tensors the recomputation brings back (the kept ones stay)
     for (int value : saved_for_backward(graph, segment))
       if (!std::binary_search(kept.begin(), kept.end(), value)) extra.push_back(value);
-    figures.recomputed_peak_bytes =
-        std::max(figures.recomputed_peak_bytes, activation_bytes_of(graph, extra, batch, mixed_precision));
+    structure.recomputed_saved.push_back(linear_bytes(graph, extra, mixed_precision));
   }
-  const bool any = std::any_of(recomputed.begin(), recomputed.end(), [&](int task) { return !graph.task(task).constant; });
-  if (any) figures.recompute_seconds = cost.measure(recomputed, batch).forward_seconds;
+  structure.repeats_work = std::any_of(structure.recomputed.begin(), structure.recomputed.end(),
+                                       [&](int task) { return !graph.task(task).constant; });
+  return structure;
+}
+
+std::size_t SegmentedRecomputationCache::KeyHash::operator()(const Key& key) const {
+  std::size_t hash = std::hash<const Graph*>()(key.graph) ^ (static_cast<std::size_t>(key.policy) << 1) ^
+                     (key.mixed_precision ? 0x9e3779b97f4a7c15ull : 0);
+  for (int task : key.tasks) hash = hash * 1099511628211ull ^ static_cast<std::size_t>(task);
+  return hash;
+}
+
+const SegmentedRecomputation& SegmentedRecomputationCache::get(const Graph& graph, const std::vector<int>& tasks,
+                                                               RecomputePolicy policy, bool mixed_precision) {
+  Key key{&graph, tasks, policy, mixed_precision};
+  auto found = entries_.find(key);
+  if (found != entries_.end()) return found->second;
+  PlanStage stage;
+  stage.tasks = tasks;
+  stage.recompute = policy;
+  return entries_.emplace(std::move(key), segmented_recomputation(graph, stage, mixed_precision)).first->second;
+}
+
+StageRecomputation segmented_recomputation_figures(const CostModel& cost, const SegmentedRecomputation& structure,
+                                                   std::int64_t batch) {
+  StageRecomputation figures;
+  figures.segmented = true;
+  figures.checkpoint_bytes = structure.kept.at(batch);
+  for (const SegmentedRecomputation::LinearBytes& extra : structure.recomputed_saved)
+    figures.recomputed_peak_bytes = std::max(figures.recomputed_peak_bytes, extra.at(batch));
+  if (structure.repeats_work) figures.recompute_seconds = cost.measure(structure.recomputed, batch).forward_seconds;
   return figures;
 }
-}  // namespace
 
 StageRecomputation stage_recomputation(const Graph& graph, const CostModel& cost, const PlanStage& stage,
                                        std::int64_t batch, bool mixed_precision, const profile::Measurement& whole) {
@@ -69,7 +99,7 @@ StageRecomputation stage_recomputation(const Graph& graph, const CostModel& cost
     }
     case RecomputePolicy::Layers:
     case RecomputePolicy::Selective:
-      figures = segmented_recomputation(graph, cost, stage, batch, mixed_precision);
+      figures = segmented_recomputation_figures(cost, segmented_recomputation(graph, stage, mixed_precision), batch);
       break;
   }
   return figures;

@@ -5,6 +5,8 @@
 // least work and fits memory (Korthikanti et al. 2022 §5: selective recomputation first, full
 // per-layer recomputation where memory demands it; RaNNC's whole-stage recomputation last).
 #include <cstdint>
+#include <unordered_map>
+#include <vector>
 
 #include "graph/graph.h"
 #include "partition/common/cost_model.h"
@@ -26,6 +28,54 @@ struct StageRecomputation {
   /// Writes these figures into `policy` (recompute, kept_activation_bytes, segmented, ...).
   void apply_to(profile::MemoryPolicy& policy) const;
 };
+
+/// Per-layer or selective recomputation of a stage, apart from the batch: each microbatch keeps the
+/// segments' checkpoints and the saved tensors of the tasks outside them; one segment at a time
+/// holds its saved tensors again while its backward runs. Bytes are linear in the batch:
+/// fixed + per_sample · batch (activation_bytes_of).
+struct SegmentedRecomputation {
+  struct LinearBytes {
+    double fixed = 0, per_sample = 0;
+    double at(std::int64_t batch) const { return fixed + per_sample * static_cast<double>(batch); }
+  };
+  LinearBytes kept;                         // values kept per microbatch in flight
+  std::vector<LinearBytes> recomputed_saved;  // per segment: the saved values it brings back
+  std::vector<int> recomputed;              // the tasks the backward repeats
+  bool repeats_work = false;                // some recomputed task is not constant
+};
+
+/// The segments of `stage` (stage.recompute Layers or Selective, recomputed_segments), what they
+/// keep and bring back (bytes as activation_bytes_of counts them; `mixed_precision`: bf16
+/// activations) and what they repeat.
+SegmentedRecomputation segmented_recomputation(const Graph& graph, const PlanStage& stage, bool mixed_precision);
+
+/// segmented_recomputation of task lists of graphs, kept: the same stage is looked at again for
+/// every batch, ZeRO setting and block count a search tries. The graphs must outlive the cache.
+class SegmentedRecomputationCache {
+ public:
+  /// segmented_recomputation(graph, stage with `tasks` (ascending) and `policy` (Layers or
+  /// Selective, one layer per segment), mixed_precision), computed once.
+  const SegmentedRecomputation& get(const Graph& graph, const std::vector<int>& tasks, RecomputePolicy policy,
+                                    bool mixed_precision);
+
+ private:
+  struct Key {
+    const Graph* graph;
+    std::vector<int> tasks;
+    RecomputePolicy policy;
+    bool mixed_precision;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const;
+  };
+  std::unordered_map<Key, SegmentedRecomputation, KeyHash> entries_;
+};
+
+/// `structure`'s figures at `batch` samples: checkpoint bytes, the largest segment's recomputed
+/// saved bytes and the repeated forward's seconds (cost.measure of the recomputed tasks).
+StageRecomputation segmented_recomputation_figures(const CostModel& cost, const SegmentedRecomputation& structure,
+                                                   std::int64_t batch);
 
 /// The figures of `stage` (its tasks, recompute, recompute_layers, recompute_until_task) at
 /// `batch` samples: `whole` is cost.measure(stage.tasks, batch). Segmented policies count bytes

@@ -221,7 +221,10 @@ double score(ChunkCosts& costs, const PlannerOptions& options, const Configurati
     std::vector<profile::StageMemory> memory;
     for (int chunk = s; chunk < chunks; chunk += S) {
       const profile::Measurement& m = costs.measurement(first[chunk], chunk + 1 < chunks ? first[chunk + 1] : k, c.batch);
-      allreduce += cost.allreduce_seconds(m.parameter_bytes, group, group_across);
+      const double chunk_allreduce = cost.allreduce_seconds(m.parameter_bytes, group, group_across);
+      // (Exposed: less what the bucketed all-reduce hides under the chunk's last backward.)
+      allreduce += chunk_allreduce - allreduce_hidden_seconds(chunk_allreduce, m.backward_seconds, m.parameter_bytes,
+                                                              options.overlap_bucket_bytes);
       memory.push_back(profile::stage_memory(m, stage_memory_policy(fixed, chunk, chunks, c.microbatches, group)));
     }
     if (rank_peak_bytes(memory, costs.in_flight_states(S, v, c.microbatches, s)) > usable) return kInfinity;
@@ -267,7 +270,8 @@ double interleaved_objective_seconds(const Plan& plan) {
   for (const PlanStage& stage : plan.stages) slowest = std::max(slowest, stage.forward_seconds + stage.backward_seconds);
   for (int s = 0; s < plan.pipeline_stages(); ++s) {
     double rank = 0;
-    for (int chunk : plan.chunks_of_stage(s)) rank += plan.stages[chunk].allreduce_seconds;
+    for (int chunk : plan.chunks_of_stage(s))
+      rank += plan.stages[chunk].allreduce_seconds - plan.stages[chunk].allreduce_hidden_seconds;
     allreduce = std::max(allreduce, rank);
   }
   const double steps = static_cast<double>(plan.microbatches) * plan.virtual_stages + plan.pipeline_stages() - 1;

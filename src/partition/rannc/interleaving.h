@@ -62,8 +62,9 @@ std::optional<Plan> plan_interleaved_rannc(const Graph& graph, const std::vector
                                            double objective_bound);
 
 /// The interleaved objective of a plan: (M·v + S − 1) · largest stage (chunk) forward + backward
-/// time + the largest all-reduce of a pipeline rank (the sum over its chunks), in seconds; for
-/// v = 1 the stage DP's (M + S − 1) · largest stage time + largest stage all-reduce.
+/// time + the largest exposed all-reduce of a pipeline rank (the sum over its chunks of
+/// allreduce_seconds − allreduce_hidden_seconds), in seconds; for v = 1 the stage DP's
+/// (M + S − 1) · largest stage time + largest exposed stage all-reduce.
 double interleaved_objective_seconds(const Plan& plan);
 
 }  // namespace partrain::partition

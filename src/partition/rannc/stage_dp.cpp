@@ -54,8 +54,10 @@
 
 #include "core/error.h"
 #include "partition/common/plan_builder.h"
+#include "partition/common/recomputation.h"
 #include "partition/rannc/block_ranges.h"
 #include "partition/rannc/interleaving.h"
+#include "plan/schedule.h"
 #include "profile/memory_model.h"
 
 namespace partrain::partition {
@@ -99,12 +101,36 @@ struct Cell {
 // Stage candidates: blocks [b, e) on r ∈ [first, last] replicas (per pipeline replica), the replica
 // counts with the same per-replica batch ⌈microbatch / r⌉ and so the same times and memory (only
 // the all-reduce over r × pipeline replicas ranks differs: allreduce_at).
+// A recompute policy a stage may run under recompute = "auto" (choose_stage_recomputation's
+// candidates), with the stage time it gives.
+struct RecomputeVariant {
+  RecomputePolicy policy = RecomputePolicy::None;
+  double seconds = 0;                // forward + backward, the repeated forward included (NaN: not yet known)
+  StageRecomputation recomputation;  // what it keeps (its memory) and, once known, repeats
+  const SegmentedRecomputation* structure = nullptr;  // selective: its segments (for the seconds)
+};
+
 struct StageRun {
   int first = 1, last = 1;
   double forward = 0;   // forward + sending the outputs
   double backward = 0;  // backward + sending the input gradients (+ the forward again when recomputing)
   double seconds = 0;   // forward + backward
   const profile::Measurement* measurement = nullptr;
+  /// recompute = "auto" with the graph known (StageDp::choosing): none, selective, per-layer and
+  /// boundary recomputation, least repeated work first (the plan builder's order); the DP gives a
+  /// stage the first that fits, as predict_plan will. Only "none" until a replica count needs
+  /// another (StageDp::all_variants): most stages fit without recomputation.
+  ///
+  /// The order is fixed: with forward seconds adding up over tasks (as the DP assumes throughout),
+  /// selective repeats the attention cores, per-layer every task of the stage (its segments are the
+  /// stage's layers, together all its tasks) and boundaries every task too, so their repeated
+  /// seconds ascend and choose_stage_recomputation's stable sort keeps this order.
+  mutable std::vector<RecomputeVariant> variants;
+  int begin_block = 0, end_block = 0;  // the blocks [begin, end) and per-replica batch measured
+  std::int64_t batch = 0;
+  /// StageDp::allreduce_at(*measurement, r) by r − first, NaN until asked (the DP asks for the same
+  /// r from many device counts).
+  mutable std::vector<double> allreduce;
 };
 
 // Where the DP came from, per cell of a layer j: the first stage holds blocks [b, next_block) on
@@ -121,9 +147,13 @@ struct BackRow {
 
 class StageDp {
  public:
-  StageDp(const std::vector<std::vector<int>>& blocks, const CostModel& cost, const PlannerOptions& options)
+  // `graph` (may be null: recompute = "auto" then prices every stage of S ≥ 2 with recomputation at
+  // its boundaries, the least memory) lets "auto" price each stage under the policy it will run.
+  StageDp(const std::vector<std::vector<int>>& blocks, const CostModel& cost, const PlannerOptions& options,
+          const Graph* graph = nullptr)
       : blocks_(blocks), cost_(cost), options_(options), usable_(options.usable_memory_bytes(cost.device())),
-        zero_(options.zero == 1), ranges_(blocks, cost) {
+        zero_(options.zero == 1), ranges_(blocks, cost), graph_(graph),
+        choosing_(graph != nullptr && options.recompute == "auto" && !schedule_has_chunks(options.schedule)) {
     BlockRanges::check(blocks);
     PARTRAIN_CHECK(options.global_batch > 0 && options.global_batch < (std::int64_t{1} << 32),
                    "rannc: the global batch must be in [1, 2^32), not " << options.global_batch);
@@ -135,6 +165,8 @@ class StageDp {
 
   int block_count() const { return static_cast<int>(blocks_.size()); }
   double usable_memory() const { return usable_; }
+  // Whether each stage is priced under the recompute policy it would run (recompute = "auto").
+  bool choosing() const { return choosing_; }
 
   // The setting of a configuration, or false when the batch does not split into it.
   bool make_setting(int devices, int pipeline_replicas, int microbatches, Setting& setting) const {
@@ -182,10 +214,108 @@ class StageDp {
       run.backward = m.backward_seconds + cost_.transfer_seconds(m.boundary_input_bytes, setting_.across_nodes) +
                      (recompute ? m.forward_seconds : 0.0);
       run.seconds = run.forward + run.backward;
+      run.allreduce.assign(static_cast<std::size_t>(last - r + 1), std::numeric_limits<double>::quiet_NaN());
+      if (choosing_) {
+        run.begin_block = b;
+        run.end_block = e;
+        run.batch = per_replica;
+        run.variants = {RecomputeVariant{RecomputePolicy::None,
+                                         run.forward + run.backward - (recompute ? m.forward_seconds : 0.0), {}, nullptr}};
+      }
       runs.push_back(run);
       r = last + 1;
     }
     return runs;
+  }
+
+  // The run's recompute variants, every one (the run holds only "none", with no repeated work and so
+  // first in any case, until asked), their memory figures from the segments (linear in the batch);
+  // selective's seconds are left to variant_seconds, as most variants never fit.
+  const std::vector<RecomputeVariant>& all_variants(const StageRun& run) {
+    if (run.variants.size() > 1) return run.variants;
+    const double plain = run.variants[0].seconds;
+    const profile::Measurement& whole = *run.measurement;
+    for (RecomputePolicy policy : {RecomputePolicy::Selective, RecomputePolicy::Layers}) {
+      const SegmentedRecomputation& structure = segments(run.begin_block, run.end_block, policy);
+      RecomputeVariant variant{policy, std::numeric_limits<double>::quiet_NaN(), {}, &structure};
+      variant.recomputation.segmented = true;
+      variant.recomputation.checkpoint_bytes = structure.kept.at(run.batch);
+      for (const SegmentedRecomputation::LinearBytes& extra : structure.recomputed_saved)
+        variant.recomputation.recomputed_peak_bytes = std::max(variant.recomputation.recomputed_peak_bytes, extra.at(run.batch));
+      if (!structure.repeats_work) {
+        variant.seconds = plain;
+      } else if (policy == RecomputePolicy::Layers) {  // its segments are every task of the stage
+        variant.recomputation.recompute_seconds = whole.forward_seconds;
+        variant.seconds = plain + whole.forward_seconds;
+      }
+      run.variants.push_back(variant);
+    }
+    RecomputeVariant boundaries{RecomputePolicy::StageBoundaries, plain + whole.forward_seconds, {}, nullptr};
+    boundaries.recomputation.before_backward = true;
+    boundaries.recomputation.recompute_seconds = whole.forward_seconds;
+    run.variants.push_back(boundaries);
+    return run.variants;
+  }
+
+  // The seconds of variant i of the run (all_variants), measuring selective's repeated attention
+  // cores once per range and batch.
+  double variant_seconds(const StageRun& run, std::size_t i) {
+    RecomputeVariant& variant = run.variants[i];
+    if (!std::isnan(variant.seconds)) return variant.seconds;
+    const std::uint64_t range = static_cast<std::uint64_t>(run.begin_block) * (block_count() + 1) + run.end_block;
+    const std::uint64_t key = (range << 32) | static_cast<std::uint64_t>(run.batch);
+    auto found = selective_seconds_.find(key);
+    if (found == selective_seconds_.end())
+      found = selective_seconds_.emplace(key, cost_.measure(variant.structure->recomputed, run.batch).forward_seconds).first;
+    variant.recomputation.recompute_seconds = found->second;
+    variant.seconds = run.variants[0].seconds + found->second;
+    return variant.seconds;
+  }
+
+  // The segments of blocks [b, e) under `policy` (selective or per-layer), from the shared cache
+  // once per search.
+  const SegmentedRecomputation& segments(int b, int e, RecomputePolicy policy) {
+    const std::size_t index = (static_cast<std::size_t>(b) * (block_count() + 1) + e) * 2 + (policy == RecomputePolicy::Layers ? 1 : 0);
+    if (segments_.empty()) segments_.assign(static_cast<std::size_t>(block_count() + 1) * (block_count() + 1) * 2, nullptr);
+    if (!segments_[index]) {
+      SegmentedRecomputationCache& cache = options_.recomputation_cache ? *options_.recomputation_cache : own_cache_;
+      segments_[index] = &cache.get(*graph_, range_tasks(b, e), policy, options_.mixed_precision);
+    }
+    return *segments_[index];
+  }
+
+  // The memory policy of a stage `distance` stages from the last of `stages` running `variant`:
+  // `base` (stage_memory_policy's) with the variant's kept activations and, outside chunked
+  // schedules, its microbatches in flight (recomputation_memory_policy's arithmetic).
+  profile::MemoryPolicy variant_policy(const profile::MemoryPolicy& base, int distance, int stages,
+                                       const RecomputeVariant& variant) const {
+    profile::MemoryPolicy policy = base;
+    policy.microbatches_in_flight = microbatches_in_flight(options_.schedule, stages - distance, stages,
+                                                           setting_.microbatches, variant.recomputation.before_backward);
+    variant.recomputation.apply_to(policy);
+    return policy;
+  }
+
+  // The fewest replicas in [low, high] with which a stage of unsharded memory `memory` under
+  // `policy` fits the usable memory (ZeRO-1 shards its optimizer state over replicas × pipeline
+  // replicas ranks, so more replicas need less), or high + 1 when none does.
+  int first_fitting_replicas(const profile::Measurement& m, double memory, const profile::MemoryPolicy& policy,
+                             int low, int high) const {
+    if (!zero_) return memory <= usable_ ? low : high + 1;
+    const auto memory_at = [&](int replicas) {
+      return profile::zero_stage_memory_bytes(memory, m.parameter_bytes, policy,
+                                              static_cast<double>(replicas) * setting_.pipeline_replicas);
+    };
+    if (memory_at(low) <= usable_) return low;
+    const double sharded = m.parameter_bytes * profile::sharded_state_factor(policy);
+    const double fixed = memory - m.parameter_bytes * policy.optimizer_state_copies;
+    const double room = usable_ - fixed;  // for sharded / (r · pipeline_replicas)
+    if (!(room > 0)) return high + 1;
+    const double needed = std::ceil(sharded / (room * setting_.pipeline_replicas));
+    if (needed > high) return high + 1;
+    int r = std::max(low, static_cast<int>(needed));
+    while (r <= high && memory_at(r) > usable_) ++r;  // rounding
+    return r;
   }
 
   // The run holding r replicas, or null when r exceeds the microbatch or the devices.
@@ -195,10 +325,21 @@ class StageDp {
     return &*std::prev(after);
   }
 
-  // The gradient all-reduce of a stage measured by `m` on r replicas per pipeline replica (as predict_plan).
+  // allreduce_at for the run's stage on r ∈ [run.first, run.last] replicas, computed once.
+  double run_allreduce(const StageRun& run, int r) const {
+    double& cached = run.allreduce[static_cast<std::size_t>(r - run.first)];
+    if (std::isnan(cached)) cached = allreduce_at(*run.measurement, r);
+    return cached;
+  }
+
+  // The gradient all-reduce of a stage measured by `m` on r replicas per pipeline replica (as
+  // predict_plan), less what the bucketed all-reduce hides under the stage's last backward
+  // (options.overlap_bucket_bytes; the schedule simulator's exposed all-reduce). The backward is
+  // taken without recomputation: a recomputing stage hides at least as much.
   double allreduce_at(const profile::Measurement& m, int r) const {
     const int group = r * setting_.pipeline_replicas;
-    return cost_.allreduce_seconds(m.parameter_bytes, group, group > cost_.device().devices_per_node);
+    const double seconds = cost_.allreduce_seconds(m.parameter_bytes, group, group > cost_.device().devices_per_node);
+    return seconds - allreduce_hidden_seconds(seconds, m.backward_seconds, m.parameter_bytes, options_.overlap_bucket_bytes);
   }
 
   // The first block end e > b at which blocks [b, e) cannot fit a device whatever their replicas,
@@ -300,7 +441,18 @@ class StageDp {
       const profile::MemoryPolicy policy = stage_memory_policy(options_, 0, 1, M, D * setting.pipeline_replicas);
       const StageRun* c = run_for(stage_runs(0, k, recompute != RecomputePolicy::None), D);
       const double allreduce = c ? allreduce_at(*c->measurement, D) : kInfinity;
-      if (c && allreduce < allreduce_cap) {
+      if (c && allreduce < allreduce_cap && choosing_ && objective == Objective::Time) {
+        for (std::size_t i = 0;; ++i) {  // the first that fits, as predict_plan
+          if (i == 1) all_variants(*c);
+          if (i >= c->variants.size()) break;
+          const RecomputeVariant& variant = c->variants[i];
+          const double memory = profile::stage_memory_bytes(*c->measurement, variant_policy(policy, 1, 1, variant));
+          if (memory > usable_) continue;
+          const double seconds = variant_seconds(*c, i);
+          if (M * seconds < bound) result.best[1] = Cell{seconds, allreduce, k, D};
+          break;
+        }
+      } else if (c && allreduce < allreduce_cap) {
         const double memory = profile::stage_memory_bytes(*c->measurement, policy);
         const double value = objective == Objective::Time ? c->seconds : memory;
         const bool fits = objective == Objective::Memory || memory <= usable_;
@@ -313,7 +465,9 @@ class StageDp {
     // ---- S ≥ 2: the table from the end of the pipeline.
     const int reference = std::max(J, 2);
     const bool recompute = recompute_policy(options_, reference) != RecomputePolicy::None;
-    if (objective == Objective::Time && std::isfinite(bound) && split_lower_bound(setting, recompute) >= bound)
+    // (Choosing, the cheapest policy repeats no forward: the bound must hold for it.)
+    const bool choose = choosing_ && objective == Objective::Time;
+    if (objective == Objective::Time && std::isfinite(bound) && split_lower_bound(setting, recompute && !choose) >= bound)
       return result;  // no split into S ≥ 2 stages can beat the bound
     std::vector<profile::MemoryPolicy> policy(J + 1);
     for (int j = 1; j <= J; ++j) {
@@ -407,7 +561,7 @@ class StageDp {
            if (c.first > r_most) break;
            const int run_last = std::min(c.last, r_most);
            for (int r = c.first; r <= run_last;) {
-            if (capped && !(allreduce_at(*c.measurement, r) < allreduce_cap)) {
+            if (capped && !(run_allreduce(c, r) < allreduce_cap)) {
               ++r;
               continue;
             }
@@ -416,54 +570,69 @@ class StageDp {
             // ranks): a Memory run takes one r at a time, a Time run starts at the first r that fits.
             int r_end = r;
             if (!(zero_ && objective == Objective::Memory)) {
-              while (r_end < run_last && (!capped || allreduce_at(*c.measurement, r_end + 1) < allreduce_cap)) ++r_end;
+              while (r_end < run_last && (!capped || run_allreduce(c, r_end + 1) < allreduce_cap)) ++r_end;
             }
-            int r_first = r;
+            const int r_start = r;
             r = r_end + 1;
-            double memory = profile::stage_memory_bytes(*c.measurement, policy[j]);  // unsharded
-            if (zero_) {
-              const double sharded = c.measurement->parameter_bytes * profile::sharded_state_factor(policy[j]);
-              const double fixed = memory - c.measurement->parameter_bytes * policy[j].optimizer_state_copies;
-              const auto memory_at = [&](int replicas) {
-                return profile::zero_stage_memory_bytes(memory, c.measurement->parameter_bytes, policy[j],
-                                                        static_cast<double>(replicas) * setting.pipeline_replicas);
-              };
-              if (objective == Objective::Time && memory_at(r_first) > usable_) {
-                const double room = usable_ - fixed;  // for sharded / (r · pipeline_replicas)
-                if (!(room > 0)) continue;
-                const double needed = std::ceil(sharded / (room * setting.pipeline_replicas));
-                if (needed > r_end) continue;
-                r_first = std::max(r_first, static_cast<int>(needed));
-                while (r_first <= r_end && memory_at(r_first) > usable_) ++r_first;  // rounding
-                if (r_first > r_end) continue;
+            // Blocks [b, e) as the first of j stages on r_first..r_last replicas, at stage time `value`.
+            const auto place = [&](int r_first, int r_last, double value) {
+              if (objective == Objective::Time && factor * value >= bound) return;
+              if (j == 1) {
+                for (int rr = std::max(r_first, low); rr <= std::min(r_last, high); ++rr) {
+                  Cell& target = cell(1, b, rr);
+                  if (value > target.value) continue;
+                  const double a = run_allreduce(c, rr);
+                  if (better(value, a, target)) target = Cell{value, a, e, rr};
+                }
+                return;
               }
-              memory = memory_at(r_first);
-            }
-            if (objective == Objective::Time && memory > usable_) continue;
-            const double value = objective == Objective::Time ? c.seconds : memory;
-            if (objective == Objective::Time && factor * value >= bound) continue;
-            if (j == 1) {
-              for (int rr = std::max(r_first, low); rr <= std::min(r_end, high); ++rr) {
-                Cell& target = cell(1, b, rr);
-                if (value > target.value) continue;
-                const double a = allreduce_at(*c.measurement, rr);
-                if (better(value, a, target)) target = Cell{value, a, e, rr};
+              const int d_last = std::min(high, rest_max + r_last);
+              for (int d = std::max(low, rest_min + r_first); d <= d_last; ++d) {
+                const int rest = window_min(e, std::max(rest_min, d - r_last), std::min(rest_max, d - r_first));
+                const Cell& previous = cell(j - 1, e, rest);
+                if (previous.next_block < 0) continue;
+                const double v = std::max(value, previous.value);
+                if (objective == Objective::Time && factor * v >= bound) continue;
+                Cell& target = cell(j, b, d);
+                if (v > target.value) continue;  // (the all-reduce only breaks ties)
+                const int replicas = d - rest;
+                const double a = std::max(run_allreduce(c, replicas), previous.allreduce);
+                if (better(v, a, target)) target = Cell{v, a, e, replicas};
+              }
+            };
+            if (choose) {
+              // Each replica count gets the cheapest policy that fits there: with ZeRO-1 more
+              // replicas need less memory, so a cheaper policy takes the top of the run.
+              int upper = r_end;
+              for (std::size_t i = 0; upper >= r_start; ++i) {
+                if (i == 1) all_variants(c);  // "none" did not cover the run
+                if (i >= c.variants.size()) break;
+                const RecomputeVariant& variant = c.variants[i];
+                // (Seconds ascend: one known to reach the bound ends the search before any memory.)
+                if (!std::isnan(variant.seconds) && factor * variant.seconds >= bound) break;
+                const profile::MemoryPolicy variant_memory = variant_policy(policy[j], j, reference, variant);
+                const double memory = profile::stage_memory_bytes(*c.measurement, variant_memory);
+                const int fit = first_fitting_replicas(*c.measurement, memory, variant_memory, r_start, upper);
+                if (fit > upper) continue;
+                const double seconds = variant_seconds(c, i);
+                if (factor * seconds >= bound) break;  // later ones cost more
+                place(fit, upper, seconds);
+                upper = fit - 1;
               }
               continue;
             }
-            const int d_last = std::min(high, rest_max + r_end);
-            for (int d = std::max(low, rest_min + r_first); d <= d_last; ++d) {
-              const int rest = window_min(e, std::max(rest_min, d - r_end), std::min(rest_max, d - r_first));
-              const Cell& previous = cell(j - 1, e, rest);
-              if (previous.next_block < 0) continue;
-              const double v = std::max(value, previous.value);
-              if (objective == Objective::Time && factor * v >= bound) continue;
-              Cell& target = cell(j, b, d);
-              if (v > target.value) continue;  // (the all-reduce only breaks ties)
-              const int replicas = d - rest;
-              const double a = std::max(allreduce_at(*c.measurement, replicas), previous.allreduce);
-              if (better(v, a, target)) target = Cell{v, a, e, replicas};
+            double memory = profile::stage_memory_bytes(*c.measurement, policy[j]);  // unsharded
+            int r_first = r_start;
+            if (zero_) {
+              if (objective == Objective::Time) {
+                r_first = first_fitting_replicas(*c.measurement, memory, policy[j], r_start, r_end);
+                if (r_first > r_end) continue;
+              }
+              memory = profile::zero_stage_memory_bytes(memory, c.measurement->parameter_bytes, policy[j],
+                                                        static_cast<double>(r_first) * setting.pipeline_replicas);
             }
+            if (objective == Objective::Time && memory > usable_) continue;
+            place(r_first, r_end, objective == Objective::Time ? c.seconds : memory);
            }
           }
         }
@@ -619,6 +788,13 @@ class StageDp {
   double usable_;
   bool zero_ = false;  // ZeRO-1: a stage's memory depends on its replica count
   BlockRanges ranges_;  // the blocks' ranges and their measurements
+  const Graph* graph_ = nullptr;  // for the segmented policies' figures (choosing_)
+  bool choosing_ = false;         // recompute = "auto": each stage priced under the policy it would run
+  // The selective and per-layer segments of the ranges (from options.recomputation_cache, else
+  // own_cache_) by (range, policy), and selective's repeated seconds by (range, batch).
+  SegmentedRecomputationCache own_cache_;
+  std::vector<const SegmentedRecomputation*> segments_;
+  std::unordered_map<std::uint64_t, double> selective_seconds_;
   std::vector<std::vector<int>> own_tasks_;  // per block: the tasks no other block holds
   std::unordered_map<std::uint64_t, profile::Measurement> own_measurements_;
   bool lower_bound_usable_ = true;           // false once the cost model could not measure an own set
@@ -845,7 +1021,7 @@ std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vec
     plain.virtual_stages = 1;
   }
   const PlannerOptions& options = plain;
-  StageDp dp(blocks, cost, options);
+  StageDp dp(blocks, cost, options, &graph);
   const int k = dp.block_count();
   const std::vector<int> sizes = pipeline_sizes(options.world_size, cost.device().devices_per_node);
 
@@ -895,7 +1071,11 @@ std::optional<Plan> search_stages(const Graph& graph, const std::vector<std::vec
   }
   // Interleaved pipelines whose objective beats the best plain one's (or a better layout's).
   std::optional<Plan> interleaved;
-  if (choose_chunks) interleaved = plan_interleaved_rannc(graph, blocks, cost, asked, best_step);
+  // (The interleaved search prices every chunk with recomputation at its boundaries, one forward
+  // more: at most a third above a chunk that recomputes less, as the plain DP here prices it when
+  // choosing. Its bound leaves it that much room.)
+  if (choose_chunks)
+    interleaved = plan_interleaved_rannc(graph, blocks, cost, asked, dp.choosing() ? best_step * 4.0 / 3.0 : best_step);
   if (choose_chunks && asked.plain_objective_seconds) *asked.plain_objective_seconds = kInfinity;
   if (!best_split.feasible) {
     if (interleaved) return interleaved;
