@@ -98,9 +98,6 @@ struct Cell {
   int replicas = 0;              // ... on this many devices
 };
 
-// Stage candidates: blocks [b, e) on r ∈ [first, last] replicas (per pipeline replica), the replica
-// counts with the same per-replica batch ⌈microbatch / r⌉ and so the same times and memory (only
-// the all-reduce over r × pipeline replicas ranks differs: allreduce_at).
 // A recompute policy a stage may run under recompute = "auto" (choose_stage_recomputation's
 // candidates), with the stage time it gives.
 struct RecomputeVariant {
@@ -110,6 +107,9 @@ struct RecomputeVariant {
   const SegmentedRecomputation* structure = nullptr;  // selective: its segments (for the seconds)
 };
 
+// Stage candidates: blocks [b, e) on r ∈ [first, last] replicas (per pipeline replica), the replica
+// counts with the same per-replica batch ⌈microbatch / r⌉ and so the same times and memory (only
+// the all-reduce over r × pipeline replicas ranks differs: allreduce_at).
 struct StageRun {
   int first = 1, last = 1;
   double forward = 0;   // forward + sending the outputs

@@ -8,10 +8,15 @@
 //
 // Times in seconds, sizes in bytes. Costs and memory are those of plan_builder's predict_plan, so the
 // plans the DP ranks are the plans the runtime is predicted to run:
-//   stage time  = (fwd + send outputs) + (bwd + receive inputs [+ fwd again with recomputation])
-//                 at the per-replica microbatch ⌈microbatch / replicas⌉,
-//   stage memory = stage_memory_bytes(measurement, stage_memory_policy(options, s, S, M)),
-//   step time   = (M + S − 1) · max stage time + max stage all-reduce.
+//   stage time  = (fwd + send outputs) + (bwd + receive inputs [+ the forward its recompute policy
+//                 repeats]) at the per-replica microbatch ⌈microbatch / replicas⌉; under recompute =
+//                 "auto" the policy is the first of none, selective, per-layer and boundaries that
+//                 fits, per stage, as predict_plan chooses it (plan_stages_rannc; solve_stage_dp,
+//                 which has no graph, prices boundaries there),
+//   stage memory = stage_memory_bytes(measurement, stage_memory_policy(options, s, S, M)) with that
+//                 policy's kept activations,
+//   step time   = (M + S − 1) · max stage time + max stage all-reduce, the all-reduce less what the
+//                 bucketed all-reduce hides under the last backward (options.overlap_bucket_bytes).
 #include <cstdint>
 #include <optional>
 #include <vector>
