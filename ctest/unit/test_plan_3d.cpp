@@ -53,6 +53,17 @@ ModelConfig wide_gpt() {
   return config;
 }
 
+// rannc over ZeRO off and on at t = 1, no memory margin: `world` devices, `batch` samples per step.
+PlannerOptions zero_search(int world, std::int64_t batch) {
+  PlannerOptions options;
+  options.world_size = world;
+  options.global_batch = batch;
+  options.memory_margin = 0.0;
+  options.tensor_parallel = 1;
+  options.zero = -1;
+  return options;
+}
+
 CostModelFactory analytic(const DeviceSpec& device, bool mixed_precision = false) {
   return [device, mixed_precision](const Graph& graph) { return make_analytic_cost_model(graph, device, mixed_precision); };
 }
@@ -487,12 +498,7 @@ TEST(ThreeDimensionalPlanning, AutoRecomputationIsAtLeastAsFastAsEveryFixedPolic
     const profile::Measurement m = measure->measure(all_tasks(model), 1);
     model_bytes = m.parameter_bytes * 4 + m.activation_bytes * 16;
   }
-  PlannerOptions options;
-  options.world_size = 4;
-  options.global_batch = 16;
-  options.memory_margin = 0.0;
-  options.tensor_parallel = 1;
-  options.zero = -1;
+  const PlannerOptions options = zero_search(4, 16);
   int auto_recomputed = 0, auto_beat_boundaries = 0;
   for (double share : {0.3, 0.15, 0.1}) {  // roomy; selective ahead of none; tight
     device.memory_bytes = share * model_bytes;
@@ -552,12 +558,7 @@ TEST(ThreeDimensionalPlanning, ChoosingInterleavingLosesNoPlainLayout) {
     const std::unique_ptr<CostModel> measure = make_analytic_cost_model(model, device);
     device.memory_bytes = 4.0 * measure->measure(all_tasks(model), 1).parameter_bytes / 3.0;  // a quarter or so per device
   }
-  PlannerOptions options;
-  options.world_size = 8;
-  options.global_batch = 16;
-  options.memory_margin = 0.0;
-  options.tensor_parallel = 1;
-  options.zero = -1;
+  const PlannerOptions options = zero_search(8, 16);
   const ThreeDimensionalPlan plain = make_3d_plan(model, analytic(device), options);
   PlannerOptions choosing = options;
   choosing.schedule = ScheduleKind::Interleaved;
