@@ -68,13 +68,18 @@ const SegmentedRecomputation& SegmentedRecomputationCache::get(const Graph& grap
   return entries_.emplace(std::move(key), segmented_recomputation(graph, stage, mixed_precision)).first->second;
 }
 
-StageRecomputation segmented_recomputation_figures(const CostModel& cost, const SegmentedRecomputation& structure,
-                                                   std::int64_t batch) {
+StageRecomputation segmented_recomputation_memory(const SegmentedRecomputation& structure, std::int64_t batch) {
   StageRecomputation figures;
   figures.segmented = true;
   figures.checkpoint_bytes = structure.kept.at(batch);
   for (const SegmentedRecomputation::LinearBytes& extra : structure.recomputed_saved)
     figures.recomputed_peak_bytes = std::max(figures.recomputed_peak_bytes, extra.at(batch));
+  return figures;
+}
+
+StageRecomputation segmented_recomputation_figures(const CostModel& cost, const SegmentedRecomputation& structure,
+                                                   std::int64_t batch) {
+  StageRecomputation figures = segmented_recomputation_memory(structure, batch);
   if (structure.repeats_work) figures.recompute_seconds = cost.measure(structure.recomputed, batch).forward_seconds;
   return figures;
 }

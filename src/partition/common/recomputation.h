@@ -72,6 +72,10 @@ class SegmentedRecomputationCache {
   std::unordered_map<Key, SegmentedRecomputation, KeyHash> entries_;
 };
 
+/// `structure`'s memory figures at `batch` samples (checkpoint bytes, the largest segment's
+/// recomputed saved bytes), recompute_seconds left 0.
+StageRecomputation segmented_recomputation_memory(const SegmentedRecomputation& structure, std::int64_t batch);
+
 /// `structure`'s figures at `batch` samples: checkpoint bytes, the largest segment's recomputed
 /// saved bytes and the repeated forward's seconds (cost.measure of the recomputed tasks).
 StageRecomputation segmented_recomputation_figures(const CostModel& cost, const SegmentedRecomputation& structure,

@@ -237,11 +237,8 @@ class StageDp {
     const profile::Measurement& whole = *run.measurement;
     for (RecomputePolicy policy : {RecomputePolicy::Selective, RecomputePolicy::Layers}) {
       const SegmentedRecomputation& structure = segments(run.begin_block, run.end_block, policy);
-      RecomputeVariant variant{policy, std::numeric_limits<double>::quiet_NaN(), {}, &structure};
-      variant.recomputation.segmented = true;
-      variant.recomputation.checkpoint_bytes = structure.kept.at(run.batch);
-      for (const SegmentedRecomputation::LinearBytes& extra : structure.recomputed_saved)
-        variant.recomputation.recomputed_peak_bytes = std::max(variant.recomputation.recomputed_peak_bytes, extra.at(run.batch));
+      RecomputeVariant variant{policy, std::numeric_limits<double>::quiet_NaN(),
+                               segmented_recomputation_memory(structure, run.batch), &structure};
       if (!structure.repeats_work) {
         variant.seconds = plain;
       } else if (policy == RecomputePolicy::Layers) {  // its segments are every task of the stage
