@@ -265,22 +265,27 @@ TEST(TensorParallelCosts, CalibratedModelUsesTheMeasuredAllReduceWhereTheGroupWa
 // ZeRO-1 in the memory model
 // ---------------------------------------------------------------------------------------------
 
-// The runtime's ZeRO-1 (runtime/zero_partition.h) keeps the fp32 weights and the flat gradient
-// buffer whole (the parameter all-gather reuses the buffer), and per rank 1/D of the optimizer state
-// plus its reduced gradient part of 1/D; a group of one keeps the optimizer state whole.
+// The runtime's ZeRO-1 (runtime/zero_partition.h) keeps the weights the forward reads and the flat
+// gradient buffer whole (the parameter all-gather reuses the buffer), and per rank 1/D of the
+// optimizer state plus its reduced gradient part of 1/D — in mixed precision also 1/D of the fp32
+// master weights (ZeRO §5.1, Megatron-LM's distributed optimizer); a group of one keeps the
+// optimizer state whole.
 TEST(ZeroMemory, OptimizerStateAndReducedGradientPartDividedByTheDataParallelGroup) {
   profile::MemoryPolicy policy;  // AdamW: 2 state copies
   // fp32: weights 1 + gradients 1 + Adam 2 (sharded) + the reduced part 1 (only when sharded).
   EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 4.0);
   policy.optimizer_shards = 4;
   EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 2.0 + 3.0 / 4);
-  // bf16: f32 weights 1 + f32 gradients 1 + bf16 working weights 0.5, Adam 2 (sharded); the bf16
-  // gradients are working memory (one parameter at a time).
+  // bf16: f32 master weights 1 + f32 gradients 1 + bf16 working weights 0.5 + Adam 2; the bf16
+  // gradients are working memory (one parameter at a time). Sharded: the f32 gradients and the bf16
+  // weights stay whole, the masters, Adam and the reduced part are divided.
   policy.mixed_precision = true;
   policy.optimizer_shards = 1;
   EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 4.5);
   policy.optimizer_shards = 8;
-  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 2.5 + 3.0 / 8);
+  EXPECT_DOUBLE_EQ(profile::model_state_factor(policy), 1.5 + 4.0 / 8);
+  EXPECT_DOUBLE_EQ(profile::zero_removed_state_factor(policy), 3.0);
+  EXPECT_DOUBLE_EQ(profile::zero_stage_memory_bytes(1000.0, 100.0, policy, 8), 1000.0 - 300.0 + 4.0 / 8 * 100.0);
   // SGD: one momentum copy; with two shards the part and the state weigh what one state copy did.
   policy = profile::MemoryPolicy{};
   policy.optimizer_state_copies = 1;

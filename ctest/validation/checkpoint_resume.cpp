@@ -2,8 +2,9 @@
 // same run resumed from its step-5 checkpoint), a checkpoint resumes under another plan and world size
 // (4 ranks 2 stages x 2 replicas -> 3 ranks 3 stages -> 1 rank -> tensor parallel 2 x 2 stages ->
 // interleaved 2 x 2 with 2 model chunks per rank, an interleaved checkpoint -> 1 rank, and
-// a tensor-parallel checkpoint -> 1 rank) with the same losses (GPT's loss is a
-// mean over equal-length samples, so it does not depend on the plan), damaged files are detected and
+// a tensor-parallel checkpoint -> 1 rank) with the same losses (GPT's loss is a mean over
+// equal-length samples, so it does not depend on the plan), a bf16 ZeRO-1 run (its f32 masters
+// sharded) writes the checkpoint of the unsharded run, damaged files are detected and
 // `--resume latest` falls back to the newest valid one, and h5dump reads the files. Built into
 // test_checkpoint_resume (labels validation;mpi).
 #include <gtest/gtest.h>
@@ -196,6 +197,73 @@ TEST(CheckpointResume, TensorParallelAndZeroCheckpointsResumeOnOneRank) {
 
     expect_resumes_on_one_rank(written, written + "-to-one-rank", expected, name);
   }
+}
+
+// ZeRO-1 in mixed precision shards the f32 master weights with the optimizer state (ZeRO §5.1,
+// Megatron-LM's distributed optimizer): each data-parallel rank keeps and writes only its shard of a
+// master, as a range of the whole dataset. A bf16 run on 2 stages x 2 replicas with ZeRO-1 has the
+// losses and, dataset for dataset, the checkpoint of the same run without ZeRO-1 bitwise (a sum of
+// two replicas' gradients does not depend on the order; AdamW is element-wise), resumes its own
+// step-5 checkpoint bitwise, and that checkpoint resumes on one rank with its losses (1e-4: bf16 on
+// one rank rounds its microbatches' sums differently).
+TEST(CheckpointResume, Bf16ZeroShardsTheMastersAndWritesThemWhole) {
+  std::vector<std::string> plain = two_by_two();
+  plain.push_back("train.precision=bf16");
+  std::vector<std::string> zero = plain;
+  zero.push_back("parallel.zero=1");
+  const std::string unsharded = kRoot + "/bf16-2x2", sharded = kRoot + "/bf16-2x2-zero1";
+  for (const auto& [directory, settings] : {std::pair{unsharded, plain}, std::pair{sharded, zero}}) {
+    const testing::PartrainRun run = train(4, directory, settings);
+    ASSERT_EQ(run.status, 0) << run.command << "\n" << run.log;
+  }
+  const std::vector<double> expected = testing::metric_values(unsharded, "loss");
+  const std::vector<double> own = testing::metric_values(sharded, "loss");
+  ASSERT_EQ(expected.size(), 10u);
+  ASSERT_EQ(own.size(), 10u);
+  for (std::size_t i = 0; i < own.size(); ++i) EXPECT_EQ(own[i], expected[i]) << "step " << i + 1;
+
+  const io::Checkpoint written = io::read_checkpoint(sharded + "/checkpoints/step_000010.h5");
+  const io::Checkpoint reference = io::read_checkpoint(unsharded + "/checkpoints/step_000010.h5");
+  ASSERT_EQ(written.tensors.size(), reference.tensors.size());
+  std::size_t masters = 0;
+  for (const auto& [name, tensor] : reference.tensors) {
+    ASSERT_TRUE(written.tensors.count(name)) << name;
+    EXPECT_EQ(written.tensors.at(name).to_float_vector(), tensor.to_float_vector()) << name;
+    masters += name.rfind("model/", 0) == 0;
+  }
+  EXPECT_GT(masters, 10u);
+
+  const std::string resumed = kRoot + "/bf16-2x2-zero1-resumed";
+  std::vector<std::string> resume = zero;
+  resume.push_back("checkpoint.every=0");
+  const testing::PartrainRun again = testing::run_partrain(
+      4,
+      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + sharded +
+          "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
+          " --set log.dir=" + resumed + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5" + [&] {
+            std::string text;
+            for (const std::string& setting : resume) text += " --set '" + setting + "'";
+            return text;
+          }(),
+      resumed + ".log");
+  ASSERT_EQ(again.status, 0) << again.log;
+  const std::vector<double> continued = testing::metric_values(resumed, "loss");
+  ASSERT_EQ(continued.size(), 5u);
+  for (std::size_t i = 0; i < continued.size(); ++i) EXPECT_EQ(continued[i], own[5 + i]) << "resumed, step " << 6 + i;
+
+  const std::string one_rank = kRoot + "/bf16-2x2-zero1-to-one-rank";
+  const testing::PartrainRun single = testing::run_partrain(
+      1,
+      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + sharded +
+          "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
+          " --set log.dir=" + one_rank + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=dpl" +
+          " --set train.microbatches=1 --set train.precision=bf16",
+      one_rank + ".log");
+  ASSERT_EQ(single.status, 0) << single.log;
+  const std::vector<double> alone = testing::metric_values(one_rank, "loss");
+  ASSERT_EQ(alone.size(), 5u);
+  for (std::size_t i = 0; i < alone.size(); ++i)
+    EXPECT_NEAR(alone[i], own[5 + i], 1e-4 * std::abs(own[5 + i])) << "one rank, step " << 6 + i;
 }
 
 TEST(CheckpointResume, DamagedNewestCheckpointIsSkipped) {

@@ -1,7 +1,8 @@
 // The memory model (docs/planning.md §Memory) against measured peaks for the layouts whose parts it
 // models apart from a plain pipeline: ZeRO-1 with tensor parallelism, ZeRO-1 next to parameters tied
 // over stages, interleaved model chunks (with tensor parallelism; with ZeRO-1 and per-layer
-// recomputation), one sample per replica (the tied embedding's pending gradient) and bf16. gpt-tiny trains 3 steps on 4 ranks under each uniform plan; each pipeline
+// recomputation), one sample per replica (the tied embedding's pending gradient), bf16, and bf16
+// under ZeRO-1 (the f32 masters sharded too). gpt-tiny trains 3 steps on 4 ranks under each uniform plan; each pipeline
 // stage's measured peak (the largest over its ranks of rank_peak_memory_bytes − rank_baseline_bytes
 // in metrics.jsonl) must lie within 5% of the plan's prediction for a rank of that stage
 // (Plan::rank_memory_bytes), allowing one sent boundary tensor still in flight on top
@@ -101,7 +102,9 @@ INSTANTIATE_TEST_SUITE_P(
                    {"parallel.stages=2", "parallel.virtual_stages=2", "parallel.schedule=interleaved", "parallel.zero=1",
                     "parallel.recompute=layers", "model.layers=4", "train.microbatches=4"}},
         LayoutCase{"data_parallel_one_sample", {"parallel.stages=1", "train.microbatches=4"}},
-        LayoutCase{"bf16_data_parallel", {"parallel.stages=1", "train.precision=bf16", "train.microbatches=4"}, true}),
+        LayoutCase{"bf16_data_parallel", {"parallel.stages=1", "train.precision=bf16", "train.microbatches=4"}, true},
+        LayoutCase{"bf16_zero_data_parallel",
+                   {"parallel.stages=1", "train.precision=bf16", "parallel.zero=1", "train.microbatches=4"}, true}),
     case_name);
 
 }  // namespace

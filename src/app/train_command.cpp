@@ -530,7 +530,7 @@ void finish_run(const TrainingRun& run, std::int64_t first_step, const StepLoopR
     }
   }
   if (config.log.save_parameters)
-    save_tensors(run.directory + "/parameters.h5", "model", run.graph, run.executor.state(), run.executor, run.world);
+    save_tensors(run.directory + "/parameters.h5", "model", run.graph, run.executor.whole_state(), run.executor, run.world);
   if (leader && config.train.steps > first_step && loop.stop_signal == 0)
     std::printf("first loss %.6f, last loss %.6f after %lld steps\n", loop.first_loss, loop.last_loss,
                 static_cast<long long>(config.train.steps));

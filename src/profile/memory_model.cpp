@@ -4,27 +4,39 @@
 
 namespace partrain::profile {
 
-double sharded_state_factor(const MemoryPolicy& policy) { return policy.optimizer_state_copies + 1.0; }
+double sharded_state_factor(const MemoryPolicy& policy) {
+  // The optimizer state copies, the rank's reduced gradient part (the reduce-scatter's output) and
+  // in mixed precision the f32 master weights (ZeRO §5.1 counts them as optimizer state; the
+  // runtime keeps the rank's shard of them, as Megatron-LM's distributed optimizer does).
+  return policy.optimizer_state_copies + 1.0 + (policy.mixed_precision ? 1.0 : 0.0);
+}
 
 double unsharded_state_factor(const MemoryPolicy& policy) {
-  // fp32 weights and gradients; mixed precision adds a bf16 working copy of the weights (half). Its
-  // bf16 gradients live one parameter at a time, until they are accumulated into the fp32 gradients
+  // fp32 gradients (the flat gradient buffer, which the parameter all-gather reuses) and the weights
+  // the forward reads: fp32, or in mixed precision the bf16 working copy (half). Its bf16 gradients
+  // live one parameter at a time, until they are accumulated into the fp32 gradients
   // (graph/interpreter.cpp hands each over when complete): working memory the profiler measures, not
   // model state (measured on gpt-tiny's LM-head stage: 4.5 × its fp32 parameter bytes held between
-  // steps with AdamW, validation/perf/README.md). The fp32 weights stay whole
-  // under ZeRO-1 in both precisions: the runtime updates its part of them and all-gathers them
-  // (runtime/zero_partition.h), and the bf16 working copies are cast from them.
-  return 2.0 + (policy.mixed_precision ? 0.5 : 0.0);
+  // steps with AdamW, validation/perf/README.md).
+  return policy.mixed_precision ? 1.5 : 2.0;
 }
 
 double model_state_factor(const MemoryPolicy& policy) {
-  if (policy.optimizer_shards <= 1) return unsharded_state_factor(policy) + policy.optimizer_state_copies;
+  // Without ZeRO-1: fp32 weights and gradients, the optimizer state and in mixed precision the bf16
+  // working copy.
+  if (policy.optimizer_shards <= 1) return 2.0 + (policy.mixed_precision ? 0.5 : 0.0) + policy.optimizer_state_copies;
   return unsharded_state_factor(policy) + sharded_state_factor(policy) / policy.optimizer_shards;
+}
+
+double zero_removed_state_factor(const MemoryPolicy& policy) {
+  MemoryPolicy whole = policy;
+  whole.optimizer_shards = 1;
+  return model_state_factor(whole) - unsharded_state_factor(policy);
 }
 
 double zero_stage_memory_bytes(double unsharded_bytes, double parameter_bytes, const MemoryPolicy& policy, double group) {
   if (group <= 1) return unsharded_bytes;
-  return unsharded_bytes + parameter_bytes * (sharded_state_factor(policy) / group - policy.optimizer_state_copies);
+  return unsharded_bytes + parameter_bytes * (sharded_state_factor(policy) / group - zero_removed_state_factor(policy));
 }
 
 StageMemory stage_memory(const Measurement& m, const MemoryPolicy& policy) {

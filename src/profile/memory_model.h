@@ -67,19 +67,25 @@ double working_memory_bytes(const Measurement& m, const MemoryPolicy& policy);
 /// sharded_state_factor / optimizer_shards.
 double model_state_factor(const MemoryPolicy& policy);
 
-/// The model state every rank of a ZeRO-1 group keeps whole, per parameter byte: the fp32 weights
-/// and gradients (the flat gradient buffer, which the parameter all-gather reuses), and in mixed
-/// precision the bf16 working copy of the weights.
+/// The model state every rank of a ZeRO-1 group keeps whole, per parameter byte: the fp32
+/// gradients (the flat gradient buffer, which the parameter all-gather reuses) and the weights the
+/// forward reads: fp32 (1), or in mixed precision the bf16 working copy (0.5).
 double unsharded_state_factor(const MemoryPolicy& policy);
 
 /// What ZeRO-1 divides over its group of D > 1 ranks, per parameter byte before dividing: the
-/// optimizer state copies and the rank's reduced gradient part (the reduce-scatter's output).
-/// A group of one keeps the optimizer state whole and needs no reduced part.
+/// optimizer state copies, the rank's reduced gradient part (the reduce-scatter's output) and in
+/// mixed precision the fp32 master weights (Rajbhandari et al. 2020 §5.1; Megatron-LM's
+/// distributed optimizer). A group of one keeps the optimizer state whole and needs no reduced part.
 double sharded_state_factor(const MemoryPolicy& policy);
+
+/// Per parameter byte, the model state a stage holds without ZeRO-1 that ZeRO-1 takes off each rank
+/// (before adding back sharded_state_factor / D): the optimizer state copies, and in mixed precision
+/// the fp32 master weights.
+double zero_removed_state_factor(const MemoryPolicy& policy);
 
 /// A stage's memory under ZeRO-1 over a data-parallel group of `group` ranks, from its memory
 /// `unsharded_bytes` without ZeRO (stage_memory_bytes with optimizer_shards = 1) and its
-/// `parameter_bytes`: the optimizer state replaced by sharded_state_factor / group when group > 1.
+/// `parameter_bytes`: zero_removed_state_factor replaced by sharded_state_factor / group when group > 1.
 double zero_stage_memory_bytes(double unsharded_bytes, double parameter_bytes, const MemoryPolicy& policy, double group);
 
 }  // namespace partrain::profile

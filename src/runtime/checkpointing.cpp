@@ -110,9 +110,26 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
     const bool padded = sharded && v.sharding.padding > 0;
     // The writer reads host memory: device tensors are copied out first.
     Backend& backend = executor.backend();
-    const Tensor data = mine ? to_host(executor.state().at(value), backend) : Tensor();
-    tensors.push_back(padded ? padded_tensor("model/" + v.name, v, placement.tensor_rank, data, 0)
-                             : io::CheckpointTensor{"model/" + v.name, shape, data, part});
+    if (executor.master_is_sharded(value)) {
+      // ZeRO-1 in mixed precision: every data-parallel rank writes its shard of the f32 master,
+      // elements [begin, end) of the part, as it writes its shard of the optimizer state.
+      const auto master = executor.sharded_masters().find(value);
+      const bool has_piece = master != executor.sharded_masters().end();
+      const bool writer = has_piece && (sharded || placement.tensor_rank == 0);
+      const Tensor data = writer ? to_host(master->second.values, backend).clone() : Tensor();
+      io::CheckpointPart master_part = part;
+      if (has_piece) {
+        master_part.begin = master->second.begin;
+        master_part.end = master->second.end;
+      }
+      tensors.push_back(padded ? padded_tensor("model/" + v.name, v, placement.tensor_rank, data,
+                                               has_piece ? master->second.begin : 0)
+                               : io::CheckpointTensor{"model/" + v.name, shape, data, master_part});
+    } else {
+      const Tensor data = mine ? to_host(executor.state().at(value), backend) : Tensor();
+      tensors.push_back(padded ? padded_tensor("model/" + v.name, v, placement.tensor_rank, data, 0)
+                               : io::CheckpointTensor{"model/" + v.name, shape, data, part});
+    }
     if (v.kind != ValueKind::Param) continue;
     // The optimizer state: the same part of the tensor as the parameter, or under ZeRO-1 every
     // data-parallel rank's piece of it (elements [begin, end) of the part).
@@ -149,11 +166,12 @@ void restore_checkpoint(const io::Checkpoint& checkpoint, const Graph& graph, Pi
   };
   const std::vector<std::string> states = executor.optimizer().state_names();
   const int tensor_rank = executor.placement().tensor_rank;
-  for (const auto& [value, live] : executor.state()) {
+  for (int value : executor.held_values()) {
     const Value& v = graph.value(value);
-    // Whole tensors in the file; a tensor-parallel rank takes its part.
+    // Whole tensors in the file; a tensor-parallel rank takes its part (a ZeRO-1 rank in mixed
+    // precision keeps its shard of the f32 master and the whole working copy).
     auto part = [&](const std::string& name) { return shard_of(tensor(name, whole_shape(v)), v.sharding, tensor_rank); };
-    executor.backend().copy(live, part("model/" + v.name));
+    executor.restore_value(value, part("model/" + v.name));
     if (v.kind != ValueKind::Param || !optimizer_state) continue;
     std::vector<Tensor> saved_state;
     for (const std::string& state : states) saved_state.push_back(part("optim/" + v.name + "/" + state));

@@ -278,12 +278,26 @@ void PipelineExecutor::create_optimizer(const std::map<int, std::vector<int>>& s
       }
     }
     zero_ = std::make_unique<ZeroPartition>(std::move(untied_values), *stage_group_, backend_, std::move(segments));
+    // In mixed precision the f32 masters are optimizer state too (ZeRO §5.1; Megatron-LM's
+    // distributed optimizer): the rank keeps its elements of them in one buffer, the forward and
+    // backward read the whole bf16 working copies, and the step all-gathers the updated elements.
+    if (mixed_precision_) master_part_ = backend_.zeros({zero_->part_size()});
     std::vector<OptimizerParameter> pieces;
     for (const ZeroPartition::Piece& piece : zero_->pieces()) {
       const int value = untied_[piece.parameter];
-      pieces.push_back({graph_.value(value).name, ZeroPartition::view(state_[value], piece), state_[value].rank() > 1});
+      Tensor elements = ZeroPartition::view(state_[value], piece);
+      if (mixed_precision_) {
+        const Tensor master = master_part_.slice_rows(piece.offset, piece.offset + piece.end - piece.begin);
+        backend_.copy(master, elements);
+        master_part_pieces_.push_back(master);
+        master_pieces_[value] = {piece.begin, piece.end, master};
+        elements = master;
+      }
+      pieces.push_back({graph_.value(value).name, elements, state_[value].rank() > 1});
       piece_weights_.push_back(graph_.value(value).sharding.sharded() ? 1.0 : 1.0 / plan_.tensor_parallel);
     }
+    if (mixed_precision_)
+      for (int value : untied_) state_.erase(value);  // the working copies were cast already
     parameters = std::move(pieces);
     for (OptimizerParameter& parameter : tied_parameters) parameters.push_back(std::move(parameter));
   }
@@ -306,11 +320,46 @@ DType PipelineExecutor::compute_dtype(DType dtype) const {
 void PipelineExecutor::refresh_working_parameters() {
   // Mixed precision (Megatron/Apex "O2"): forward and backward read bf16 or f16 copies of the f32 master
   // parameters; buffers (BatchNorm running statistics) stay f32.
-  working_.clear();
+  // (The working copies of sharded masters are gathered by optimizer_step or set by restore_value.)
   for (const auto& [value, tensor] : state_) {
     const bool parameter = graph_.value(value).kind == ValueKind::Param;
     working_[value] = parameter ? to_dtype(tensor, compute_dtype(tensor.dtype()), backend_) : tensor;
   }
+}
+
+bool PipelineExecutor::master_is_sharded(int value) const {
+  return master_part_.defined() && std::find(untied_.begin(), untied_.end(), value) != untied_.end();
+}
+
+std::vector<int> PipelineExecutor::held_values() const {
+  std::vector<int> values = parameter_order_;
+  values.insert(values.end(), rank_buffers_.begin(), rank_buffers_.end());
+  return values;
+}
+
+std::unordered_map<int, Tensor> PipelineExecutor::whole_state() {
+  std::unordered_map<int, Tensor> whole = state_;
+  if (!master_part_.defined()) return whole;
+  zero_->all_gather_pieces(master_part_pieces_);
+  for (std::size_t p = 0; p < untied_.size(); ++p) whole[untied_[p]] = zero_->gradient_view(p).clone();
+  return whole;
+}
+
+void PipelineExecutor::restore_value(int value, const Tensor& whole) {
+  if (auto held = state_.find(value); held != state_.end()) {
+    PARTRAIN_CHECK(whole.shape() == held->second.shape(), "restore: " << graph_.value(value).name << " has shape "
+                                                                      << shape_string(whole.shape()) << ", expected "
+                                                                      << shape_string(held->second.shape()));
+    backend_.copy(held->second, whole);
+    return;
+  }
+  PARTRAIN_CHECK(master_is_sharded(value), "restore: " << graph_.value(value).name << " is not held by rank " << world_.rank());
+  PARTRAIN_CHECK(whole.shape() == gradients_.at(value).shape(),
+                 "restore: " << graph_.value(value).name << " has shape " << shape_string(whole.shape()) << ", expected "
+                             << shape_string(gradients_.at(value).shape()));
+  if (auto piece = master_pieces_.find(value); piece != master_pieces_.end())
+    backend_.copy(piece->second.values, whole.reshape({-1}).slice_rows(piece->second.begin, piece->second.end));
+  working_[value] = to_compute(whole);
 }
 
 Tensor PipelineExecutor::to_compute(const Tensor& host) const {
@@ -798,9 +847,15 @@ void PipelineExecutor::optimizer_step(Pass& pass) {
   if (!loss_scaler_) pass.grad_norm = std::sqrt(sum_of_squares);
   optimizer_->step(gradients, pass.lr, clip_scale(pass.grad_norm, options_.grad_clip));
   if (zero_) {  // every rank's updated elements to every rank of the group
-    std::vector<Tensor> values;
-    for (int value : untied_) values.push_back(state_.at(value));
-    zero_->all_gather(values);
+    if (master_part_.defined()) {
+      zero_->all_gather_pieces(master_part_pieces_);
+      for (std::size_t p = 0; p < untied_.size(); ++p)
+        working_[untied_[p]] = to_dtype(zero_->gradient_view(p), compute_dtype_, backend_);
+    } else {
+      std::vector<Tensor> values;
+      for (int value : untied_) values.push_back(state_.at(value));
+      zero_->all_gather(values);
+    }
     zero_gradients_.clear();
   }
   if (mixed_precision_) refresh_working_parameters();

@@ -84,9 +84,36 @@ class PipelineExecutor {
   /// every rank. Throws partrain::Error when the model's loss is not a sum of cross-entropies.
   EvaluationResult evaluate(const io::BatchSource& heldout, std::int64_t batches, bool top1 = false);
 
-  /// This rank's parameters and buffers by value id (current values, f32 master copies on the
-  /// backend's device; shared storage).
+  /// This rank's parameters and buffers by value id that it holds whole (current values, f32 master
+  /// copies on the backend's device; shared storage): every one, except under ZeRO-1 in mixed
+  /// precision, where each rank of a stage's data-parallel group keeps only its shard of the untied
+  /// parameters' f32 masters (Megatron-LM's distributed optimizer; ZeRO §5.1 counts the fp32 master
+  /// weights as optimizer state): those are in sharded_masters(), and whole_state() gathers them.
   const std::unordered_map<int, Tensor>& state() const { return state_; }
+
+  /// One sharded f32 master: elements [begin, end) of the flattened (tensor-parallel part of the)
+  /// parameter, a 1-D view of this rank's master buffer on the backend.
+  struct MasterPiece {
+    std::int64_t begin = 0;
+    std::int64_t end = 0;
+    Tensor values;
+  };
+  /// The rank's shards of sharded f32 masters by parameter value id (see state(); empty unless the
+  /// plan is ZeRO-1 in mixed precision over more than one replica). A parameter of the rank that is
+  /// sharded but absent here has no element on this rank.
+  const std::map<int, MasterPiece>& sharded_masters() const { return master_pieces_; }
+  /// Whether parameter `value`'s f32 master is sharded over the stage's data-parallel group.
+  bool master_is_sharded(int value) const;
+  /// Every parameter and buffer of the rank by value id, whole and f32 on the backend: state() and
+  /// the sharded masters all-gathered over the stage's data-parallel group (collective over it;
+  /// it gathers through the flat gradient buffer, which is spent between steps).
+  std::unordered_map<int, Tensor> whole_state();
+  /// Every parameter and buffer value id of the rank (its chunks'), in a fixed order.
+  std::vector<int> held_values() const;
+  /// Sets parameter or buffer `value` (one of held_values()) to `whole` (f32, shaped like it, on the
+  /// host or the backend): into state(), or for a sharded master into this rank's shard and the
+  /// parameter's working copy. Then call refresh_working_parameters() (checkpoint restore).
+  void restore_value(int value, const Tensor& whole);
   /// This rank's gradients by parameter value id: after train_step, the step's gradients reduced
   /// over the data-parallel and tied groups, before clipping (f32 on the backend's device). Under
   /// ZeRO-1 the untied ones are this rank's unreduced sums (the reduced ones exist only in parts).
@@ -229,6 +256,11 @@ class PipelineExecutor {
   // holds this rank's pieces of them (first) and the tied parameters whole (after).
   std::unique_ptr<ZeroPartition> zero_;
   std::vector<Tensor> zero_gradients_;          // this step's reduce-scattered pieces
+  // ZeRO-1 in mixed precision: the f32 masters of the untied parameters, this rank's elements only
+  // (zero_->pieces() order, one buffer); state_ holds them no more and working_ is gathered from them.
+  Tensor master_part_;
+  std::vector<Tensor> master_part_pieces_;      // per piece: its view of master_part_
+  std::map<int, MasterPiece> master_pieces_;    // the same by parameter value id
   std::vector<double> piece_weights_;           // per piece: 1 / ranks holding the same elements
   // The overlapped, bucketed all-reduce (ZeRO-1: reduce-scatter) of the untied gradients over the
   // stage group, when the schedule has an AllReduce; it starts during the step's last Backward.

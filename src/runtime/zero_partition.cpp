@@ -3,43 +3,46 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/shape.h"
 
 namespace partrain::runtime {
 
 ZeroPartition::ZeroPartition(std::vector<Tensor> parameters, comm::Communicator& group, Backend& backend,
                              std::vector<std::vector<std::size_t>> segments)
-    : parameters_(std::move(parameters)), group_(group), backend_(backend), segments_(std::move(segments)) {
-  for (const Tensor& parameter : parameters_)
+    : group_(group), backend_(backend), segments_(std::move(segments)) {
+  for (const Tensor& parameter : parameters) {
     PARTRAIN_CHECK(parameter.defined() && parameter.dtype() == DType::F32, "ZeRO: parameters must be f32");
+    shapes_.push_back(parameter.shape());
+  }
   if (segments_.empty()) {
     segments_.emplace_back();
-    for (std::size_t p = 0; p < parameters_.size(); ++p) segments_.back().push_back(p);
+    for (std::size_t p = 0; p < shapes_.size(); ++p) segments_.back().push_back(p);
   }
   const std::int64_t ranks = group_.size(), rank = group_.rank();
-  segment_of_.assign(parameters_.size(), segments_.size());
-  offsets_.assign(parameters_.size(), 0);
+  segment_of_.assign(shapes_.size(), segments_.size());
+  offsets_.assign(shapes_.size(), 0);
   std::int64_t flat = 0;
   for (std::size_t k = 0; k < segments_.size(); ++k) {
     std::int64_t total = 0;
     for (std::size_t p : segments_[k]) {
-      PARTRAIN_CHECK(p < parameters_.size() && segment_of_[p] == segments_.size(),
-                     "ZeRO: segment " << k << " lists parameter " << p << " (of " << parameters_.size()
+      PARTRAIN_CHECK(p < shapes_.size() && segment_of_[p] == segments_.size(),
+                     "ZeRO: segment " << k << " lists parameter " << p << " (of " << shapes_.size()
                                       << ") that is out of range or already in a segment");
       segment_of_[p] = k;
       offsets_[p] = total;
-      total += parameters_[p].numel();
+      total += numel(shapes_[p]);
     }
     const std::int64_t part = (total + ranks - 1) / ranks;  // the last rank's run is padded
     layout_.push_back({flat, part_size_, part});
     const std::int64_t first = part * rank, last = first + part;
     for (std::size_t p : segments_[k]) {
-      const std::int64_t begin = std::max(first, offsets_[p]), end = std::min(last, offsets_[p] + parameters_[p].numel());
+      const std::int64_t begin = std::max(first, offsets_[p]), end = std::min(last, offsets_[p] + numel(shapes_[p]));
       if (begin < end) pieces_.push_back({p, begin - offsets_[p], end - offsets_[p], part_size_ + begin - first});
     }
     flat += part * ranks;
     part_size_ += part;
   }
-  for (std::size_t p = 0; p < parameters_.size(); ++p)
+  for (std::size_t p = 0; p < shapes_.size(); ++p)
     PARTRAIN_CHECK(segment_of_[p] < segments_.size(), "ZeRO: parameter " << p << " is in no segment");
   gradients_ = backend_.zeros({flat});
   part_ = backend_.zeros({part_size_});
@@ -50,9 +53,9 @@ Tensor ZeroPartition::view(const Tensor& tensor, const Piece& piece) {
 }
 
 Tensor ZeroPartition::gradient_view(std::size_t parameter) const {
-  PARTRAIN_CHECK(parameter < parameters_.size(), "ZeRO: no parameter " << parameter);
+  PARTRAIN_CHECK(parameter < shapes_.size(), "ZeRO: no parameter " << parameter);
   const std::int64_t begin = layout_[segment_of_[parameter]].flat_offset + offsets_[parameter];
-  return gradients_.slice_rows(begin, begin + parameters_[parameter].numel()).reshape(parameters_[parameter].shape());
+  return gradients_.slice_rows(begin, begin + numel(shapes_[parameter])).reshape(shapes_[parameter]);
 }
 
 comm::Request ZeroPartition::start_reduce_scatter(std::size_t segment) {
@@ -69,8 +72,8 @@ std::vector<Tensor> ZeroPartition::reduced_parts() const {
 }
 
 std::vector<Tensor> ZeroPartition::reduce_scatter(std::span<const Tensor> gradients) {
-  PARTRAIN_CHECK(gradients.size() == parameters_.size(),
-                 "ZeRO: " << gradients.size() << " gradients for " << parameters_.size() << " parameters");
+  PARTRAIN_CHECK(gradients.size() == shapes_.size(),
+                 "ZeRO: " << gradients.size() << " gradients for " << shapes_.size() << " parameters");
   for (std::size_t p = 0; p < gradients.size(); ++p) {
     const Tensor target = gradient_view(p);
     if (gradients[p].raw_data() != target.raw_data()) backend_.copy(target, gradients[p].reshape(target.shape()));
@@ -80,15 +83,24 @@ std::vector<Tensor> ZeroPartition::reduce_scatter(std::span<const Tensor> gradie
 }
 
 void ZeroPartition::all_gather(std::span<const Tensor> tensors) {
-  PARTRAIN_CHECK(tensors.size() == parameters_.size(),
-                 "ZeRO: " << tensors.size() << " tensors for " << parameters_.size() << " parameters");
+  PARTRAIN_CHECK(tensors.size() == shapes_.size(),
+                 "ZeRO: " << tensors.size() << " tensors for " << shapes_.size() << " parameters");
+  std::vector<Tensor> parts;
+  for (const Piece& piece : pieces_) parts.push_back(view(tensors[piece.parameter], piece));
+  all_gather_pieces(parts);
+  for (std::size_t p = 0; p < tensors.size(); ++p) backend_.copy(tensors[p], gradient_view(p).reshape(tensors[p].shape()));
+}
+
+void ZeroPartition::all_gather_pieces(std::span<const Tensor> parts) {
+  PARTRAIN_CHECK(parts.size() == pieces_.size(), "ZeRO: " << parts.size() << " parts for " << pieces_.size() << " pieces");
   // The flat gradient buffer is spent once the reduce-scatters are complete (the reduced sums are in
   // part_), and its layout is the gathered one: rank r's slot of segment k holds elements
   // [r·p_k, (r+1)·p_k). So this rank's elements go into its slots and each segment is all-gathered
   // in place there, as DeepSpeed and Megatron's distributed optimizer do, with no buffer of its own.
-  for (const Piece& piece : pieces_) {
+  for (std::size_t k = 0; k < pieces_.size(); ++k) {
+    const Piece& piece = pieces_[k];
     const std::int64_t flat = layout_[segment_of_[piece.parameter]].flat_offset + offsets_[piece.parameter] + piece.begin;
-    backend_.copy(gradients_.slice_rows(flat, flat + piece.end - piece.begin), view(tensors[piece.parameter], piece));
+    backend_.copy(gradients_.slice_rows(flat, flat + piece.end - piece.begin), parts[k].reshape({piece.end - piece.begin}));
   }
   const std::int64_t ranks = group_.size(), rank = group_.rank();
   for (const Segment& s : layout_) {
@@ -96,7 +108,6 @@ void ZeroPartition::all_gather(std::span<const Tensor> tensors) {
     const Tensor whole = gradients_.slice_rows(s.flat_offset, s.flat_offset + s.part * ranks);
     group_.all_gather(whole.slice_rows(rank * s.part, (rank + 1) * s.part), whole);
   }
-  for (std::size_t p = 0; p < tensors.size(); ++p) backend_.copy(tensors[p], gradient_view(p).reshape(tensors[p].shape()));
 }
 
 }  // namespace partrain::runtime

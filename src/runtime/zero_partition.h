@@ -30,8 +30,8 @@ class ZeroPartition {
     std::int64_t offset = 0;    // where the run starts inside this rank's part
   };
 
-  /// `parameters` (f32 on `backend`'s device, in a fixed order every member passes alike) are
-  /// partitioned over `group` (the stage's data-parallel group; kept by reference), segment by
+  /// `parameters` (f32 on `backend`'s device, in a fixed order every member passes alike; only their
+  /// shapes are kept) are partitioned over `group` (the stage's data-parallel group; kept by reference), segment by
   /// segment: `segments` lists indices into `parameters`, each exactly once (empty: one segment of
   /// all, in order). Throws partrain::Error for a non-f32 parameter or segments that do not cover
   /// every parameter exactly once.
@@ -72,13 +72,19 @@ class ZeroPartition {
   /// (the reduced sums of reduced_parts() are kept apart and stay valid). Collective over the group.
   void all_gather(std::span<const Tensor> tensors);
 
+  /// The same from this rank's elements alone: `parts` holds one 1-D f32 tensor per piece of
+  /// pieces(), in order (e.g. the rank's shard of the f32 master parameters, which it alone keeps
+  /// under Megatron-LM's distributed optimizer). Afterwards gradient_view(p) holds parameter p whole,
+  /// until gradients are accumulated there again. Collective over the group.
+  void all_gather_pieces(std::span<const Tensor> parts);
+
  private:
   struct Segment {
     std::int64_t flat_offset = 0;  // where its D·p_k elements start in gradients_
     std::int64_t part_offset = 0;  // where its p_k elements start in part_
     std::int64_t part = 0;         // p_k
   };
-  std::vector<Tensor> parameters_;
+  std::vector<Shape> shapes_;  // the parameters' shapes (their storage is not kept)
   comm::Communicator& group_;
   Backend& backend_;
   std::vector<std::vector<std::size_t>> segments_;

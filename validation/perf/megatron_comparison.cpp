@@ -19,11 +19,13 @@
 // (schedule = "interleaved", virtual_stages = "auto"; docs/planning.md, RaNNC).
 //
 // Usage: megatron_comparison [--fused-attention] [--no-automatic] [--choose-interleaving] [--rows N] [--model NAME]
-// (--model 529.6B: that row of the table only)
+//        [--breakdown]
+// (--model 529.6B: that row of the table only; --breakdown: each op type's kernel seconds under the row)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,7 @@
 #include "io/device_presets.h"
 #include "models/model.h"
 #include "partition/common/cost_model.h"
+#include "partition/common/kernel_timing.h"
 #include "partition/planner.h"
 #include "plan/plan.h"
 
@@ -128,21 +131,52 @@ partition::PlannerOptions layout_options(const TableOneRow& row) {
   return options;
 }
 
+// Where a layout's predicted seconds go: each op type's kernel seconds for one microbatch on one GPU
+// (forward, backward; the whole rank's graph, all layers), the tensor-parallel all-reduces apart.
+void print_breakdown(const Graph& graph, const TableOneRow& row, const partition::DeviceSpec& device) {
+  std::map<std::string, std::pair<double, double>> by_op;
+  std::vector<int> all;
+  for (const Task& task : graph.tasks()) {
+    const auto [forward, backward] = partition::task_kernel_seconds(graph, task.id, row.microbatch, device.kernels, 2.0);
+    auto& sums = by_op[std::string(op_name(task.op))];
+    sums.first += forward;
+    sums.second += backward;
+    all.push_back(task.id);
+  }
+  double forward_total = 0, backward_total = 0;
+  std::printf("  %s, one microbatch of %lld on one GPU (ms):\n  | op | forward | backward |\n  |---|---|---|\n", row.name,
+              static_cast<long long>(row.microbatch));
+  for (const auto& [name, sums] : by_op) {
+    if (sums.first + sums.second <= 0) continue;
+    std::printf("  | %s | %.2f | %.2f |\n", name.c_str(), 1e3 * sums.first, 1e3 * sums.second);
+    forward_total += sums.first;
+    backward_total += sums.second;
+  }
+  const partition::TensorParallelTraffic traffic = partition::tensor_parallel_traffic(graph, all, row.microbatch, true);
+  std::printf("  | all kernels | %.2f | %.2f |\n", 1e3 * forward_total, 1e3 * backward_total);
+  std::printf("  | tensor-parallel all-reduces | %.2f | %.2f |\n",
+              1e3 * partition::tensor_parallel_allreduce_seconds(device, row.tensor_parallel, traffic.forward_bytes,
+                                                                 traffic.forward_allreduces),
+              1e3 * partition::tensor_parallel_allreduce_seconds(device, row.tensor_parallel, traffic.backward_bytes,
+                                                                 traffic.backward_allreduces));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool fused_attention = false, automatic = true, choose_interleaving = false;
+  bool fused_attention = false, automatic = true, choose_interleaving = false, breakdown = false;
   std::size_t rows = std::size(kTableOne);
   std::string only_model;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fused-attention")) fused_attention = true;
     else if (!std::strcmp(argv[i], "--no-automatic")) automatic = false;
     else if (!std::strcmp(argv[i], "--choose-interleaving")) choose_interleaving = true;
+    else if (!std::strcmp(argv[i], "--breakdown")) breakdown = true;
     else if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) rows = std::stoul(argv[++i]);
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) only_model = argv[++i];
     else {
       std::fprintf(stderr, "usage: megatron_comparison [--fused-attention] [--no-automatic] [--choose-interleaving] "
-                           "[--rows N] [--model NAME]\n");
+                           "[--rows N] [--model NAME] [--breakdown]\n");
       return 2;
     }
   }
@@ -196,6 +230,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(row.microbatch), static_cast<long long>(row.global_batch),
                   layout.predicted_step_seconds, tflops, row.measured_tflops, tflops / row.measured_tflops,
                   100 * layout.predicted_bubble_fraction, automatic_text.c_str(), ratio_text.c_str());
+      if (breakdown) print_breakdown(graph, row, device);
       std::fflush(stdout);
     }
   } catch (const std::exception& error) {

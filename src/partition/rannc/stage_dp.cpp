@@ -305,7 +305,7 @@ class StageDp {
     };
     if (memory_at(low) <= usable_) return low;
     const double sharded = m.parameter_bytes * profile::sharded_state_factor(policy);
-    const double fixed = memory - m.parameter_bytes * policy.optimizer_state_copies;
+    const double fixed = memory - m.parameter_bytes * profile::zero_removed_state_factor(policy);
     const double room = usable_ - fixed;  // for sharded / (r · pipeline_replicas)
     if (!(room > 0)) return high + 1;
     const double needed = std::ceil(sharded / (room * setting_.pipeline_replicas));
