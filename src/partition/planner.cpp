@@ -329,9 +329,10 @@ LayoutCandidate plan_layout(const Graph& planned, const CostModel& cost, const P
 // ... layers), and the coarse DP objective can prune a layout that finer stages would make the
 // fastest. A model with more layers than blocks gets its most promising layouts' (t, ZeRO) planned
 // again at one block per layer (at most 2 × blocks: 4 × doubles the planning time of GPT-3 175B),
-// with and without sequence parallelism when that is chosen, bounded by the best objective found;
+// bounded by the best objective found;
 // a faster plan replaces the best. The most promising: the best plan's (t, ZeRO), then for each
-// other tensor-parallel degree its best coarse layout when that reached 3/4 of the best samples/s
+// other tensor-parallel degree, and the best (t, ZeRO) with the other sequence-parallel choice,
+// its best coarse layout when that reached 3/4 of the best samples/s
 // (the degree sets a layer's size and so how many layers fit a stage, which coarse blocks round:
 // the 1T GPT's t = 8, ZeRO-1 plan was behind t = 4's at 32 blocks and 30% ahead at 64).
 void refine_blocks(const TensorParallelGraphs& graphs, const CostModelFactory& costs, const PlannerOptions& options,
@@ -361,6 +362,16 @@ void refine_blocks(const TensorParallelGraphs& graphs, const CostModelFactory& c
     std::vector<bool> sequence_parallel_order = sequence_parallel_choices(options, t);
     if (layouts_sequence_parallel) std::reverse(sequence_parallel_order.begin(), sequence_parallel_order.end());
     for (bool sequence_parallel : sequence_parallel_order) {
+      // The best plan's other sequence-parallel choice is refined on the same evidence as another
+      // degree: when its coarse layout was feasible and within 3/4 of the best.
+      const bool best_layout_choice = t == layouts.front().first && zero == layouts.front().second;
+      if (best_layout_choice && sequence_parallel != layouts_sequence_parallel) {
+        const bool promising = std::any_of(coarse.begin(), coarse.end(), [&](const LayoutCandidate& candidate) {
+          return candidate.tensor_parallel == t && candidate.zero == zero && candidate.sequence_parallel == sequence_parallel &&
+                 candidate.feasible && candidate.samples_per_second >= 0.75 * coarse_best;
+        });
+        if (!promising) continue;
+      }
       const Graph& planned = graphs(t, sequence_parallel);
       const std::unique_ptr<CostModel> cost = t == 1 ? nullptr : costs(planned);
       PlannerOptions refining = options;

@@ -156,7 +156,7 @@ class ChunkTable {
 std::vector<int> parameter_walls(ChunkCosts& costs, const PlannerOptions& options) {
   const int k = costs.block_count();
   profile::MemoryPolicy policy = stage_memory_policy(options, 0, 2, 1);
-  policy.optimizer_shards = std::numeric_limits<int>::max();
+  if (options.zero == 1) policy.optimizer_shards = std::numeric_limits<int>::max();
   const double factor = profile::model_state_factor(policy);
   const double usable = options.usable_memory_bytes(costs.cost().device());
   std::vector<int> walls(k, k + 1);
@@ -287,6 +287,12 @@ std::optional<Plan> plan_interleaved_rannc(const Graph& graph, const std::vector
   const int k = costs.block_count();
   const int world = options.world_size;
   const int per_node = cost.device().devices_per_node;
+  // recompute = "auto": each configuration is split and scored without recomputation first, and
+  // with recomputation from the chunk boundaries (the least memory) when that does not fit;
+  // assemble's predict_plan then gives each chunk the cheapest policy that fits.
+  const bool choosing = options.recompute == "auto";
+  PlannerOptions without_recomputation = options;
+  without_recomputation.recompute = "none";
 
   // Every configuration the runtime can run, with a lower bound on its objective: a chunk takes at
   // least its largest block's own compute and the average share Σ / (S·v) of the blocks' own
@@ -304,7 +310,8 @@ std::optional<Plan> plan_interleaved_rannc(const Graph& graph, const std::vector
         if (replicas > microbatch) continue;  // every replica takes a sample of each microbatch
         const std::int64_t batch = (microbatch + replicas - 1) / replicas;
         for (int v = 2; S * v <= k; ++v) {
-          const bool recompute = recompute_policy(chunk_options(options, v), S * v) != RecomputePolicy::None;
+          // Under "auto" a configuration may run without recomputation: bound it by that.
+          const bool recompute = !choosing && recompute_policy(chunk_options(options, v), S * v) != RecomputePolicy::None;
           const ChunkCosts::OwnCompute own = costs.own_compute(batch, recompute, options.sub_pipelined_tmp);
           const double steps = static_cast<double>(microbatches) * v + S - 1;
           // More chunks only raise the bound's largest-block term: stop there.
@@ -329,22 +336,36 @@ std::optional<Plan> plan_interleaved_rannc(const Graph& graph, const std::vector
     const double threshold = best.size() == kPlansPriced ? best.back().objective : objective_bound;
     if (c.lower_bound >= threshold) break;
     const int chunks = c.stages * c.virtual_stages;
-    const bool recompute = recompute_policy(chunk_options(options, c.virtual_stages), chunks) != RecomputePolicy::None;
-    const std::uint64_t key = (static_cast<std::uint64_t>(c.batch) << 2) | (c.across_nodes ? 2u : 0u) | (recompute ? 1u : 0u);
-    auto found = tables.find(key);
-    if (found == tables.end()) {
-      std::unique_ptr<ChunkTable> table;
-      try {
-        table = std::make_unique<ChunkTable>(costs, c.batch, c.across_nodes, recompute, walls);
-      } catch (const Error&) {
-        // A range the cost model cannot measure (e.g. a profile of whole layers): no candidates.
+    const auto table_for = [&](bool recompute) -> const ChunkTable* {
+      const std::uint64_t key = (static_cast<std::uint64_t>(c.batch) << 2) | (c.across_nodes ? 2u : 0u) | (recompute ? 1u : 0u);
+      auto found = tables.find(key);
+      if (found == tables.end()) {
+        std::unique_ptr<ChunkTable> table;
+        try {
+          table = std::make_unique<ChunkTable>(costs, c.batch, c.across_nodes, recompute, walls);
+        } catch (const Error&) {
+          // A range the cost model cannot measure (e.g. a profile of whole layers): no candidates.
+        }
+        found = tables.emplace(key, std::move(table)).first;
       }
-      found = tables.emplace(key, std::move(table)).first;
+      return found->second.get();
+    };
+    double objective = kInfinity;
+    ChunkSplit split;
+    if (choosing) {
+      if (const ChunkTable* table = table_for(false)) {
+        split = table->split(chunks);
+        if (split.feasible) objective = score(costs, without_recomputation, c, split.first_block, split.max_chunk_seconds);
+      }
     }
-    if (!found->second) continue;
-    const ChunkSplit split = found->second->split(chunks);
-    if (!split.feasible) continue;
-    const double objective = score(costs, options, c, split.first_block, split.max_chunk_seconds);
+    if (!(objective < kInfinity)) {
+      const bool recompute = recompute_policy(chunk_options(options, c.virtual_stages), chunks) != RecomputePolicy::None;
+      const ChunkTable* table = table_for(recompute);
+      if (!table) continue;
+      split = table->split(chunks);
+      if (!split.feasible) continue;
+      objective = score(costs, options, c, split.first_block, split.max_chunk_seconds);
+    }
     if (!(objective < threshold)) continue;
     // Pipeline sizes that give the same ranks (the same S, v, M, per-replica batch and chunks) and
     // the same objective differ only in how the replicas are counted: one of them is enough.

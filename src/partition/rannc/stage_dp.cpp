@@ -129,7 +129,7 @@ struct StageRun {
   int begin_block = 0, end_block = 0;  // the blocks [begin, end) and per-replica batch measured
   std::int64_t batch = 0;
   /// StageDp::allreduce_at(*measurement, r) by r − first, NaN until asked (the DP asks for the same
-  /// r from many device counts).
+  /// r from many device counts); empty until the first is asked.
   mutable std::vector<double> allreduce;
 };
 
@@ -214,7 +214,6 @@ class StageDp {
       run.backward = m.backward_seconds + cost_.transfer_seconds(m.boundary_input_bytes, setting_.across_nodes) +
                      (recompute ? m.forward_seconds : 0.0);
       run.seconds = run.forward + run.backward;
-      run.allreduce.assign(static_cast<std::size_t>(last - r + 1), std::numeric_limits<double>::quiet_NaN());
       if (choosing_) {
         run.begin_block = b;
         run.end_block = e;
@@ -324,6 +323,9 @@ class StageDp {
 
   // allreduce_at for the run's stage on r ∈ [run.first, run.last] replicas, computed once.
   double run_allreduce(const StageRun& run, int r) const {
+    // (Allocated when first asked: most runs are pruned by the bound or memory before.)
+    if (run.allreduce.empty())
+      run.allreduce.assign(static_cast<std::size_t>(run.last - run.first + 1), std::numeric_limits<double>::quiet_NaN());
     double& cached = run.allreduce[static_cast<std::size_t>(r - run.first)];
     if (std::isnan(cached)) cached = allreduce_at(*run.measurement, r);
     return cached;
@@ -351,7 +353,7 @@ class StageDp {
     int& wall = parameter_walls_[b];
     if (wall >= 0) return wall;
     profile::MemoryPolicy policy = stage_memory_policy(options_, 0, 2, 1);
-    policy.optimizer_shards = std::numeric_limits<int>::max();
+    if (zero_) policy.optimizer_shards = std::numeric_limits<int>::max();  // (without ZeRO nothing is sharded)
     const double factor = profile::model_state_factor(policy);
     wall = block_count() + 1;
     // Parameters do not depend on the batch: the current microbatch's measurements (those of one
@@ -484,15 +486,24 @@ class StageDp {
     // Two layers of values (j − 1 and j); each layer's back pointers are kept for its valid cells
     // only (BackRow), which is all backtrack reads. A layer without a valid cell ends the table:
     // every later layer builds on it.
-    std::vector<Cell> previous_layer(layer), current_layer(layer);
-    back_.assign(J + 1, {});
+    // (Scratch kept by the object: run is called for every setting of a search, and fresh tables of
+    // megabytes each time cost more in allocation and page faults than in filling.)
+    std::vector<Cell>& previous_layer = scratch_.previous_layer;
+    std::vector<Cell>& current_layer = scratch_.current_layer;
+    previous_layer.assign(layer, Cell{});
+    current_layer.assign(layer, Cell{});
+    back_.resize(std::max(back_.size(), static_cast<std::size_t>(J + 1)));
+    for (std::size_t j = 0; j < back_.size(); ++j)
+      for (BackRow& back : back_[j]) back.cells.clear();
     const auto cell = [&](int j, int b, int d) -> Cell& {
       return ((j & 1) ? current_layer : previous_layer)[b * row + d];
     };
     // dmin[j][b]: fewest devices with which blocks b.. fit in j stages (D + 1: none).
-    std::vector<int> dmin(static_cast<std::size_t>(J + 1) * (k + 1), D + 1);
+    std::vector<int>& dmin = scratch_.dmin;
+    dmin.assign(static_cast<std::size_t>(J + 1) * (k + 1), D + 1);
     // dmax[j][b]: most devices with which they fit (0: none).
-    std::vector<int> dmax(static_cast<std::size_t>(J + 1) * (k + 1), 0);
+    std::vector<int>& dmax = scratch_.dmax;
+    dmax.assign(static_cast<std::size_t>(J + 1) * (k + 1), 0);
     // Only device counts from which some S ≤ J can still use exactly D devices with at most
     // `widest` replicas per stage are worth a cell: d ∈ [D − (J − j) · widest, j · widest].
     const int widest = static_cast<int>(std::min<std::int64_t>(D, setting.microbatch_size));
@@ -505,7 +516,8 @@ class StageDp {
     // the loop over every r: O(J k² · #batches · D) instead of O(J k² D²).
     int levels = 1;
     while ((1 << levels) <= D + 1) ++levels;
-    std::vector<int> sparse(static_cast<std::size_t>(k + 1) * levels * row, 0);
+    std::vector<int>& sparse = scratch_.sparse;
+    sparse.assign(static_cast<std::size_t>(k + 1) * levels * row, 0);
     const auto sparse_at = [&](int e, int level) { return sparse.data() + (static_cast<std::size_t>(e) * levels + level) * row; };
     const auto less = [](const Cell& x, const Cell& y) {
       return x.value < y.value || (x.value == y.value && x.allreduce < y.allreduce);
@@ -547,6 +559,12 @@ class StageDp {
         if (objective == Objective::Time) e_last = std::min(e_last, parameter_wall(b) - 1);
         for (int e = e_first; e <= e_last; ++e) {
           const std::vector<StageRun>& runs = stage_runs(b, e, recompute);
+          // A stage's compute (forward + backward, transfers and repeated forwards aside) adds up
+          // over its tasks, so it grows with e at any batch: once even the run of the most replicas
+          // (the smallest per-replica batch) reaches the bound, no longer stage from b can beat it.
+          if (objective == Objective::Time && !runs.empty() &&
+              factor * (runs.back().measurement->forward_seconds + runs.back().measurement->backward_seconds) >= bound)
+            break;
           const int rest_min = j == 1 ? 0 : dmin[(j - 1) * (k + 1) + e];
           const int rest_max = j == 1 ? 0 : dmax[(j - 1) * (k + 1) + e];
           if (rest_min > D) continue;
@@ -798,7 +816,11 @@ class StageDp {
   std::vector<int> parameter_walls_;         // per block b: parameter_wall(b), −1 until computed
   Setting setting_;
   std::vector<std::vector<StageRun>> stage_runs_[2];  // [recompute][b * (k + 1) + e]
-  std::vector<std::vector<BackRow>> back_;  // [j][b]: the last run's back pointers
+  std::vector<std::vector<BackRow>> back_;  // [j][b]: the last run's back pointers (rows j > J of it empty)
+  struct Scratch {
+    std::vector<Cell> previous_layer, current_layer;
+    std::vector<int> dmin, dmax, sparse;
+  } scratch_;  // run's tables, reused from setting to setting
 };
 
 }  // namespace
