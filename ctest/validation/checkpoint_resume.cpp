@@ -59,19 +59,27 @@ std::string straight_run() {
   return directory;
 }
 
+// Resumes the step-5 checkpoint of the run in `written` on `ranks` ranks (into `directory`) under
+// `settings` and returns the losses of steps 6-10 (none when the run failed).
+std::vector<double> resumed_losses(int ranks, const std::string& written, const std::string& directory,
+                                   const std::vector<std::string>& settings) {
+  std::string arguments = std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + written +
+                          "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8" +
+                          " --set model.seq_len=32 --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR +
+                          "/text.h5";
+  for (const std::string& setting : settings) arguments += " --set '" + setting + "'";
+  const testing::PartrainRun resumed = testing::run_partrain(ranks, arguments, directory + ".log");
+  EXPECT_EQ(resumed.status, 0) << resumed.log;
+  if (resumed.status != 0) return {};
+  return testing::metric_values(directory, "loss");
+}
+
 // Resumes the step-5 checkpoint of the 4-rank run in `written` on 1 rank (into `directory`) and
 // expects steps 6-10 to have the straight run's losses (`expected`, 1e-5 relative).
 void expect_resumes_on_one_rank(const std::string& written, const std::string& directory,
                                 const std::vector<double>& expected, const std::string& name) {
-  const testing::PartrainRun resumed = testing::run_partrain(
-      1,
-      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + written +
-          "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
-          " --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=dpl" +
-          " --set train.microbatches=1",
-      directory + ".log");
-  ASSERT_EQ(resumed.status, 0) << resumed.log;
-  const std::vector<double> actual = testing::metric_values(directory, "loss");
+  const std::vector<double> actual =
+      resumed_losses(1, written, directory, {"parallel.planner=dpl", "train.microbatches=1"});
   ASSERT_EQ(actual.size(), 5u);
   for (std::size_t i = 0; i < actual.size(); ++i)
     EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << name << " step " << 6 + i;
@@ -124,7 +132,6 @@ TEST(CheckpointResume, ReshardsToOtherPlansAndWorldSizes) {
   const std::string straight = straight_run();
   const std::vector<double> expected = testing::metric_values(straight, "loss");
   ASSERT_EQ(expected.size(), 10u);
-  const std::string checkpoint = straight + "/checkpoints/step_000005.h5";
   struct Target {
     std::string name;
     int ranks;
@@ -142,14 +149,7 @@ TEST(CheckpointResume, ReshardsToOtherPlansAndWorldSizes) {
                     "parallel.boundaries=[\"h.1\"]", "parallel.zero=1", "train.microbatches=2"}},
   };
   for (const Target& target : targets) {
-    const std::string directory = kRoot + "/reshard-" + target.name;
-    std::string arguments = std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " +
-                            checkpoint + " --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
-                            " --set log.dir=" + directory + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5";
-    for (const std::string& setting : target.settings) arguments += " --set '" + setting + "'";
-    const testing::PartrainRun run = testing::run_partrain(target.ranks, arguments, directory + ".log");
-    ASSERT_EQ(run.status, 0) << run.log;
-    const std::vector<double> actual = testing::metric_values(directory, "loss");
+    const std::vector<double> actual = resumed_losses(target.ranks, straight, kRoot + "/reshard-" + target.name, target.settings);
     ASSERT_EQ(actual.size(), 5u) << target.name;
     for (std::size_t i = 0; i < actual.size(); ++i)
       EXPECT_NEAR(actual[i], expected[5 + i], 1e-5 * std::abs(expected[5 + i])) << target.name << " step " << 6 + i;
@@ -233,34 +233,15 @@ TEST(CheckpointResume, Bf16ZeroShardsTheMastersAndWritesThemWhole) {
   }
   EXPECT_GT(masters, 10u);
 
-  const std::string resumed = kRoot + "/bf16-2x2-zero1-resumed";
   std::vector<std::string> resume = zero;
   resume.push_back("checkpoint.every=0");
-  const testing::PartrainRun again = testing::run_partrain(
-      4,
-      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + sharded +
-          "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
-          " --set log.dir=" + resumed + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5" + [&] {
-            std::string text;
-            for (const std::string& setting : resume) text += " --set '" + setting + "'";
-            return text;
-          }(),
-      resumed + ".log");
-  ASSERT_EQ(again.status, 0) << again.log;
-  const std::vector<double> continued = testing::metric_values(resumed, "loss");
+  const std::vector<double> continued = resumed_losses(4, sharded, kRoot + "/bf16-2x2-zero1-resumed", resume);
   ASSERT_EQ(continued.size(), 5u);
   for (std::size_t i = 0; i < continued.size(); ++i) EXPECT_EQ(continued[i], own[5 + i]) << "resumed, step " << 6 + i;
 
-  const std::string one_rank = kRoot + "/bf16-2x2-zero1-to-one-rank";
-  const testing::PartrainRun single = testing::run_partrain(
-      1,
-      std::string("train ") + PARTRAIN_SOURCE_DIR + "/configs/gpt-tiny.toml --resume " + sharded +
-          "/checkpoints/step_000005.h5 --set train.steps=10 --set train.global_batch=8 --set model.seq_len=32" +
-          " --set log.dir=" + one_rank + " --set data.path=" + PARTRAIN_DATA_DIR + "/text.h5 --set parallel.planner=dpl" +
-          " --set train.microbatches=1 --set train.precision=bf16",
-      one_rank + ".log");
-  ASSERT_EQ(single.status, 0) << single.log;
-  const std::vector<double> alone = testing::metric_values(one_rank, "loss");
+  const std::vector<double> alone =
+      resumed_losses(1, sharded, kRoot + "/bf16-2x2-zero1-to-one-rank",
+                     {"parallel.planner=dpl", "train.microbatches=1", "train.precision=bf16"});
   ASSERT_EQ(alone.size(), 5u);
   for (std::size_t i = 0; i < alone.size(); ++i)
     EXPECT_NEAR(alone[i], own[5 + i], 1e-4 * std::abs(own[5 + i])) << "one rank, step " << 6 + i;
