@@ -366,9 +366,11 @@ void refine_blocks(const TensorParallelGraphs& graphs, const CostModelFactory& c
       // degree: when its coarse layout was feasible and within 3/4 of the best.
       const bool best_layout_choice = t == layouts.front().first && zero == layouts.front().second;
       if (best_layout_choice && sequence_parallel != layouts_sequence_parallel) {
+        const int degree = t, zero_stage = zero;  // (clang before 16 cannot capture structured bindings)
         const bool promising = std::any_of(coarse.begin(), coarse.end(), [&](const LayoutCandidate& candidate) {
-          return candidate.tensor_parallel == t && candidate.zero == zero && candidate.sequence_parallel == sequence_parallel &&
-                 candidate.feasible && candidate.samples_per_second >= 0.75 * coarse_best;
+          return candidate.tensor_parallel == degree && candidate.zero == zero_stage &&
+                 candidate.sequence_parallel == sequence_parallel && candidate.feasible &&
+                 candidate.samples_per_second >= 0.75 * coarse_best;
         });
         if (!promising) continue;
       }
