@@ -341,7 +341,8 @@ std::unordered_map<int, Tensor> PipelineExecutor::whole_state() {
   std::unordered_map<int, Tensor> whole = state_;
   if (!master_part_.defined()) return whole;
   zero_->all_gather_pieces(master_part_pieces_);
-  for (std::size_t p = 0; p < untied_.size(); ++p) whole[untied_[p]] = zero_->gradient_view(p).clone();
+  // (A backend copy: on a GPU the buffer lives on the device.)
+  for (std::size_t p = 0; p < untied_.size(); ++p) whole[untied_[p]] = copy_to(zero_->gradient_view(p), backend_);
   return whole;
 }
 
