@@ -108,27 +108,29 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
                 : io::CheckpointPart{};
     const Shape shape = whole_shape(v);
     const bool padded = sharded && v.sharding.padding > 0;
+    // `data` (undefined on a rank that writes none) as dataset `name`: the rank's tensor-parallel
+    // part, or elements [begin, end) of it when end ≥ 0 (a ZeRO-1 shard).
+    const auto dataset = [&](const std::string& name, const Tensor& data, std::int64_t begin, std::int64_t end) {
+      io::CheckpointPart range = part;
+      if (end >= 0) {
+        range.begin = begin;
+        range.end = end;
+      }
+      return padded ? padded_tensor(name, v, placement.tensor_rank, data, end >= 0 ? begin : 0)
+                    : io::CheckpointTensor{name, shape, data, range};
+    };
     // The writer reads host memory: device tensors are copied out first.
     Backend& backend = executor.backend();
     if (executor.master_is_sharded(value)) {
       // ZeRO-1 in mixed precision: every data-parallel rank writes its shard of the f32 master,
-      // elements [begin, end) of the part, as it writes its shard of the optimizer state.
+      // as it writes its shard of the optimizer state.
       const auto master = executor.sharded_masters().find(value);
       const bool has_piece = master != executor.sharded_masters().end();
       const bool writer = has_piece && (sharded || placement.tensor_rank == 0);
-      const Tensor data = writer ? to_host(master->second.values, backend).clone() : Tensor();
-      io::CheckpointPart master_part = part;
-      if (has_piece) {
-        master_part.begin = master->second.begin;
-        master_part.end = master->second.end;
-      }
-      tensors.push_back(padded ? padded_tensor("model/" + v.name, v, placement.tensor_rank, data,
-                                               has_piece ? master->second.begin : 0)
-                               : io::CheckpointTensor{"model/" + v.name, shape, data, master_part});
+      tensors.push_back(dataset("model/" + v.name, writer ? to_host(master->second.values, backend).clone() : Tensor(),
+                                has_piece ? master->second.begin : 0, has_piece ? master->second.end : -1));
     } else {
-      const Tensor data = mine ? to_host(executor.state().at(value), backend) : Tensor();
-      tensors.push_back(padded ? padded_tensor("model/" + v.name, v, placement.tensor_rank, data, 0)
-                               : io::CheckpointTensor{"model/" + v.name, shape, data, part});
+      tensors.push_back(dataset("model/" + v.name, mine ? to_host(executor.state().at(value), backend) : Tensor(), 0, -1));
     }
     if (v.kind != ValueKind::Param) continue;
     // The optimizer state: the same part of the tensor as the parameter, or under ZeRO-1 every
@@ -136,17 +138,9 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const Graph& graph, const P
     const auto held = optimizer_state.parts.find(value);
     const bool pieces = held != optimizer_state.parts.end() && held->second.end >= 0;
     const bool state_writer = pieces ? (sharded || placement.tensor_rank == 0) : mine && held != optimizer_state.parts.end();
-    io::CheckpointPart state_part = part;
-    if (pieces) {
-      state_part.begin = held->second.begin;
-      state_part.end = held->second.end;
-    }
-    for (std::size_t k = 0; k < states.size(); ++k) {
-      const std::string name = "optim/" + v.name + "/" + states[k];
-      const Tensor state = state_writer ? held->second.states[k] : Tensor();
-      tensors.push_back(padded ? padded_tensor(name, v, placement.tensor_rank, state, pieces ? state_part.begin : 0)
-                               : io::CheckpointTensor{name, shape, state, state_part});
-    }
+    for (std::size_t k = 0; k < states.size(); ++k)
+      tensors.push_back(dataset("optim/" + v.name + "/" + states[k], state_writer ? held->second.states[k] : Tensor(),
+                                pieces ? held->second.begin : 0, pieces ? held->second.end : -1));
     Tensor step;
     if (holder && placement.tensor_rank == 0) step = Tensor::full({1}, static_cast<double>(optimizer_state.steps.at(value)));
     tensors.push_back({"optim/" + v.name + "/step", {1}, step});
