@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  ccache                                # one compile of the library for the cpu and cuda presets (run-tests.sh)
   libopenmpi-dev openmpi-bin            # MPI runtime and compiler wrappers
   libhdf5-openmpi-dev hdf5-tools        # parallel HDF5 (checkpoints, datasets) and h5dump
   libtomlplusplus-dev                   # experiment files

@@ -9,6 +9,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "profile/communication_profile.h"
 #include "support/mpi_test_main.h"
+#include <nlohmann/json.hpp>
 
 namespace partrain::profile {
 namespace {

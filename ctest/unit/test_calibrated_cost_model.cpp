@@ -6,6 +6,7 @@
 #include "partition/common/calibrated_cost_model.h"
 #include "partition/common/plan_builder.h"
 #include "support/tiny_models.h"
+#include <nlohmann/json.hpp>
 
 namespace partrain::partition {
 namespace {

@@ -17,6 +17,7 @@
 #include "partition/planner.h"
 #include "support/errors.h"
 #include "support/tiny_models.h"
+#include <nlohmann/json.hpp>
 
 namespace partrain::partition {
 namespace {

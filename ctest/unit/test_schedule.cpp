@@ -14,6 +14,7 @@
 #include "plan/schedule_checker.h"
 #include "plan/schedule_simulator.h"
 #include "support/errors.h"
+#include <nlohmann/json.hpp>
 
 namespace {
 

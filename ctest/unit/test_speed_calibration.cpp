@@ -8,6 +8,7 @@
 #include "profile/profile_db.h"
 #include "profile/speed_calibration.h"
 #include "profile/speed_reference.h"
+#include <nlohmann/json.hpp>
 
 namespace partrain::profile {
 namespace {

@@ -31,6 +31,7 @@
 #include "profile/machine_load.h"
 #include "profile/speed_calibration.h"
 #include "profile/speed_reference.h"
+#include <nlohmann/json.hpp>
 
 namespace partrain::app {
 namespace {

@@ -43,6 +43,7 @@
 #include "models/model.h"
 #include "runtime/checkpointing.h"
 #include "runtime/executor.h"
+#include <nlohmann/json.hpp>
 
 namespace partrain::app {
 namespace {

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include <nlohmann/json.hpp>
 
 namespace partrain::io {
 

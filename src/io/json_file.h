@@ -3,7 +3,7 @@
 // and renamed into place; read with errors that name the file.
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // declarations only: the full header costs ~3 s per translation unit
 
 namespace partrain::io {
 

@@ -12,6 +12,7 @@
 #include "graph/subgraph.h"
 #include "graph/tensor_parallel.h"
 #include "io/json_file.h"
+#include <nlohmann/json.hpp>
 
 namespace partrain {
 

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/statistics.h"
+#include <nlohmann/json.hpp>
 
 namespace partrain::profile {
 

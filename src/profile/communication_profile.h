@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // declarations only: the full header costs ~3 s per translation unit
 
 #include "comm/communicator.h"
 #include "core/backend.h"

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/json_file.h"
+#include <nlohmann/json.hpp>
 
 namespace partrain::profile {
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // declarations only: the full header costs ~3 s per translation unit
 
 #include "profile/communication_profile.h"
 

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include <nlohmann/json.hpp>
 
 namespace partrain::partition {
 namespace {

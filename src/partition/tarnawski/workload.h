@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // declarations only: the full header costs ~3 s per translation unit
 
 namespace partrain::partition {
 
