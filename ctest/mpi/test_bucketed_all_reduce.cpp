@@ -162,6 +162,17 @@ TEST(BucketedAllReduce, ZeroSegmentsAreReduceScatteredBucketByBucket) {
     // The same values on every rank.
     EXPECT_EQ(world.all_reduce_scalar(sum, comm::ReduceOp::Max), world.all_reduce_scalar(sum, comm::ReduceOp::Min));
   }
+  // From the pieces alone, gathered in bf16 (mixed precision's working copies): every element is its
+  // owner's f32 value rounded to bf16, as converting the whole f32 parameter would give.
+  std::vector<Tensor> pieces;
+  for (const ZeroPartition::Piece& piece : zero.pieces()) pieces.push_back(ZeroPartition::view(parameters[piece.parameter], piece).clone());
+  zero.all_gather_pieces(pieces, DType::BF16);
+  for (std::size_t p = 0; p < parameters.size(); ++p) {
+    const Tensor gathered = zero.gathered_view(p, DType::BF16);
+    ASSERT_EQ(gathered.shape(), parameters[p].shape());
+    EXPECT_EQ(gathered.to_float_vector(), to_dtype(parameters[p], DType::BF16, cpu_backend()).to_float_vector())
+        << "parameter " << p;
+  }
 }
 
 }  // namespace

@@ -471,5 +471,22 @@ TEST(MpiCommunicator, AllGatherInPlace) {
       EXPECT_EQ(whole.data<float>()[q * kPart + i], static_cast<float>(100 * q + i)) << "rank " << q << " element " << i;
 }
 
+// In bf16 (ZeRO-1 gathers the working copies under mixed precision): the 16-bit elements travel as
+// they are; an output of another dtype is refused.
+TEST(MpiCommunicator, AllGatherInBf16InPlace) {
+  const int n = world().size(), r = world().rank();
+  constexpr int kPart = 6;
+  const auto value = [](int rank, int i) { return 8.0f * static_cast<float>(rank) + 0.5f * static_cast<float>(i); };
+  const Tensor whole = Tensor::full({kPart * n}, -1.0, DType::BF16);
+  const Tensor own = whole.slice_rows(r * kPart, (r + 1) * kPart);
+  for (int i = 0; i < kPart; ++i) own.data<BFloat16>()[i] = BFloat16(value(r, i));  // exact in bf16
+  world().all_gather(own, whole);
+  for (int q = 0; q < n; ++q)
+    for (int i = 0; i < kPart; ++i)
+      EXPECT_EQ(static_cast<float>(whole.data<BFloat16>()[q * kPart + i]), value(q, i)) << "rank " << q << " element " << i;
+  expect_error([&] { world().all_gather(own, Tensor::zeros({kPart * n})); }, "one dtype");
+  expect_error([&] { world().reduce_scatter(whole, own); }, "needs f32");
+}
+
 }  // namespace
 }  // namespace partrain::comm

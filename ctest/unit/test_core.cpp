@@ -1,4 +1,5 @@
 // Core: allocator peak accounting, tensors, bf16 conversion, Philox known answers, check macros.
+#include <cstring>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,6 +61,25 @@ TEST(Tensor, ShapesDtypesAndViews) {
   copy.data<float>()[0] = 42;
   EXPECT_EQ(t.data<float>()[0], 0);
   EXPECT_EQ(Tensor::full({2}, 7, DType::I32).to_float_vector(), (std::vector<float>{7, 7}));
+}
+
+// ZeRO-1's bf16 all-gather reads the f32 gradient buffer's bytes as twice as many bf16 slots.
+TEST(Tensor, ReinterpretSharesTheBytes) {
+  const Tensor t = Tensor::from_vector<float>({2, 3}, {0, 1, 2, 3, 4, 5});
+  const Tensor halves = t.slice_rows(1, 2).reinterpret(DType::BF16);
+  EXPECT_EQ(halves.shape(), (Shape{6}));
+  EXPECT_EQ(halves.dtype(), DType::BF16);
+  EXPECT_EQ(halves.raw_data(), t.slice_rows(1, 2).raw_data());
+  halves.data<BFloat16>()[0] = BFloat16(-2.5f);  // the low two bytes of element 3 (little-endian)
+  halves.data<BFloat16>()[1] = BFloat16(7.0f);   // and its high two
+  const std::uint32_t word = (std::uint32_t{BFloat16(7.0f).bits} << 16) | BFloat16(-2.5f).bits;
+  float expected;
+  std::memcpy(&expected, &word, sizeof expected);
+  EXPECT_EQ(t.data<float>()[3], expected);
+  EXPECT_EQ(t.data<float>()[4], 4.0f) << "the next element is untouched";
+  EXPECT_EQ(t.reinterpret(DType::BF16).reinterpret(DType::F32).to_float_vector(), t.to_float_vector());
+  EXPECT_THROW(halves.slice_rows(1, 2).reinterpret(DType::F32), Error);  // starts mid-element
+  EXPECT_THROW(halves.slice_rows(0, 3).reinterpret(DType::F32), Error);  // 6 bytes
 }
 
 TEST(BFloat16, RoundsToNearestEven) {

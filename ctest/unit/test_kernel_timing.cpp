@@ -216,6 +216,55 @@ TEST(KernelTiming, PlansPriceTheOverlapOfTheDataParallelAllReduce) {
   EXPECT_NEAR(overlapped.predicted_step_seconds, blocking.predicted_step_seconds - stage.allreduce_hidden_seconds, 1e-12);
 }
 
+// ZeRO-1 as the runtime runs it: a bucketed reduce-scatter of the fp32 gradients (half an
+// all-reduce, hidden as far as the backward allows) and an all-gather after the step in the working
+// precision (bf16: half the bytes) that hides under nothing.
+TEST(KernelTiming, ZeroPricesItsReduceScatterAndItsBf16AllGatherApart) {
+  const Graph model = build_model(testing::tiny_model_config("gpt"));
+  partition::DeviceSpec device;
+  device.kernels = toy_chip();
+  device.network_bandwidth = device.link_bandwidth = 1e9;
+  const auto cost = partition::make_analytic_cost_model(model, device, true);
+  const double bytes = 64e6;
+  const double all_reduce = cost->allreduce_seconds(bytes, 4, false);
+  const auto plain = partition::gradient_synchronisation_seconds(*cost, bytes, 4, false, false, true);
+  EXPECT_DOUBLE_EQ(plain.reduce, all_reduce);
+  EXPECT_EQ(plain.gather, 0.0);
+  const auto fp32 = partition::gradient_synchronisation_seconds(*cost, bytes, 4, false, true, false);
+  EXPECT_DOUBLE_EQ(fp32.reduce, all_reduce / 2);
+  EXPECT_DOUBLE_EQ(fp32.gather, all_reduce / 2);
+  const auto bf16 = partition::gradient_synchronisation_seconds(*cost, bytes, 4, false, true, true);
+  EXPECT_DOUBLE_EQ(bf16.reduce, all_reduce / 2);
+  EXPECT_DOUBLE_EQ(bf16.gather, cost->allreduce_seconds(bytes / 2, 4, false) / 2);
+  EXPECT_LT(bf16.total(), 0.8 * all_reduce);
+
+  partition::PlannerOptions options;
+  options.planner = "uniform";
+  options.world_size = 4;
+  options.stages = 1;
+  options.global_batch = 16;
+  options.microbatches = 2;
+  options.mixed_precision = true;
+  options.overlap_bucket_bytes = 64 * 1024;
+  const Plan replicated = partition::make_plan(model, *cost, options);
+  options.zero = 1;
+  const Plan sharded = partition::make_plan(model, *cost, options);
+  const PlanStage& whole = replicated.stages[0];
+  const PlanStage& stage = sharded.stages[0];
+  const double parameter_bytes = cost->measure(stage.tasks, 2).parameter_bytes;
+  ASSERT_GT(parameter_bytes, 0.0);
+  EXPECT_DOUBLE_EQ(whole.allreduce_seconds, cost->allreduce_seconds(parameter_bytes, 4, false));
+  // The same gradients: the reduce-scatter is half the all-reduce, and only it hides under the backward.
+  const double reduce_scatter = whole.allreduce_seconds / 2;
+  const double gather = cost->allreduce_seconds(parameter_bytes / 2, 4, false) / 2;
+  EXPECT_DOUBLE_EQ(stage.allreduce_seconds, reduce_scatter + gather);
+  EXPECT_DOUBLE_EQ(stage.allreduce_hidden_seconds,
+                   partition::allreduce_hidden_seconds(reduce_scatter, stage.backward_seconds, parameter_bytes,
+                                                       options.overlap_bucket_bytes));
+  EXPECT_GT(stage.allreduce_hidden_seconds, 0.0);
+  EXPECT_GE(stage.allreduce_seconds - stage.allreduce_hidden_seconds, gather) << "the all-gather is exposed";
+}
+
 // [parallel] device_model in an experiment file: the preset's kernels for the plan's precision, the
 // 3D search by default (tensor_parallel and zero that the file leaves unset), the all-reduce overlap;
 // without a GPU model the defaults stay 1 and 0 and the plan output says why.

@@ -665,7 +665,7 @@ Request NcclCommunicator::reduce_scatter_async(const Tensor& input, const Tensor
 }
 
 void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
-  check_scatter_gather(output, input, size(), "all_gather");
+  check_gather(output, input, size(), "all_gather");
   if (place_of(input, "all_gather") == Place::Host) {
     control_->all_gather(input, output);
     return;
@@ -675,7 +675,7 @@ void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   state_->check_health("all_gather");
   if (input.numel() == 0) return;
   PARTRAIN_NCCL_OPERATION(*state_, ncclAllGather(input.raw_data(), output.raw_data(), static_cast<std::size_t>(input.numel()),
-                                                 ncclFloat32, state_->comm, enter_communication_stream()));
+                                                 nccl_type(input.dtype()), state_->comm, enter_communication_stream()));
   (void)finish_operation("all_gather into " + describe(output), {input, output}, Completion::Now);
 }
 

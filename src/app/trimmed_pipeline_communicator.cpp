@@ -74,7 +74,7 @@ comm::Request TrimmedPipelineCommunicator::reduce_scatter_async(const Tensor& in
 }
 
 void TrimmedPipelineCommunicator::all_gather(const Tensor& input, const Tensor& output) {
-  comm::check_scatter_gather(output, input, size(), "all_gather");
+  comm::check_gather(output, input, size(), "all_gather");
   const std::int64_t n = input.numel();
   backend_.copy(output.reshape({output.numel()}).slice_rows(rank_ * n, (rank_ + 1) * n), input);
 }

@@ -116,11 +116,16 @@ void Communicator::all_reduce_coalesced(std::span<const Tensor> tensors, ReduceO
   }
 }
 
-void check_scatter_gather(const Tensor& whole, const Tensor& part, int ranks, const char* operation) {
-  PARTRAIN_CHECK(whole.defined() && part.defined() && whole.dtype() == DType::F32 && part.dtype() == DType::F32,
-                 operation << ": needs defined f32 tensors");
+void check_gather(const Tensor& whole, const Tensor& part, int ranks, const char* operation) {
+  PARTRAIN_CHECK(whole.defined() && part.defined() && whole.dtype() == part.dtype(),
+                 operation << ": needs defined tensors of one dtype");
   PARTRAIN_CHECK(whole.numel() == part.numel() * ranks, operation << ": " << whole.numel() << " elements are not "
                                                                   << ranks << " parts of " << part.numel());
+}
+
+void check_scatter_gather(const Tensor& whole, const Tensor& part, int ranks, const char* operation) {
+  check_gather(whole, part, ranks, operation);
+  PARTRAIN_CHECK(whole.dtype() == DType::F32, operation << ": needs f32 tensors");
 }
 
 bool is_own_slot(const Tensor& part, const Tensor& whole, int rank) {

@@ -138,10 +138,10 @@ class Communicator {
   /// Non-blocking reduce_scatter (a ZeRO gradient bucket): the same operands and checks; `output`
   /// holds the result after wait(), and `input` must stay unchanged until then.
   virtual Request reduce_scatter_async(const Tensor& input, const Tensor& output) = 0;
-  /// All-gather: rank r's `input` (f32, n elements) lands at [r·n, (r+1)·n) of `output` (f32,
+  /// All-gather: rank r's `input` (n elements) lands at [r·n, (r+1)·n) of `output` (the same dtype,
   /// size() × n elements) on every rank. `input` may be that slot of `output` itself (in place, as
-  /// NCCL defines it: ZeRO-1 gathers the parameters into the spent gradient buffer). Throws
-  /// partrain::Error on another dtype or size.
+  /// NCCL defines it: ZeRO-1 gathers the parameters into the spent gradient buffer, in bf16 under
+  /// mixed precision). Throws partrain::Error on mismatched dtypes or sizes.
   virtual void all_gather(const Tensor& input, const Tensor& output) = 0;
   /// All-reduce of one host scalar (loss, gradient norm², token counts), in double precision.
   virtual double all_reduce_scalar(double value, ReduceOp op = ReduceOp::Sum) = 0;
@@ -171,8 +171,10 @@ class Communicator {
   Communicator& operator=(const Communicator&) = delete;
 };
 
-/// Checks the operands of reduce_scatter / all_gather on a communicator of `ranks` ranks: f32,
+/// Checks the operands of all_gather on a communicator of `ranks` ranks: defined, of one dtype,
 /// `whole` holding ranks × part.numel() elements. Throws partrain::Error naming `operation`.
+void check_gather(const Tensor& whole, const Tensor& part, int ranks, const char* operation);
+/// The same for reduce_scatter, which sums: f32 only.
 void check_scatter_gather(const Tensor& whole, const Tensor& part, int ranks, const char* operation);
 
 /// Whether `part` is rank `rank`'s slot of `whole` (an in-place all_gather).

@@ -151,7 +151,7 @@ Request HostStagedCommunicator::reduce_scatter_async(const Tensor& input, const 
 }
 
 void HostStagedCommunicator::all_gather(const Tensor& input, const Tensor& output) {
-  check_scatter_gather(output, input, size(), "all_gather");
+  check_gather(output, input, size(), "all_gather");
   std::vector<CopyBack> copy_back;
   const Tensor host_input = host_copy(input, "all_gather");
   const Tensor host_output = host_target(output, "all_gather", copy_back);

@@ -429,11 +429,12 @@ Request MpiCommunicator::reduce_scatter_async(const Tensor& input, const Tensor&
 }
 
 void MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
-  check_scatter_gather(output, input, size(), "all_gather");
+  check_gather(output, input, size(), "all_gather");
   const int count = checked_count(input, "all_gather");
   // MPI forbids aliased buffers; the own-slot case is its MPI_IN_PLACE.
   const void* send = is_own_slot(input, output, rank()) ? MPI_IN_PLACE : input.raw_data();
-  PARTRAIN_MPI(MPI_Allgather(send, count, MPI_FLOAT, output.raw_data(), count, MPI_FLOAT, communicator_));
+  const MPI_Datatype type = wire_type(input.dtype());
+  PARTRAIN_MPI(MPI_Allgather(send, count, type, output.raw_data(), count, type, communicator_));
 }
 
 double MpiCommunicator::all_reduce_scalar(double value, ReduceOp op) {

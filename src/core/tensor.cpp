@@ -75,6 +75,20 @@ Tensor Tensor::slice_rows(std::int64_t begin, std::int64_t end) const {
   return result;
 }
 
+Tensor Tensor::reinterpret(DType dtype) const {
+  PARTRAIN_CHECK(defined(), "reinterpret: undefined tensor");
+  const std::size_t from = dtype_size(dtype_), to = dtype_size(dtype);
+  const std::size_t start = static_cast<std::size_t>(offset_) * from;
+  PARTRAIN_CHECK(nbytes() % to == 0 && start % to == 0,
+                 "reinterpret: " << nbytes() << " bytes at byte " << start << " are not whole " << to << "-byte elements");
+  Tensor result = *this;
+  result.dtype_ = dtype;
+  result.numel_ = static_cast<std::int64_t>(nbytes() / to);
+  result.offset_ = static_cast<std::int64_t>(start / to);
+  result.shape_ = {result.numel_};
+  return result;
+}
+
 Tensor Tensor::shape_only() const {
   Tensor placeholder;
   placeholder.shape_ = shape_;

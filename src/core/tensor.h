@@ -82,6 +82,10 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;
   /// Rows [begin, end) of dimension 0, sharing storage (used to split a microbatch by sample).
   Tensor slice_rows(std::int64_t begin, std::int64_t end) const;
+  /// The same bytes read as `dtype`: a 1-D view sharing the storage, of nbytes() / dtype_size(dtype)
+  /// elements (e.g. an f32 buffer reused as twice as many bf16 slots: ZeRO-1's bf16 all-gather).
+  /// Throws partrain::Error when the bytes or the start are not a whole number of `dtype` elements.
+  Tensor reinterpret(DType dtype) const;
   /// Deep copy on the same device.
   Tensor clone() const;
   /// Sets every element to zero.

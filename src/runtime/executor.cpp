@@ -849,9 +849,10 @@ void PipelineExecutor::optimizer_step(Pass& pass) {
   optimizer_->step(gradients, pass.lr, clip_scale(pass.grad_norm, options_.grad_clip));
   if (zero_) {  // every rank's updated elements to every rank of the group
     if (master_part_.defined()) {
-      zero_->all_gather_pieces(master_part_pieces_);
+      // Gathered as the working copies (bf16 or f16), rounded by each shard's owner: half the bytes of f32.
+      zero_->all_gather_pieces(master_part_pieces_, compute_dtype_);
       for (std::size_t p = 0; p < untied_.size(); ++p)
-        working_[untied_[p]] = to_dtype(zero_->gradient_view(p), compute_dtype_, backend_);
+        working_[untied_[p]] = copy_to(zero_->gathered_view(p, compute_dtype_), backend_);
     } else {
       std::vector<Tensor> values;
       for (int value : untied_) values.push_back(state_.at(value));

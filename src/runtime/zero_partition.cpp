@@ -52,10 +52,18 @@ Tensor ZeroPartition::view(const Tensor& tensor, const Piece& piece) {
   return tensor.reshape({-1}).slice_rows(piece.begin, piece.end);
 }
 
-Tensor ZeroPartition::gradient_view(std::size_t parameter) const {
+Tensor ZeroPartition::flat_view(const Tensor& buffer, std::size_t parameter) const {
   PARTRAIN_CHECK(parameter < shapes_.size(), "ZeRO: no parameter " << parameter);
   const std::int64_t begin = layout_[segment_of_[parameter]].flat_offset + offsets_[parameter];
-  return gradients_.slice_rows(begin, begin + numel(shapes_[parameter])).reshape(shapes_[parameter]);
+  return buffer.slice_rows(begin, begin + numel(shapes_[parameter]));
+}
+
+Tensor ZeroPartition::gradient_view(std::size_t parameter) const {
+  return flat_view(gradients_, parameter).reshape(shapes_[parameter]);
+}
+
+Tensor ZeroPartition::gathered_view(std::size_t parameter, DType dtype) const {
+  return flat_view(gradients_.reinterpret(dtype), parameter).reshape(shapes_[parameter]);
 }
 
 comm::Request ZeroPartition::start_reduce_scatter(std::size_t segment) {
@@ -91,21 +99,25 @@ void ZeroPartition::all_gather(std::span<const Tensor> tensors) {
   for (std::size_t p = 0; p < tensors.size(); ++p) backend_.copy(tensors[p], gradient_view(p).reshape(tensors[p].shape()));
 }
 
-void ZeroPartition::all_gather_pieces(std::span<const Tensor> parts) {
+void ZeroPartition::all_gather_pieces(std::span<const Tensor> parts, DType dtype) {
   PARTRAIN_CHECK(parts.size() == pieces_.size(), "ZeRO: " << parts.size() << " parts for " << pieces_.size() << " pieces");
   // The flat gradient buffer is spent once the reduce-scatters are complete (the reduced sums are in
   // part_), and its layout is the gathered one: rank r's slot of segment k holds elements
   // [r·p_k, (r+1)·p_k). So this rank's elements go into its slots and each segment is all-gathered
   // in place there, as DeepSpeed and Megatron's distributed optimizer do, with no buffer of its own.
+  // In bf16 or f16 the same element offsets index the buffer's bytes read as 16-bit elements.
+  const Tensor buffer = gradients_.reinterpret(dtype);
   for (std::size_t k = 0; k < pieces_.size(); ++k) {
     const Piece& piece = pieces_[k];
-    const std::int64_t flat = layout_[segment_of_[piece.parameter]].flat_offset + offsets_[piece.parameter] + piece.begin;
-    backend_.copy(gradients_.slice_rows(flat, flat + piece.end - piece.begin), parts[k].reshape({piece.end - piece.begin}));
+    const Tensor slot = flat_view(buffer, piece.parameter).slice_rows(piece.begin, piece.end);
+    const Tensor part = parts[k].reshape({piece.end - piece.begin});
+    if (dtype == DType::F32) backend_.copy(slot, part);
+    else backend_.convert(slot, part);
   }
   const std::int64_t ranks = group_.size(), rank = group_.rank();
   for (const Segment& s : layout_) {
     if (s.part == 0) continue;
-    const Tensor whole = gradients_.slice_rows(s.flat_offset, s.flat_offset + s.part * ranks);
+    const Tensor whole = buffer.slice_rows(s.flat_offset, s.flat_offset + s.part * ranks);
     group_.all_gather(whole.slice_rows(rank * s.part, (rank + 1) * s.part), whole);
   }
 }

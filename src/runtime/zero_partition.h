@@ -74,9 +74,14 @@ class ZeroPartition {
 
   /// The same from this rank's elements alone: `parts` holds one 1-D f32 tensor per piece of
   /// pieces(), in order (e.g. the rank's shard of the f32 master parameters, which it alone keeps
-  /// under Megatron-LM's distributed optimizer). Afterwards gradient_view(p) holds parameter p whole,
-  /// until gradients are accumulated there again. Collective over the group.
-  void all_gather_pieces(std::span<const Tensor> parts);
+  /// under Megatron-LM's distributed optimizer), gathered as `dtype`: f32, or bf16/f16 (the parts
+  /// rounded first, as the working copies are: half the bytes, as Megatron-LM gathers its bf16
+  /// parameters). Afterwards gathered_view(p, dtype) holds parameter p whole, until gradients are
+  /// accumulated in the buffer again. Collective over the group.
+  void all_gather_pieces(std::span<const Tensor> parts, DType dtype = DType::F32);
+  /// Parameter `parameter` as the last all_gather_pieces in `dtype` left it: a view into the flat
+  /// gradient buffer (reused: its first half holds the bf16 or f16 elements), shaped like the parameter.
+  Tensor gathered_view(std::size_t parameter, DType dtype) const;
 
  private:
   struct Segment {
@@ -93,6 +98,8 @@ class ZeroPartition {
   std::vector<Piece> pieces_;
   std::vector<std::size_t> segment_of_;  // per parameter
   std::vector<std::int64_t> offsets_;    // per parameter: where it starts inside its segment
+  // The flat run of parameter `parameter` in `buffer` (gradients_ or a reinterpretation of it).
+  Tensor flat_view(const Tensor& buffer, std::size_t parameter) const;
   Tensor gradients_;                     // Σ D·p_k elements: the gradients, segment by segment
   Tensor part_;                          // part_size elements: this rank's reduced gradient sums
 };

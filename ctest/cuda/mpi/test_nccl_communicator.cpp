@@ -220,6 +220,13 @@ TEST_F(NcclCommunicatorTest, ReduceScatterAndAllGatherMatchTheMpiCommunicator) {
   nccl().all_gather(part, gathered);
   EXPECT_EQ(floats(part), host_part.to_float_vector());
   EXPECT_EQ(floats(gathered), host_gathered.to_float_vector());
+  // In bf16 (ZeRO-1's gather of the working copies under mixed precision), in place.
+  const Tensor host_whole = Tensor::zeros({kPart * n}, DType::BF16);
+  cpu_backend().convert(host_whole.slice_rows(r * kPart, (r + 1) * kPart), host_part);
+  const Tensor whole = on_gpu(host_whole);
+  world().all_gather(host_whole.slice_rows(r * kPart, (r + 1) * kPart), host_whole);
+  nccl().all_gather(whole.slice_rows(r * kPart, (r + 1) * kPart), whole);
+  EXPECT_EQ(floats(whole), host_whole.to_float_vector());
 }
 
 // The overlapped, bucketed gradient reduction (issue 18) on the GPU: async reduce-scatter, and DDP's

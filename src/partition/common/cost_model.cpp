@@ -131,6 +131,14 @@ double allreduce_hidden_seconds(double allreduce_seconds, double backward_second
   return std::min(allreduce_seconds, backward_seconds) * (1.0 - 1.0 / buckets);
 }
 
+GradientSynchronisation gradient_synchronisation_seconds(const CostModel& cost, double parameter_bytes, int replicas,
+                                                         bool across_nodes, bool zero, bool mixed_precision) {
+  if (!zero) return {cost.allreduce_seconds(parameter_bytes, replicas, across_nodes), 0.0};
+  const double gathered_bytes = mixed_precision ? parameter_bytes / 2 : parameter_bytes;
+  return {cost.allreduce_seconds(parameter_bytes, replicas, across_nodes) / 2,
+          cost.allreduce_seconds(gathered_bytes, replicas, across_nodes) / 2};
+}
+
 double activation_bytes_of(const Graph& graph, std::span<const int> values, std::int64_t batch, bool mixed_precision) {
   std::vector<int> distinct(values.begin(), values.end());
   std::sort(distinct.begin(), distinct.end());

@@ -95,6 +95,23 @@ void add_tensor_parallel_allreduces(profile::Measurement& measurement, const Gra
 double allreduce_hidden_seconds(double allreduce_seconds, double backward_seconds, double parameter_bytes,
                                 double bucket_bytes);
 
+/// A stage's data-parallel gradient synchronisation over `replicas` devices (across nodes or not) as
+/// the runtime runs it, for `parameter_bytes` of fp32 parameters, in seconds: `reduce` runs bucket by
+/// bucket during the backward (allreduce_hidden_seconds says how much of it hides there), `gather`
+/// follows the optimizer step and overlaps nothing. Without ZeRO-1: one all-reduce of the fp32
+/// gradients. With ZeRO-1 (`zero`; ZeRO §5.1, runtime/zero_partition.h): a reduce-scatter of the
+/// fp32 gradients and an all-gather of the updated parameters, each half a ring all-reduce's
+/// traffic, the all-gather in the working precision (under `mixed_precision` bf16 or fp16: half the
+/// bytes, as Megatron-LM's distributed optimizer gathers them).
+class CostModel;
+struct GradientSynchronisation {
+  double reduce = 0;  // seconds
+  double gather = 0;  // seconds
+  double total() const { return reduce + gather; }
+};
+GradientSynchronisation gradient_synchronisation_seconds(const CostModel& cost, double parameter_bytes, int replicas,
+                                                         bool across_nodes, bool zero, bool mixed_precision);
+
 /// Bytes of the microbatch values `values` (any order, duplicates counted once) of `graph` at `batch`
 /// samples, as the runtime keeps them: f32 activations in bf16 when `mixed_precision`, every other
 /// value in its own dtype (the analytic model's count of saved tensors).

@@ -412,11 +412,14 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
     stage.memory_bytes = chunk_memory[s].total();
     stage.working_bytes = chunk_memory[s].working;
     if (stage.summary.empty()) stage.summary = summarize_tasks(graph, stage.tasks);
-    // ZeRO-1's reduce-scatter + all-gather move what the all-reduce moves (ring: 2 (n − 1)/n of the
-    // bytes per rank); each rank then updates only its 1 / shards of the parameters.
-    stage.allreduce_seconds =
-        cost.allreduce_seconds(m.parameter_bytes - tied_bytes, group, spans_nodes(cost, group * plan.tensor_parallel));
-    stage.allreduce_hidden_seconds = allreduce_hidden_seconds(stage.allreduce_seconds, stage.backward_seconds,
+    // Under ZeRO-1 each rank then updates only its 1 / shards of the parameters, and the all-gather
+    // that follows the step hides under nothing.
+    const GradientSynchronisation synchronisation =
+        gradient_synchronisation_seconds(cost, m.parameter_bytes - tied_bytes, group,
+                                         spans_nodes(cost, group * plan.tensor_parallel), options.zero == 1,
+                                         options.mixed_precision);
+    stage.allreduce_seconds = synchronisation.total();
+    stage.allreduce_hidden_seconds = allreduce_hidden_seconds(synchronisation.reduce, stage.backward_seconds,
                                                               m.parameter_bytes - tied_bytes, options.overlap_bucket_bytes);
     stage.tied_allreduce_seconds =
         tied_bytes > 0 ? cost.allreduce_seconds(tied_bytes, tied_group,

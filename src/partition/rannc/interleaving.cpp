@@ -221,10 +221,11 @@ double score(ChunkCosts& costs, const PlannerOptions& options, const Configurati
     std::vector<profile::StageMemory> memory;
     for (int chunk = s; chunk < chunks; chunk += S) {
       const profile::Measurement& m = costs.measurement(first[chunk], chunk + 1 < chunks ? first[chunk + 1] : k, c.batch);
-      const double chunk_allreduce = cost.allreduce_seconds(m.parameter_bytes, group, group_across);
-      // (Exposed: less what the bucketed all-reduce hides under the chunk's last backward.)
-      allreduce += chunk_allreduce - allreduce_hidden_seconds(chunk_allreduce, m.backward_seconds, m.parameter_bytes,
-                                                              options.overlap_bucket_bytes);
+      const GradientSynchronisation synchronisation = gradient_synchronisation_seconds(
+          cost, m.parameter_bytes, group, group_across, options.zero == 1, options.mixed_precision);
+      // (Exposed: less what the bucketed reduction hides under the chunk's last backward.)
+      allreduce += synchronisation.total() - allreduce_hidden_seconds(synchronisation.reduce, m.backward_seconds,
+                                                                      m.parameter_bytes, options.overlap_bucket_bytes);
       memory.push_back(profile::stage_memory(m, stage_memory_policy(fixed, chunk, chunks, c.microbatches, group)));
     }
     if (rank_peak_bytes(memory, costs.in_flight_states(S, v, c.microbatches, s)) > usable) return kInfinity;

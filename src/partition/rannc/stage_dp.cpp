@@ -337,8 +337,10 @@ class StageDp {
   // taken without recomputation: a recomputing stage hides at least as much.
   double allreduce_at(const profile::Measurement& m, int r) const {
     const int group = r * setting_.pipeline_replicas;
-    const double seconds = cost_.allreduce_seconds(m.parameter_bytes, group, group > cost_.device().devices_per_node);
-    return seconds - allreduce_hidden_seconds(seconds, m.backward_seconds, m.parameter_bytes, options_.overlap_bucket_bytes);
+    const GradientSynchronisation synchronisation = gradient_synchronisation_seconds(
+        cost_, m.parameter_bytes, group, group > cost_.device().devices_per_node, zero_, options_.mixed_precision);
+    return synchronisation.total() - allreduce_hidden_seconds(synchronisation.reduce, m.backward_seconds, m.parameter_bytes,
+                                                              options_.overlap_bucket_bytes);
   }
 
   // The first block end e > b at which blocks [b, e) cannot fit a device whatever their replicas,
