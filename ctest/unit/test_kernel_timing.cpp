@@ -193,12 +193,9 @@ TEST(KernelTiming, HiddenAllReduceMatchesABucketSimulation) {
   EXPECT_EQ(partition::allreduce_hidden_seconds(1.0, 2.0, 100.0, 0.0), 0.0);  // no overlap asked
 }
 
-TEST(KernelTiming, PlansPriceTheOverlapOfTheDataParallelAllReduce) {
-  const Graph model = build_model(testing::tiny_model_config("gpt"));
-  partition::DeviceSpec device;
-  device.kernels = toy_chip();
-  device.network_bandwidth = device.link_bandwidth = 1e9;  // slow enough for the all-reduce to matter
-  const auto cost = partition::make_analytic_cost_model(model, device, true);
+// bf16 data parallelism on 4 replicas of one stage (uniform planner, 2 microbatches of 8): the
+// data-parallel gradient synchronisation is the stage's only communication.
+partition::PlannerOptions one_stage_on_four_replicas() {
   partition::PlannerOptions options;
   options.planner = "uniform";
   options.world_size = 4;
@@ -206,6 +203,16 @@ TEST(KernelTiming, PlansPriceTheOverlapOfTheDataParallelAllReduce) {
   options.global_batch = 16;
   options.microbatches = 2;
   options.mixed_precision = true;
+  return options;
+}
+
+TEST(KernelTiming, PlansPriceTheOverlapOfTheDataParallelAllReduce) {
+  const Graph model = build_model(testing::tiny_model_config("gpt"));
+  partition::DeviceSpec device;
+  device.kernels = toy_chip();
+  device.network_bandwidth = device.link_bandwidth = 1e9;  // slow enough for the all-reduce to matter
+  const auto cost = partition::make_analytic_cost_model(model, device, true);
+  partition::PlannerOptions options = one_stage_on_four_replicas();
   const Plan blocking = partition::make_plan(model, *cost, options);
   options.overlap_bucket_bytes = 64 * 1024;
   const Plan overlapped = partition::make_plan(model, *cost, options);
@@ -238,13 +245,7 @@ TEST(KernelTiming, ZeroPricesItsReduceScatterAndItsBf16AllGatherApart) {
   EXPECT_DOUBLE_EQ(bf16.gather, cost->allreduce_seconds(bytes / 2, 4, false) / 2);
   EXPECT_LT(bf16.total(), 0.8 * all_reduce);
 
-  partition::PlannerOptions options;
-  options.planner = "uniform";
-  options.world_size = 4;
-  options.stages = 1;
-  options.global_batch = 16;
-  options.microbatches = 2;
-  options.mixed_precision = true;
+  partition::PlannerOptions options = one_stage_on_four_replicas();
   options.overlap_bucket_bytes = 64 * 1024;
   const Plan replicated = partition::make_plan(model, *cost, options);
   options.zero = 1;
