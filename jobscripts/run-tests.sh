@@ -14,8 +14,8 @@ source "$root/jobscripts/mpi-env.sh"
 
 # One compiler cache for the run: the cuda preset compiles partrain_lib with exactly the cpu preset's
 # commands, so with ccache its ~210 library files are cache hits rather than a second full compile.
-# A launcher or cache the caller set is kept;
-# PARTRAIN_CCACHE=off leaves it out. It only initialises a build directory's first configure.
+# A launcher or cache the caller set is kept; PARTRAIN_CCACHE=off leaves it out. It only initialises
+# a build directory's first configure.
 if [ "${PARTRAIN_CCACHE:-auto}" != off ] && command -v ccache >/dev/null 2>&1; then
   export CCACHE_DIR=${CCACHE_DIR:-$root/build/.ccache}
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}

@@ -131,6 +131,10 @@ double allreduce_hidden_seconds(double allreduce_seconds, double backward_second
   return std::min(allreduce_seconds, backward_seconds) * (1.0 - 1.0 / buckets);
 }
 
+double GradientSynchronisation::exposed_seconds(double backward_seconds, double parameter_bytes, double bucket_bytes) const {
+  return total() - allreduce_hidden_seconds(reduce, backward_seconds, parameter_bytes, bucket_bytes);
+}
+
 GradientSynchronisation gradient_synchronisation_seconds(const CostModel& cost, double parameter_bytes, int replicas,
                                                          bool across_nodes, bool zero, bool mixed_precision) {
   if (!zero) return {cost.allreduce_seconds(parameter_bytes, replicas, across_nodes), 0.0};

@@ -108,6 +108,9 @@ struct GradientSynchronisation {
   double reduce = 0;  // seconds
   double gather = 0;  // seconds
   double total() const { return reduce + gather; }
+  /// What is left after the stage's last backward (`backward_seconds`): the gather, and the part of
+  /// the reduction that allreduce_hidden_seconds does not hide (`parameter_bytes` in buckets of `bucket_bytes`).
+  double exposed_seconds(double backward_seconds, double parameter_bytes, double bucket_bytes) const;
 };
 GradientSynchronisation gradient_synchronisation_seconds(const CostModel& cost, double parameter_bytes, int replicas,
                                                          bool across_nodes, bool zero, bool mixed_precision);

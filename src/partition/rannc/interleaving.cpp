@@ -224,8 +224,7 @@ double score(ChunkCosts& costs, const PlannerOptions& options, const Configurati
       const GradientSynchronisation synchronisation = gradient_synchronisation_seconds(
           cost, m.parameter_bytes, group, group_across, options.zero == 1, options.mixed_precision);
       // (Exposed: less what the bucketed reduction hides under the chunk's last backward.)
-      allreduce += synchronisation.total() - allreduce_hidden_seconds(synchronisation.reduce, m.backward_seconds,
-                                                                      m.parameter_bytes, options.overlap_bucket_bytes);
+      allreduce += synchronisation.exposed_seconds(m.backward_seconds, m.parameter_bytes, options.overlap_bucket_bytes);
       memory.push_back(profile::stage_memory(m, stage_memory_policy(fixed, chunk, chunks, c.microbatches, group)));
     }
     if (rank_peak_bytes(memory, costs.in_flight_states(S, v, c.microbatches, s)) > usable) return kInfinity;

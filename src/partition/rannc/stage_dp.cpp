@@ -339,8 +339,7 @@ class StageDp {
     const int group = r * setting_.pipeline_replicas;
     const GradientSynchronisation synchronisation = gradient_synchronisation_seconds(
         cost_, m.parameter_bytes, group, group > cost_.device().devices_per_node, zero_, options_.mixed_precision);
-    return synchronisation.total() - allreduce_hidden_seconds(synchronisation.reduce, m.backward_seconds, m.parameter_bytes,
-                                                              options_.overlap_bucket_bytes);
+    return synchronisation.exposed_seconds(m.backward_seconds, m.parameter_bytes, options_.overlap_bucket_bytes);
   }
 
   // The first block end e > b at which blocks [b, e) cannot fit a device whatever their replicas,
