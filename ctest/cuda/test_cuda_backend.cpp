@@ -39,6 +39,23 @@ TEST(CudaBackend, CopiesRoundTripAndTrackPeakMemory) {
   EXPECT_EQ(allocator.current_bytes(), before);
 }
 
+// The profiler's flush (Backend::flush_caches) writes a buffer of its own, twice the L2: tensors and
+// the caching allocator's figures stay as they were, and the stream stays usable.
+TEST(CudaBackend, FlushCachesLeavesTensorsAndTheAllocatorAlone) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  const Tensor host = normal_tensor({513, 65}, 4);
+  const Tensor device = to_backend(host, gpu());
+  CachingAllocator& allocator = gpu().allocator();
+  allocator.reset_peak();
+  const std::size_t before = allocator.current_bytes(), peak = allocator.peak_bytes();
+  gpu().flush_caches();
+  gpu().flush_caches();
+  gpu().synchronise();
+  EXPECT_EQ(allocator.current_bytes(), before);
+  EXPECT_EQ(allocator.peak_bytes(), peak);
+  EXPECT_EQ(to_host(device, gpu()).to_float_vector(), host.to_float_vector());
+}
+
 TEST(CudaBackend, ConvertAccumulateScaleAndSumOfSquaresMatchTheCpu) {
   PARTRAIN_SKIP_WITHOUT_GPU();
   const Tensor a = normal_tensor({1000, 37}, 2), b = normal_tensor({1000, 37}, 3);

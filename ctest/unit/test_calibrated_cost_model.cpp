@@ -61,6 +61,45 @@ TEST(CalibratedCostModel, LayersAtMeasuredInterpolatedAndExtrapolatedBatches) {
   EXPECT_NEAR(model->measure(part, 1).forward_seconds, 2e-3 * part_flops / layer_flops, 1e-12);
 }
 
+// A task set whose weights, gradients and working memory fit the cache of its rank is priced at the
+// warm times (its data stays cached from pass to pass), a larger one at the flushed times; a cache
+// without warm figures or without a known cache size is priced flushed throughout.
+TEST(CalibratedCostModel, SetsThatFitTheCachePerRankArePricedWarm) {
+  const Graph graph = tiny_bert();
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  profile::ProfileDB db = synthetic_db(graph, groups);
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    for (std::int64_t batch : {1, 2, 4}) {
+      profile::Measurement m = *db.find(groups[g].tasks, batch);
+      m.warm_forward_seconds = 0.5 * m.forward_seconds;
+      m.warm_backward_seconds = 0.75 * m.backward_seconds;
+      db.insert(groups[g].tasks, batch, m);
+    }
+  const DeviceSpec device;
+  const std::vector<int> layer = groups[1].tasks;
+  const std::vector<int> whole = join_groups(groups, 0, static_cast<int>(groups.size()));
+  const std::unique_ptr<CostModel> unknown = make_calibrated_cost_model(graph, db, device);
+  const profile::Measurement flushed_layer = unknown->measure(layer, 2);
+  const profile::Measurement flushed_whole = unknown->measure(whole, 2);
+  EXPECT_NEAR(flushed_layer.forward_seconds, 4e-3, 1e-12);  // no cache size recorded: flushed times
+  // A cache between the layer's footprint and the whole model's.
+  const double layer_footprint = 2 * flushed_layer.parameter_bytes + flushed_layer.peak_bytes;
+  const double whole_footprint = 2 * flushed_whole.parameter_bytes + flushed_whole.peak_bytes;
+  ASSERT_LT(layer_footprint, whole_footprint);
+  db.set_cache_bytes_per_rank(0.5 * (layer_footprint + whole_footprint));
+  const std::unique_ptr<CostModel> model = make_calibrated_cost_model(graph, db, device);
+  EXPECT_NEAR(model->measure(layer, 2).forward_seconds, 0.5 * flushed_layer.forward_seconds, 1e-12);
+  EXPECT_NEAR(model->measure(layer, 2).backward_seconds, 0.75 * flushed_layer.backward_seconds, 1e-12);
+  EXPECT_NEAR(model->measure(layer, 3).forward_seconds, 0.5 * unknown->measure(layer, 3).forward_seconds, 1e-12);
+  EXPECT_NEAR(model->measure(whole, 2).forward_seconds, flushed_whole.forward_seconds, 1e-12);
+  EXPECT_DOUBLE_EQ(model->measure(whole, 2).peak_bytes, flushed_whole.peak_bytes);
+  // The figures survive the cache file.
+  const profile::ProfileDB reread = profile::ProfileDB::from_json(db.to_json(), "test");
+  EXPECT_DOUBLE_EQ(reread.cache_bytes_per_rank(), db.cache_bytes_per_rank());
+  EXPECT_DOUBLE_EQ(reread.find(layer, 2)->warm_forward_seconds, db.find(layer, 2)->warm_forward_seconds);
+  EXPECT_DOUBLE_EQ(reread.find(layer, 2)->warm_backward_seconds, db.find(layer, 2)->warm_backward_seconds);
+}
+
 // Measured memory and communication replace the analytic working memory and the config's bandwidths.
 TEST(CalibratedCostModel, MeasuredWorkingMemoryAndCommunication) {
   const Graph graph = tiny_bert();

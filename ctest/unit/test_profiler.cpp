@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -105,6 +106,97 @@ TEST(Profiler, LeavesAllocatorAccountingAsItWas) {
   profile::measure_task_set(bert(), tasks, 2, cpu_backend(), quick());
   EXPECT_EQ(allocator.current_bytes(), before);
   EXPECT_EQ(held.numel(), 1000);
+}
+
+/// The CPU backend's kernels and host operations, counting flush_caches calls.
+class FlushCountingBackend final : public Backend {
+ public:
+  FlushCountingBackend() {
+    register_cpu_gemm_kernels(*this);
+    register_cpu_elementwise_kernels(*this);
+    register_cpu_normalization_kernels(*this);
+    register_cpu_softmax_kernels(*this);
+    register_cpu_attention_kernels(*this);
+    register_cpu_shape_kernels(*this);
+    register_cpu_convolution_kernels(*this);
+    register_cpu_tensor_parallel_kernels(*this);
+  }
+  Device device() const override { return cpu_device(); }
+  std::string name() const override { return "flush-counting cpu"; }
+  void synchronise() override {}
+  void copy(const Tensor& destination, const Tensor& source) override { cpu_backend().copy(destination, source); }
+  void fill_zero(const Tensor& tensor) override { cpu_backend().fill_zero(tensor); }
+  void accumulate(const Tensor& accumulator, const Tensor& value) override { cpu_backend().accumulate(accumulator, value); }
+  void convert(const Tensor& destination, const Tensor& source) override { cpu_backend().convert(destination, source); }
+  double sum_of_squares(std::span<const Tensor> tensors, std::span<const double> weights) override {
+    return cpu_backend().sum_of_squares(tensors, weights);
+  }
+  void scale(const Tensor& tensor, double factor) override { cpu_backend().scale(tensor, factor); }
+  void adamw_update(const Tensor& parameter, const Tensor& gradient, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                    const AdamWUpdate& update) override {
+    cpu_backend().adamw_update(parameter, gradient, exp_avg, exp_avg_sq, update);
+  }
+  void sgd_update(const Tensor& parameter, const Tensor& gradient, const Tensor& momentum_buffer,
+                  const SgdUpdate& update) override {
+    cpu_backend().sgd_update(parameter, gradient, momentum_buffer, update);
+  }
+  void flush_caches() override {
+    ++flushes;
+    cpu_backend().flush_caches();
+  }
+  int flushes = 0;
+};
+
+// Each timed repeat is a forward and backward each from flushed caches, then the same again warm
+// (the warm-up passes need no flush); the flush buffer is not the allocator's, so the memory figures
+// do not move.
+TEST(Profiler, TimesEachPassFromFlushedCachesAndThenWarm) {
+  const std::vector<int> tasks = layer_tasks(0);
+  profile::ProfilerOptions options;
+  options.warmup = 2;
+  options.repeats = 3;
+  FlushCountingBackend flushing;
+  const profile::Measurement cold = profile::measure_task_set(bert(), tasks, 2, flushing, options);
+  EXPECT_EQ(flushing.flushes, 2 * options.repeats);
+  options.flush_caches = false;
+  FlushCountingBackend warm_backend;
+  const profile::Measurement warm = profile::measure_task_set(bert(), tasks, 2, warm_backend, options);
+  EXPECT_EQ(warm_backend.flushes, 0);
+  // The flushed profile also times each pass again with its data cached; the unflushed one has
+  // nothing else to give.
+  EXPECT_GT(cold.warm_forward_seconds, 0);
+  EXPECT_LE(cold.warm_forward_seconds, cold.forward_seconds);
+  EXPECT_GT(cold.warm_backward_seconds, 0);
+  EXPECT_LE(cold.warm_backward_seconds, cold.backward_seconds);
+  EXPECT_EQ(warm.warm_forward_seconds, warm.forward_seconds);
+  EXPECT_EQ(warm.warm_backward_seconds, warm.backward_seconds);
+  EXPECT_EQ(cold.peak_bytes, warm.peak_bytes);
+  EXPECT_EQ(cold.activation_bytes, warm.activation_bytes);
+  EXPECT_GT(cold.forward_seconds, 0);
+  EXPECT_GT(cold.backward_seconds, 0);
+}
+
+// The CPU's flush covers twice the largest data cache the kernel reports (an independent reading of
+// /sys here), and leaves tensors and the allocator's figures alone.
+TEST(CpuBackend, FlushCachesCoversTwiceTheLargestDataCache) {
+  std::size_t largest = 0;
+  for (int index = 0; index < 8; ++index) {
+    const std::string directory = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream type_file(directory + "type"), size_file(directory + "size");
+    std::string type;
+    std::size_t kib = 0;
+    char unit = 0;
+    if (!(type_file >> type) || !(size_file >> kib >> unit) || type == "Instruction") continue;
+    largest = std::max(largest, kib << (unit == 'M' ? 20 : 10));
+  }
+  if (largest == 0) GTEST_SKIP() << "this machine does not list its caches in /sys";
+  EXPECT_EQ(last_level_cache_bytes(), largest);
+  CachingAllocator& allocator = cpu_backend().allocator();
+  const Tensor held = Tensor::full({1000}, 3.5f);
+  const std::size_t before = allocator.current_bytes();
+  cpu_backend().flush_caches();
+  EXPECT_EQ(allocator.current_bytes(), before);
+  EXPECT_EQ(held.to_float_vector(), std::vector<float>(1000, 3.5f));
 }
 
 TEST(Profiler, EmbeddingsHeadAndWholeModelGetValidInputs) {

@@ -2,9 +2,16 @@
 // The CPU backend: OpenMP loops + OpenBLAS GEMM (+ oneDNN convolutions where built and faster). It is the reference every other backend is tested
 // against, so kernels favour clarity and fp32 accuracy (float accumulators are double where a
 // reduction is long).
+#include <cstddef>
+#include <vector>
+
 #include "core/backend.h"
 
 namespace partrain {
+
+/// Bytes of the largest data cache of this CPU (/sys/devices/system/cpu/cpu0/cache, else sysconf),
+/// or 32 MiB when neither says.
+std::size_t last_level_cache_bytes();
 
 class CpuBackend final : public Backend {
  public:
@@ -22,6 +29,14 @@ class CpuBackend final : public Backend {
                     const AdamWUpdate& update) override;
   void sgd_update(const Tensor& parameter, const Tensor& gradient, const Tensor& momentum_buffer,
                   const SgdUpdate& update) override;
+  /// Writes a host buffer of twice the last-level cache (last_level_cache_bytes) from every OpenMP
+  /// thread of the caller, so each core's private caches are overwritten too.
+  void flush_caches() override;
+  double flushed_cache_bytes() const override { return static_cast<double>(last_level_cache_bytes()); }
+
+ private:
+  std::vector<unsigned char> flush_buffer_;
+  unsigned char flush_value_ = 0;
 };
 
 /// The process-wide CPU backend.

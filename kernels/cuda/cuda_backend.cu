@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_backend.cuh"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -98,6 +99,7 @@ CudaBackend::~CudaBackend() {
   device_errors_.reset();
   if (own_communication_stream_) cudaStreamDestroy(own_communication_stream_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
+  if (flush_buffer_) cudaFree(flush_buffer_);
   if (cudnn_) cudnnDestroy(cudnn_);
   if (cublas_lt_) cublasLtDestroy(cublas_lt_);
   if (cublas_) cublasDestroy(cublas_);
@@ -111,6 +113,20 @@ void CudaBackend::synchronise() {
 }
 
 void CudaBackend::check_device_errors() { device_errors_->report(); }
+
+double CudaBackend::flushed_cache_bytes() const {
+  int l2_bytes = 0;
+  PARTRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device_index_));
+  return static_cast<double>(l2_bytes);
+}
+
+void CudaBackend::flush_caches() {
+  if (!flush_buffer_) {
+    flush_bytes_ = 2 * static_cast<std::size_t>(std::max(flushed_cache_bytes(), double{1 << 20}));
+    PARTRAIN_CUDA_CHECK(cudaMalloc(&flush_buffer_, flush_bytes_));
+  }
+  PARTRAIN_CUDA_CHECK(cudaMemsetAsync(flush_buffer_, ++flush_value_, flush_bytes_, stream_));
+}
 
 void CudaBackend::set_ordering(CudaOrdering ordering) {
   synchronise();  // nothing queued under the old ordering is left to order

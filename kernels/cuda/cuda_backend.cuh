@@ -65,6 +65,11 @@ class CudaBackend final : public Backend {
   void sgd_update(const Tensor& parameter, const Tensor& gradient, const Tensor& momentum_buffer,
                   const SgdUpdate& update) override;
   bool supports_bf16() const override { return true; }
+  /// Writes a device buffer of twice the L2 (cudaDevAttrL2CacheSize) on stream(), as Triton's
+  /// do_bench does before each timed run.
+  void flush_caches() override;
+  /// cudaDevAttrL2CacheSize.
+  double flushed_cache_bytes() const override;
 
   /// "NVIDIA H100 80GB HBM3" (cudaDeviceProp::name).
   const std::string& device_name() const { return device_name_; }
@@ -107,6 +112,9 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t cublas_lt_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   void* cublas_workspace_ = nullptr;
+  void* flush_buffer_ = nullptr;  // flush_caches' (cudaMalloc'd when first asked, not the allocator's)
+  std::size_t flush_bytes_ = 0;
+  unsigned char flush_value_ = 0;
 };
 
 /// The process-wide backend of GPU `device_index`, created on first use (also registers its

@@ -39,11 +39,13 @@ namespace {
 // The ProfileDB backend key: what changes a measurement. One GPU model's measurements are not
 // reused on another; on the CPU the ranks of a node share its cores, so the key holds how many ranks
 // run per node and with how many threads each (a cache measured by 4 ranks on 2 cores would price a
-// 2-rank plan at oversubscribed speed). Collective over MPI_COMM_WORLD.
-std::string profile_backend_name(const Backend& backend) {
+// 2-rank plan at oversubscribed speed). Layers timed with warm caches ([profile] flush_caches =
+// false) are another measurement again. Collective over MPI_COMM_WORLD.
+std::string profile_backend_name(const Backend& backend, const ExperimentConfig& config) {
   const int ranks_per_node = comm::MpiCommunicator::node_local_size();
-  if (!backend.device().is_cpu()) return "cuda:" + gpu_backend()->device_name(backend.device().index);
-  return "cpu-" + std::to_string(ranks_per_node) + "ranks-" + std::to_string(omp_get_max_threads()) + "threads";
+  const std::string caches = config.profile.flush_caches ? "" : "-warm";
+  if (!backend.device().is_cpu()) return "cuda:" + gpu_backend()->device_name(backend.device().index) + caches;
+  return "cpu-" + std::to_string(ranks_per_node) + "ranks-" + std::to_string(omp_get_max_threads()) + "threads" + caches;
 }
 
 // A cache measured under other conditions than the run's: other processes kept a different number
@@ -84,6 +86,7 @@ profile::ProfilerOptions profiler_options(const ExperimentConfig& config) {
   profile::ProfilerOptions options;
   options.warmup = static_cast<int>(config.profile.warmup);
   options.repeats = static_cast<int>(config.profile.repeats);
+  options.flush_caches = config.profile.flush_caches;
   options.seed = static_cast<std::uint64_t>(config.train.seed);
   options.mixed_precision = config.train.precision != "fp32";
   options.compute_dtype = config.train.precision == "fp16" ? DType::F16 : DType::BF16;
@@ -160,7 +163,7 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
                                   comm::Communicator& device_world, Backend& backend) {
   const bool leader = world.rank() == 0;
   const std::string cache = profile_cache_path(config, graph, backend);
-  profile::ProfileDB database = load_cache(config, graph, profile_backend_name(backend), cache, leader);
+  profile::ProfileDB database = load_cache(config, graph, profile_backend_name(backend, config), cache, leader);
   const profile::ProfilerOptions options = profiler_options(config);
   std::vector<profile::ProfileRequest> requests;
   if (leader) requests = partition::calibration_requests(graph, config.train.global_batch);
@@ -171,6 +174,11 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
     const double calibration = profile::speed_calibration_seconds(backend, world);  // collective
     if (leader) database.set_calibration_seconds(calibration);
   }
+  // The cache a stage's data must fit to run warm: a CPU's last-level cache is shared by the node's
+  // ranks, a GPU's L2 is its own.
+  const int sharing_ranks = backend.device().is_cpu() ? comm::MpiCommunicator::node_local_size() : 1;  // (collective)
+  if (leader && database.cache_bytes_per_rank() == 0)
+    database.set_cache_bytes_per_rank(backend.flushed_cache_bytes() / sharing_ranks);
   const double speed_factor = adapt_cache_to_run(database, graph, requests, options, cache, world, backend);
 
   io::ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
@@ -203,7 +211,7 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
 
 std::string profile_cache_path(const ExperimentConfig& config, const Graph& graph, const Backend& backend) {
   return config.profile.cache_dir + "/" +
-         profile::ProfileDB::cache_file_name(graph.hash(), profile_backend_name(backend), config.train.precision);
+         profile::ProfileDB::cache_file_name(graph.hash(), profile_backend_name(backend, config), config.train.precision);
 }
 
 Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const std::string& plan_file, bool profile,

@@ -96,6 +96,15 @@ class Backend {
   /// runtime calls it once a step, where the loss reaches the host. A no-op on backends whose
   /// kernels check on the host (CPU).
   virtual void check_device_errors() {}
+  /// Evicts the device's caches of kernel data (the CPU's last-level cache, a GPU's L2) by writing a
+  /// buffer twice their size, so that the next kernels read their operands from memory, as a layer
+  /// inside a stage does whose working set exceeds the cache. The profiler calls it before every
+  /// pass it times (ProfilerOptions::flush_caches), as Triton's do_bench flushes the L2. The buffer
+  /// is not the allocator's (no peak moves). A no-op on backends without such a cache.
+  virtual void flush_caches() {}
+  /// Bytes of the cache flush_caches evicts (the CPU's last-level cache, shared by the ranks of a
+  /// node; a GPU's L2); 0 where there is none.
+  virtual double flushed_cache_bytes() const { return 0; }
   /// True when the kernels read and write bf16 tensors themselves. Otherwise forward()/backward()
   /// run them in fp32 on converted copies and round the results to bf16 (the CPU reference of
   /// "bf16 storage, fp32 compute").

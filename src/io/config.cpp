@@ -617,6 +617,7 @@ ProfileConfig read_profile_config(const ConfigDocument& document) {
   reader.read("cache_dir", config.cache_dir);
   reader.read("warmup", config.warmup);
   reader.read("repeats", config.repeats);
+  reader.read("flush_caches", config.flush_caches);
   reader.read("refresh", config.refresh);
   reader.read("replan_threshold", config.replan_threshold);
   reader.read("replan_window", config.replan_window);

@@ -249,6 +249,7 @@ struct ProfileConfig {
   std::string cache_dir = "runs/profile-cache";  // ProfileDB files, keyed by graph hash, backend and dtype
   std::int64_t warmup = 1;               // untimed passes per measurement
   std::int64_t repeats = 3;              // timed passes per measurement (median)
+  bool flush_caches = true;              // flush the device's caches before each timed pass (ProfilerOptions)
   bool refresh = false;                  // true: measure again even when the cache holds the layers
   double replan_threshold = 0.15;        // |step-time error| that corrects the profile and plans again; 0: never
   std::int64_t replan_window = 3;        // steps measured (after one warm-up step) before comparing

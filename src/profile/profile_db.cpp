@@ -12,7 +12,7 @@
 namespace partrain::profile {
 
 namespace {
-constexpr int kProfileDbVersion = 4;  // 4: BERT's MLM loss timed on labels masked as in training
+constexpr int kProfileDbVersion = 5;  // 4: BERT's MLM loss timed on labels masked as in training; 5: caches flushed
 }  // namespace
 
 std::string task_set_key(std::span<const int> tasks) {
@@ -81,6 +81,8 @@ void ProfileDB::rescale_times(double factor) {
   for (auto& [key, measurement] : entries_) {
     measurement.forward_seconds *= factor;
     measurement.backward_seconds *= factor;
+    measurement.warm_forward_seconds *= factor;
+    measurement.warm_backward_seconds *= factor;
   }
   for (auto& [optimizer, seconds] : optimizer_seconds_per_byte_) seconds *= factor;
   calibration_seconds_ *= factor;
@@ -95,6 +97,8 @@ void ProfileDB::correct_times(
                                                                               << correction.backward);
     measurement.forward_seconds *= correction.forward;
     measurement.backward_seconds *= correction.backward;
+    measurement.warm_forward_seconds *= correction.forward;
+    measurement.warm_backward_seconds *= correction.backward;
   }
 }
 
@@ -103,6 +107,7 @@ void ProfileDB::merge(const ProfileDB& other) {
                  "ProfileDB: cannot merge measurements of another graph, backend or dtype");
   for (const auto& [key, measurement] : other.entries_) entries_[key] = measurement;
   if (!other.communication_.empty()) communication_ = other.communication_;
+  if (other.cache_bytes_per_rank_ > 0) cache_bytes_per_rank_ = other.cache_bytes_per_rank_;
   for (const auto& [optimizer, seconds] : other.optimizer_seconds_per_byte_) optimizer_seconds_per_byte_[optimizer] = seconds;
   for (const auto& [key, bytes] : other.stage_peak_bytes_) stage_peak_bytes_[key] = bytes;
 }
@@ -122,7 +127,8 @@ nlohmann::json ProfileDB::to_json() const {
     entries.push_back({{"tasks", key.first}, {"batch", key.second}, {"forward_seconds", m.forward_seconds},
                        {"backward_seconds", m.backward_seconds}, {"parameter_bytes", m.parameter_bytes},
                        {"activation_bytes", m.activation_bytes}, {"boundary_input_bytes", m.boundary_input_bytes},
-                       {"boundary_output_bytes", m.boundary_output_bytes}, {"peak_bytes", m.peak_bytes}});
+                       {"boundary_output_bytes", m.boundary_output_bytes}, {"peak_bytes", m.peak_bytes},
+                       {"warm_forward_seconds", m.warm_forward_seconds}, {"warm_backward_seconds", m.warm_backward_seconds}});
   }
   // Version 2: activation_bytes and peak_bytes count the saved tensors only (graph/saved_tensors.h).
   // Version 3: backward_seconds includes the set's input gradients (profile/profiler.cpp); older
@@ -131,7 +137,8 @@ nlohmann::json ProfileDB::to_json() const {
           {"backend", backend_}, {"dtype", dtype_}, {"measurements", entries},
           {"communication", communication_.to_json()},
           {"optimizer_seconds_per_byte", optimizer_seconds_per_byte_}, {"stage_peak_bytes", stage_peak_bytes_},
-          {"calibration_seconds", calibration_seconds_}, {"other_load_cores", other_load_cores_}};
+          {"calibration_seconds", calibration_seconds_}, {"other_load_cores", other_load_cores_},
+          {"cache_bytes_per_rank", cache_bytes_per_rank_}};
 }
 
 ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string& source_name) {
@@ -165,6 +172,8 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
       m.boundary_input_bytes = amount("boundary_input_bytes");
       m.boundary_output_bytes = amount("boundary_output_bytes");
       m.peak_bytes = amount("peak_bytes");
+      if (entry.contains("warm_forward_seconds")) m.warm_forward_seconds = amount("warm_forward_seconds");
+      if (entry.contains("warm_backward_seconds")) m.warm_backward_seconds = amount("warm_backward_seconds");
       const nlohmann::json& batch = entry.at("batch");
       PARTRAIN_CHECK(batch.is_number_integer() && batch.get<std::int64_t>() > 0,
                      source_name << ": " << where << ".batch = " << batch.dump() << " must be a positive integer");
@@ -187,6 +196,9 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
                                                              << " must be non-negative");
     db.other_load_cores_ = document.value("other_load_cores", -1.0);  // older caches: not recorded
     PARTRAIN_CHECK(std::isfinite(db.other_load_cores_), source_name << ": other_load_cores must be a number");
+    db.cache_bytes_per_rank_ = document.value("cache_bytes_per_rank", 0.0);
+    PARTRAIN_CHECK(db.cache_bytes_per_rank_ >= 0, source_name << ": cache_bytes_per_rank = " << db.cache_bytes_per_rank_
+                                                              << " must be non-negative");
     if (document.contains("communication"))  // older caches hold none: measured again
       db.communication_ = CommunicationProfile::from_json(document.at("communication"), source_name);
     return db;

@@ -28,6 +28,11 @@ struct Measurement {
   double boundary_output_bytes = 0.0;  // activations sent to other stages for the microbatch
   double peak_bytes = 0.0;             // high-water mark of one forward + backward beyond parameters
                                        // and gradients (working memory, includes activation_bytes)
+  /// The same passes run again right after a timed one, with their data still cached (at most the
+  /// flushed times above): what a stage small enough to stay in the cache takes. 0: not measured
+  /// (the cost models then use forward_seconds / backward_seconds).
+  double warm_forward_seconds = 0.0;
+  double warm_backward_seconds = 0.0;
 };
 
 /// The compact, readable key of a task set: sorted ids as ranges, e.g. "0-25,27,30-31". The input
@@ -82,6 +87,11 @@ class ProfileDB {
   /// tell other load from run-to-run noise.
   double other_load_cores() const { return other_load_cores_; }
   void set_other_load_cores(double cores) { other_load_cores_ = cores; }
+  /// Bytes of the cache that Backend::flush_caches evicts, per rank that shares it while the layers
+  /// were measured (a CPU's last-level cache over the ranks per node; a GPU's L2); 0 = unknown. A
+  /// stage whose data fits it is priced at the warm times (partition/common/calibrated_cost_model.h).
+  double cache_bytes_per_rank() const { return cache_bytes_per_rank_; }
+  void set_cache_bytes_per_rank(double bytes) { cache_bytes_per_rank_ = bytes; }
   /// Multiplies every measured time (forward, backward, optimizer step) by `factor` > 0: a cache
   /// measured at another speed, rescaled by the ratio of the speed calibrations.
   void rescale_times(double factor);
@@ -111,6 +121,7 @@ class ProfileDB {
   CommunicationProfile communication_;
   std::map<std::string, double> optimizer_seconds_per_byte_;
   std::map<std::string, double> stage_peak_bytes_;
+  double cache_bytes_per_rank_ = 0;
   double calibration_seconds_ = 0;
   double other_load_cores_ = -1;
 };

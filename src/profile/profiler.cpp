@@ -67,6 +67,12 @@ double activation_bytes_of(const Graph& graph, const std::vector<int>& values, s
   return bytes;
 }
 
+// Backend::flush_caches, then waits for the flush so the next timing starts after it.
+void flush_caches(Backend& backend) {
+  backend.flush_caches();
+  backend.synchronise();
+}
+
 }  // namespace
 
 Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std::int64_t batch, Backend& backend,
@@ -137,15 +143,21 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
     }
 
     using Clock = std::chrono::steady_clock;
-    std::vector<double> forward_samples, backward_samples;
+    std::vector<double> forward_samples, backward_samples, warm_forward_samples, warm_backward_samples;
     double peak = 0;
     double produced = 0;
-    for (int pass = 0; pass < options.warmup + options.repeats; ++pass) {
+    // With flushed caches each timed repeat is two passes: one from flushed caches, then the same
+    // again with its data still cached (the warm figures).
+    const int timed_passes = options.repeats * (options.flush_caches ? 2 : 1);
+    for (int pass = 0; pass < options.warmup + timed_passes; ++pass) {
       const bool timed = pass >= options.warmup;
+      const bool warm = options.flush_caches && timed && (pass - options.warmup) % 2 == 1;
+      const bool flushed = options.flush_caches && timed && !warm;
       backend.synchronise();
       const std::size_t before = allocator.current_bytes();
       allocator.reset_peak();
       TensorMap values = inputs;
+      if (flushed) flush_caches(backend);
       const auto forward_start = Clock::now();
       ExecutionOptions forward_options = execution;
       forward_options.keep = &kept;  // free what no backward reads as soon as the forward is done with it
@@ -159,6 +171,7 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
 
       TensorMap grads = accumulators;
       for (int v : program.output_grads) grads[v] = ones_like(values.at(v), backend);
+      if (flushed) flush_caches(backend);
       backend.synchronise();
       const auto backward_start = Clock::now();
       run_backward(trimmed, program, values, grads, backend, execution);
@@ -167,12 +180,17 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       peak = std::max(peak, static_cast<double>(allocator.peak_bytes()) - static_cast<double>(before));
 
       if (timed) {
-        forward_samples.push_back(std::chrono::duration<double>(forward_end - forward_start).count());
-        backward_samples.push_back(std::chrono::duration<double>(backward_end - backward_start).count());
+        (warm ? warm_forward_samples : forward_samples)
+            .push_back(std::chrono::duration<double>(forward_end - forward_start).count());
+        (warm ? warm_backward_samples : backward_samples)
+            .push_back(std::chrono::duration<double>(backward_end - backward_start).count());
       }
     }
     m.forward_seconds = median(forward_samples);
     m.backward_seconds = median(backward_samples);
+    // (At most the flushed time: a cache cannot make a pass slower; a larger reading is noise.)
+    m.warm_forward_seconds = options.flush_caches ? std::min(median(warm_forward_samples), m.forward_seconds) : m.forward_seconds;
+    m.warm_backward_seconds = options.flush_caches ? std::min(median(warm_backward_samples), m.backward_seconds) : m.backward_seconds;
     m.activation_bytes = produced;
     m.peak_bytes = peak;
   }

@@ -18,6 +18,11 @@ namespace partrain::profile {
 struct ProfilerOptions {
   int warmup = 1;             // untimed forward + backward passes before the timed ones (>= 0)
   int repeats = 3;            // timed forward + backward passes; the median is reported (>= 1)
+  /// Backend::flush_caches before every timed forward and backward: the set is timed with its
+  /// parameters, inputs and saved tensors in memory, as inside a stage whose working set exceeds
+  /// the cache. Passes repeated back to back would find a small set's data still cached (on the CPU,
+  /// resnet-tiny's layers ran 20 % slower in a stage than their warm profile; issue 26).
+  bool flush_caches = true;
   std::uint64_t seed = 1234;  // parameters (initialize_parameters) and synthetic inputs
   /// Mixed precision as the executor runs it: float inputs and parameters in bf16 (buffers and
   /// the parameter-gradient accumulators stay f32).
@@ -39,7 +44,10 @@ struct ProfilerOptions {
 /// Parameters and buffers come from initialize_parameters (names as in the full model).
 ///
 /// Fills, at this batch: forward_seconds / backward_seconds (seconds, median of `repeats` passes
-/// after `warmup` passes; backward seeds every output gradient with ones), parameter_bytes (bytes of
+/// after `warmup` passes, each timed after the caches are flushed when options.flush_caches;
+/// backward seeds every output gradient with ones), warm_forward_seconds / warm_backward_seconds
+/// (with flushing: the median of a second pass right after each flushed one, at most the flushed
+/// time; without: the same as the flushed fields), parameter_bytes (bytes of
 /// the Params the tasks read, each counted once), activation_bytes (bytes kept from the forward to
 /// the backward as the executor keeps them: the saved tensors of graph/saved_tensors.h, inputs
 /// included), boundary_input_bytes / boundary_output_bytes (bytes of the Activation

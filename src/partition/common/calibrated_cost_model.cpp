@@ -26,6 +26,7 @@ class CalibratedCostModel final : public CostModel {
                       bool sub_pipelined_tmp)
       : graph_(graph), analytic_(make_analytic_cost_model(graph, device)), device_(device),
         communication_(database.communication()), optimizer_seconds_per_byte_(database.optimizer_seconds_per_byte()),
+        cache_bytes_per_rank_(database.cache_bytes_per_rank()),
         tensor_parallel_(tensor_parallel_degree(graph)), mixed_precision_(database.dtype() == "bf16" || database.dtype() == "fp16"),
         // (Sub-pipelining overlaps the deferrable f and g all-reduces only: sequence parallelism's block.)
         sub_pipelined_tmp_(sub_pipelined_tmp && !is_sequence_parallel(graph)) {
@@ -75,13 +76,17 @@ class CalibratedCostModel final : public CostModel {
       // within its forward or backward: the task set's transient peak is the largest layer's, with
       // the parameter gradients pending across it.
       transient = std::max(transient, groups_[g].transient_bytes(batch) + pending[g]);
+    }
+    m.peak_bytes = m.activation_bytes + transient;  // the allocator's measured high-water marks
+    const bool warm = runs_warm(m);
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      if (share_tasks[g] == 0) continue;
       const double share = groups_[g].flops > 0 ? share_flops[g] / groups_[g].flops
                                                 : static_cast<double>(share_tasks[g]) / groups_[g].tasks;
-      const auto [forward, backward] = groups_[g].seconds(batch);
+      const auto [forward, backward] = groups_[g].seconds(batch, warm);
       m.forward_seconds += share * forward;
       m.backward_seconds += share * backward;
     }
-    m.peak_bytes = m.activation_bytes + transient;  // the allocator's measured high-water marks
     // Profiling ran the communication tasks against a stand-in group: add the all-reduces, from
     // the measured all-reduce fits when a group of t ranks was measured, else the config's link.
     add_tensor_parallel_allreduces(m, graph_, tasks, batch, mixed_precision_, communication_, device_,
@@ -106,6 +111,14 @@ class CalibratedCostModel final : public CostModel {
   const DeviceSpec& device() const override { return device_; }
 
  private:
+  // Whether the task set measured by `m` (its bytes, peak_bytes included) runs from a warm cache:
+  // its weights and gradients (fp32 bytes each) and one microbatch's working memory fit the cache
+  // one rank of the profiled node has (ProfileDB::cache_bytes_per_rank), so that from one pass to
+  // the next its data stays cached. Layers are profiled both ways (profile/profiler.h).
+  bool runs_warm(const profile::Measurement& m) const {
+    return cache_bytes_per_rank_ > 0 && 2 * m.parameter_bytes + m.peak_bytes <= cache_bytes_per_rank_;
+  }
+
   struct Group {
     std::string name;
     double flops = 0;
@@ -125,19 +138,26 @@ class CalibratedCostModel final : public CostModel {
       const double t = static_cast<double>(batch - below->first) / (above->first - below->first);
       return transient(below->second) + t * (transient(above->second) - transient(below->second));
     }
-    // Forward and backward seconds at `batch`: linear between measured sizes, proportional outside.
-    std::pair<double, double> seconds(std::int64_t batch) const {
+    // Forward and backward seconds at `batch` (`warm`: the warm times where measured): linear
+    // between measured sizes, proportional outside.
+    std::pair<double, double> seconds(std::int64_t batch, bool warm) const {
+      const auto times = [warm](const profile::Measurement& m) {
+        return warm && m.warm_forward_seconds > 0 ? std::pair{m.warm_forward_seconds, m.warm_backward_seconds}
+                                                  : std::pair{m.forward_seconds, m.backward_seconds};
+      };
       auto above = measured.lower_bound(batch);
-      if (above != measured.end() && above->first == batch) return {above->second.forward_seconds, above->second.backward_seconds};
+      if (above != measured.end() && above->first == batch) return times(above->second);
       if (above == measured.begin() || above == measured.end()) {
         const auto& [size, m] = above == measured.end() ? *measured.rbegin() : *above;
         const double scale = static_cast<double>(batch) / size;
-        return {m.forward_seconds * scale, m.backward_seconds * scale};
+        const auto [forward, backward] = times(m);
+        return {forward * scale, backward * scale};
       }
       const auto below = std::prev(above);
       const double t = static_cast<double>(batch - below->first) / (above->first - below->first);
-      return {below->second.forward_seconds + t * (above->second.forward_seconds - below->second.forward_seconds),
-              below->second.backward_seconds + t * (above->second.backward_seconds - below->second.backward_seconds)};
+      const auto [low_forward, low_backward] = times(below->second);
+      const auto [high_forward, high_backward] = times(above->second);
+      return {low_forward + t * (high_forward - low_forward), low_backward + t * (high_backward - low_backward)};
     }
   };
   std::string device_text() const {
@@ -151,6 +171,7 @@ class CalibratedCostModel final : public CostModel {
   DeviceSpec device_;
   profile::CommunicationProfile communication_;
   std::map<std::string, double> optimizer_seconds_per_byte_;  // measured optimizer step cost
+  double cache_bytes_per_rank_ = 0;  // runs_warm's cache (0: unknown, every set from memory)
   // Per layer group, the bytes of parameter gradients pending during its backward when `tasks` run
   // as one stage. A parameter read by several layer groups (GPT's tied embedding and LM head on one
   // stage) gets a gradient from each reader's backward; the interpreter keeps the later layers'
