@@ -111,16 +111,7 @@ TEST(Profiler, LeavesAllocatorAccountingAsItWas) {
 /// The CPU backend's kernels and host operations, counting flush_caches calls.
 class FlushCountingBackend final : public Backend {
  public:
-  FlushCountingBackend() {
-    register_cpu_gemm_kernels(*this);
-    register_cpu_elementwise_kernels(*this);
-    register_cpu_normalization_kernels(*this);
-    register_cpu_softmax_kernels(*this);
-    register_cpu_attention_kernels(*this);
-    register_cpu_shape_kernels(*this);
-    register_cpu_convolution_kernels(*this);
-    register_cpu_tensor_parallel_kernels(*this);
-  }
+  FlushCountingBackend() { register_cpu_kernels(*this); }
   Device device() const override { return cpu_device(); }
   std::string name() const override { return "flush-counting cpu"; }
   void synchronise() override {}

@@ -57,16 +57,18 @@ void check_same_shape(const Tensor& a, const Tensor& b, const char* what) {
 }
 }  // namespace
 
-CpuBackend::CpuBackend() {
-  register_cpu_gemm_kernels(*this);
-  register_cpu_elementwise_kernels(*this);
-  register_cpu_normalization_kernels(*this);
-  register_cpu_softmax_kernels(*this);
-  register_cpu_attention_kernels(*this);
-  register_cpu_shape_kernels(*this);
-  register_cpu_convolution_kernels(*this);
-  register_cpu_tensor_parallel_kernels(*this);
+void register_cpu_kernels(Backend& backend) {
+  register_cpu_gemm_kernels(backend);
+  register_cpu_elementwise_kernels(backend);
+  register_cpu_normalization_kernels(backend);
+  register_cpu_softmax_kernels(backend);
+  register_cpu_attention_kernels(backend);
+  register_cpu_shape_kernels(backend);
+  register_cpu_convolution_kernels(backend);
+  register_cpu_tensor_parallel_kernels(backend);
 }
+
+CpuBackend::CpuBackend() { register_cpu_kernels(*this); }
 
 void CpuBackend::copy(const Tensor& destination, const Tensor& source) {
   PARTRAIN_CHECK(destination.device().is_cpu() && source.device().is_cpu(), "cpu backend copies host tensors only");

@@ -48,6 +48,10 @@ namespace cpu {
 void install();
 }  // namespace cpu
 
+/// Installs every CPU kernel family below on `backend` (the CpuBackend constructor; test backends
+/// that wrap the CPU's host operations).
+void register_cpu_kernels(Backend& backend);
+
 // Each kernels/cpu/<family>.cpp installs its kernels (called once by the CpuBackend constructor).
 void register_cpu_gemm_kernels(Backend& backend);
 void register_cpu_elementwise_kernels(Backend& backend);
