@@ -162,6 +162,15 @@ TEST(Profiler, TimesEachPassFromFlushedCachesAndThenWarm) {
   EXPECT_EQ(warm.warm_forward_seconds, warm.forward_seconds);
   EXPECT_EQ(warm.warm_backward_seconds, warm.backward_seconds);
   EXPECT_EQ(cold.peak_bytes, warm.peak_bytes);
+  // A set whose weights and gradients exceed the rank's cache is never priced warm: no warm passes.
+  options.flush_caches = true;
+  options.warm_cache_bytes = 2 * cold.parameter_bytes - 1;
+  FlushCountingBackend large_backend;
+  const profile::Measurement large = profile::measure_task_set(bert(), tasks, 2, large_backend, options);
+  EXPECT_EQ(large_backend.flushes, 2 * options.repeats);
+  EXPECT_EQ(large.warm_forward_seconds, 0);
+  EXPECT_EQ(large.warm_backward_seconds, 0);
+  EXPECT_GT(large.forward_seconds, 0);
   EXPECT_EQ(cold.activation_bytes, warm.activation_bytes);
   EXPECT_GT(cold.forward_seconds, 0);
   EXPECT_GT(cold.backward_seconds, 0);

@@ -164,7 +164,7 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   const bool leader = world.rank() == 0;
   const std::string cache = profile_cache_path(config, graph, backend);
   profile::ProfileDB database = load_cache(config, graph, profile_backend_name(backend, config), cache, leader);
-  const profile::ProfilerOptions options = profiler_options(config);
+  profile::ProfilerOptions options = profiler_options(config);
   std::vector<profile::ProfileRequest> requests;
   if (leader) requests = partition::calibration_requests(graph, config.train.global_batch);
   // A new cache (or an older one without them) records the conditions it is measured under.
@@ -177,8 +177,9 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   // The cache a stage's data must fit to run warm: a CPU's last-level cache is shared by the node's
   // ranks, a GPU's L2 is its own.
   const int sharing_ranks = backend.device().is_cpu() ? comm::MpiCommunicator::node_local_size() : 1;  // (collective)
-  if (leader && database.cache_bytes_per_rank() == 0)
-    database.set_cache_bytes_per_rank(backend.flushed_cache_bytes() / sharing_ranks);
+  const double cache_bytes_per_rank = backend.flushed_cache_bytes() / sharing_ranks;
+  options.warm_cache_bytes = cache_bytes_per_rank;
+  if (leader && database.cache_bytes_per_rank() == 0) database.set_cache_bytes_per_rank(cache_bytes_per_rank);
   const double speed_factor = adapt_cache_to_run(database, graph, requests, options, cache, world, backend);
 
   io::ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");

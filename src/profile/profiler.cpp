@@ -147,11 +147,12 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
     double peak = 0;
     double produced = 0;
     // With flushed caches each timed repeat is two passes: one from flushed caches, then the same
-    // again with its data still cached (the warm figures).
-    const int timed_passes = options.repeats * (options.flush_caches ? 2 : 1);
+    // again with its data still cached (the warm figures), for sets that could run warm at all.
+    const bool time_warm = options.flush_caches && 2 * m.parameter_bytes <= options.warm_cache_bytes;
+    const int timed_passes = options.repeats * (time_warm ? 2 : 1);
     for (int pass = 0; pass < options.warmup + timed_passes; ++pass) {
       const bool timed = pass >= options.warmup;
-      const bool warm = options.flush_caches && timed && (pass - options.warmup) % 2 == 1;
+      const bool warm = time_warm && timed && (pass - options.warmup) % 2 == 1;
       const bool flushed = options.flush_caches && timed && !warm;
       backend.synchronise();
       const std::size_t before = allocator.current_bytes();
@@ -189,8 +190,13 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
     m.forward_seconds = median(forward_samples);
     m.backward_seconds = median(backward_samples);
     // (At most the flushed time: a cache cannot make a pass slower; a larger reading is noise.)
-    m.warm_forward_seconds = options.flush_caches ? std::min(median(warm_forward_samples), m.forward_seconds) : m.forward_seconds;
-    m.warm_backward_seconds = options.flush_caches ? std::min(median(warm_backward_samples), m.backward_seconds) : m.backward_seconds;
+    if (!options.flush_caches) {
+      m.warm_forward_seconds = m.forward_seconds;
+      m.warm_backward_seconds = m.backward_seconds;
+    } else if (time_warm) {
+      m.warm_forward_seconds = std::min(median(warm_forward_samples), m.forward_seconds);
+      m.warm_backward_seconds = std::min(median(warm_backward_samples), m.backward_seconds);
+    }
     m.activation_bytes = produced;
     m.peak_bytes = peak;
   }

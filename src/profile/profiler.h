@@ -5,6 +5,7 @@
 // profile::Measurement. Distributed profiling (profile/distributed_profiler.h) calls this on every
 // rank for its share of the requests.
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -23,6 +24,10 @@ struct ProfilerOptions {
   /// the cache. Passes repeated back to back would find a small set's data still cached (on the CPU,
   /// resnet-tiny's layers ran 20 % slower in a stage than their warm profile; issue 26).
   bool flush_caches = true;
+  /// With flush_caches, a set is timed warm as well only when its weights and gradients (twice its
+  /// fp32 parameter bytes) fit these bytes, the cache its rank has: a larger set can never run warm
+  /// in a stage (partition/common/calibrated_cost_model.h), and its warm passes would be wasted.
+  double warm_cache_bytes = std::numeric_limits<double>::infinity();
   std::uint64_t seed = 1234;  // parameters (initialize_parameters) and synthetic inputs
   /// Mixed precision as the executor runs it: float inputs and parameters in bf16 (buffers and
   /// the parameter-gradient accumulators stay f32).
@@ -47,7 +52,7 @@ struct ProfilerOptions {
 /// after `warmup` passes, each timed after the caches are flushed when options.flush_caches;
 /// backward seeds every output gradient with ones), warm_forward_seconds / warm_backward_seconds
 /// (with flushing: the median of a second pass right after each flushed one, at most the flushed
-/// time; without: the same as the flushed fields), parameter_bytes (bytes of
+/// time, or 0 when the set exceeds options.warm_cache_bytes; without: the flushed fields' values), parameter_bytes (bytes of
 /// the Params the tasks read, each counted once), activation_bytes (bytes kept from the forward to
 /// the backward as the executor keeps them: the saved tensors of graph/saved_tensors.h, inputs
 /// included), boundary_input_bytes / boundary_output_bytes (bytes of the Activation
