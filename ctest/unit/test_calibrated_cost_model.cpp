@@ -100,6 +100,53 @@ TEST(CalibratedCostModel, SetsThatFitTheCachePerRankArePricedWarm) {
   EXPECT_DOUBLE_EQ(reread.find(layer, 2)->warm_backward_seconds, db.find(layer, 2)->warm_backward_seconds);
 }
 
+// predict_plan prices each stage against the cache its node's other ranks leave it: two stages on a
+// node of two ranks run warm when their data fits the node's cache together and from memory when it
+// does not, whatever an even share would say; two data-parallel replicas of one stage alike.
+TEST(CalibratedCostModel, StagesOnANodeShareItsCache) {
+  const Graph graph = tiny_bert();
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  profile::ProfileDB db = synthetic_db(graph, groups);
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    for (std::int64_t batch : {1, 2, 4}) {
+      profile::Measurement m = *db.find(groups[g].tasks, batch);
+      m.warm_forward_seconds = 0.5 * m.forward_seconds;
+      m.warm_backward_seconds = 0.5 * m.backward_seconds;
+      db.insert(groups[g].tasks, batch, m);
+    }
+  PlannerOptions options;
+  options.world_size = 2;
+  options.global_batch = 4;
+  options.microbatches = 2;
+  options.recompute = "none";
+  const std::vector<std::vector<int>> stages = {join_groups(groups, 0, 2), join_groups(groups, 2, groups.size())};
+  const DeviceSpec device;
+  const std::unique_ptr<CostModel> probe = make_calibrated_cost_model(graph, db, device);
+  const profile::Measurement first = probe->measure(stages[0], 2), second = probe->measure(stages[1], 2);
+  const double together = cache_footprint_bytes(first) + cache_footprint_bytes(second);
+  // The node's cache (2 ranks) just above and just below what both stages touch.
+  for (const double factor : {1.001, 0.999}) {
+    db.set_cache_bytes_per_rank(together * factor / 2, 2);
+    const std::unique_ptr<CostModel> cost = make_calibrated_cost_model(graph, db, device);
+    EXPECT_DOUBLE_EQ(cost->cache_share().bytes, together * factor);
+    const Plan plan = plan_from_stages(graph, stages, {1, 1}, *cost, options, "test");
+    const double scale = factor > 1 ? 0.5 : 1.0;  // warm: half the flushed times
+    EXPECT_NEAR(plan.stages[0].forward_seconds, scale * first.forward_seconds + cost->transfer_seconds(first.boundary_output_bytes, false), 1e-12);
+    EXPECT_NEAR(plan.stages[1].forward_seconds, scale * second.forward_seconds + cost->transfer_seconds(second.boundary_output_bytes, false), 1e-12);
+  }
+  // Data parallelism: each replica of the whole model beside another; a cache for one alone is not enough.
+  const std::vector<int> whole = join_groups(groups, 0, groups.size());
+  const profile::Measurement one = probe->measure(whole, 1);
+  db.set_cache_bytes_per_rank(cache_footprint_bytes(one) * 1.5 / 2, 2);
+  const std::unique_ptr<CostModel> cost = make_calibrated_cost_model(graph, db, device);
+  const Plan replicas = plan_from_stages(graph, {whole}, {2}, *cost, options, "test");
+  EXPECT_NEAR(replicas.stages[0].forward_seconds, one.forward_seconds, 1e-12);
+  db.set_cache_bytes_per_rank(cache_footprint_bytes(one) * 2.01 / 2, 2);
+  const std::unique_ptr<CostModel> roomy = make_calibrated_cost_model(graph, db, device);
+  const Plan warm_replicas = plan_from_stages(graph, {whole}, {2}, *roomy, options, "test");
+  EXPECT_NEAR(warm_replicas.stages[0].forward_seconds, 0.5 * one.forward_seconds, 1e-12);
+}
+
 // Measured memory and communication replace the analytic working memory and the config's bandwidths.
 TEST(CalibratedCostModel, MeasuredWorkingMemoryAndCommunication) {
   const Graph graph = tiny_bert();

@@ -135,12 +135,16 @@ class FlushCountingBackend final : public Backend {
     ++flushes;
     cpu_backend().flush_caches();
   }
-  int flushes = 0;
+  void flush_private_caches() override {
+    ++private_flushes;
+    cpu_backend().flush_private_caches();
+  }
+  int flushes = 0, private_flushes = 0;
 };
 
 // Each timed repeat is a forward and backward each from flushed caches, then the same again warm
-// (the warm-up passes need no flush); the flush buffer is not the allocator's, so the memory figures
-// do not move.
+// (the cores' own caches flushed, the shared one kept; the warm-up passes need no flush); the flush
+// buffers are not the allocator's, so the memory figures do not move.
 TEST(Profiler, TimesEachPassFromFlushedCachesAndThenWarm) {
   const std::vector<int> tasks = layer_tasks(0);
   profile::ProfilerOptions options;
@@ -149,10 +153,12 @@ TEST(Profiler, TimesEachPassFromFlushedCachesAndThenWarm) {
   FlushCountingBackend flushing;
   const profile::Measurement cold = profile::measure_task_set(bert(), tasks, 2, flushing, options);
   EXPECT_EQ(flushing.flushes, 2 * options.repeats);
+  EXPECT_EQ(flushing.private_flushes, 2 * options.repeats);  // the warm passes: the cores' own caches
   options.flush_caches = false;
   FlushCountingBackend warm_backend;
   const profile::Measurement warm = profile::measure_task_set(bert(), tasks, 2, warm_backend, options);
   EXPECT_EQ(warm_backend.flushes, 0);
+  EXPECT_EQ(warm_backend.private_flushes, 0);
   // The flushed profile also times each pass again with its data cached; the unflushed one has
   // nothing else to give.
   EXPECT_GT(cold.warm_forward_seconds, 0);
@@ -168,6 +174,7 @@ TEST(Profiler, TimesEachPassFromFlushedCachesAndThenWarm) {
   FlushCountingBackend large_backend;
   const profile::Measurement large = profile::measure_task_set(bert(), tasks, 2, large_backend, options);
   EXPECT_EQ(large_backend.flushes, 2 * options.repeats);
+  EXPECT_EQ(large_backend.private_flushes, 0);
   EXPECT_EQ(large.warm_forward_seconds, 0);
   EXPECT_EQ(large.warm_backward_seconds, 0);
   EXPECT_GT(large.forward_seconds, 0);
@@ -191,10 +198,12 @@ TEST(CpuBackend, FlushCachesCoversTwiceTheLargestDataCache) {
   }
   if (largest == 0) GTEST_SKIP() << "this machine does not list its caches in /sys";
   EXPECT_EQ(last_level_cache_bytes(), largest);
+  EXPECT_LT(private_cache_bytes(), last_level_cache_bytes());
   CachingAllocator& allocator = cpu_backend().allocator();
   const Tensor held = Tensor::full({1000}, 3.5f);
   const std::size_t before = allocator.current_bytes();
   cpu_backend().flush_caches();
+  cpu_backend().flush_private_caches();
   EXPECT_EQ(allocator.current_bytes(), before);
   EXPECT_EQ(held.to_float_vector(), std::vector<float>(1000, 3.5f));
 }

@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -168,20 +169,35 @@ void CpuBackend::sgd_update(const Tensor& parameter, const Tensor& gradient, con
                       momentum_buffer.defined() ? momentum_buffer.data<float>() : nullptr, parameter.numel(), u);
 }
 
-std::size_t last_level_cache_bytes() {
-  // The kernel's view of cpu0's caches first: on a VM sysconf may report the host package's whole
-  // L3 (320 MiB on one AMD EPYC guest here, whose cores share 32 MiB).
+namespace {
+// The largest data cache of cpu0 that /sys lists (0: none), among those no other core shares when
+// `private_only`.
+std::size_t largest_listed_data_cache(bool private_only) {
   std::size_t largest = 0;
   for (int index = 0; index < 8; ++index) {
     const std::string directory = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
-    std::ifstream type_file(directory + "type"), size_file(directory + "size");
-    std::string type, size;
+    std::ifstream type_file(directory + "type"), size_file(directory + "size"), shared_file(directory + "shared_cpu_list");
+    std::string type, size, shared;
     if (!(type_file >> type) || !(size_file >> size) || type == "Instruction" || size.empty()) continue;
+    if (private_only && (!(shared_file >> shared) || shared != "0")) continue;
     std::size_t multiplier = 1;
     if (size.back() == 'K') multiplier = std::size_t{1} << 10;
     if (size.back() == 'M') multiplier = std::size_t{1} << 20;
     largest = std::max(largest, static_cast<std::size_t>(std::strtoull(size.c_str(), nullptr, 10)) * multiplier);
   }
+  return largest;
+}
+}  // namespace
+
+std::size_t private_cache_bytes() {
+  const std::size_t bytes = largest_listed_data_cache(true);
+  return bytes > 0 ? bytes : std::size_t{1} << 20;
+}
+
+std::size_t last_level_cache_bytes() {
+  // The kernel's view of cpu0's caches first: on a VM sysconf may report the host package's whole
+  // L3 (320 MiB on one AMD EPYC guest here, whose cores share 32 MiB).
+  std::size_t largest = largest_listed_data_cache(false);
 #ifdef _SC_LEVEL3_CACHE_SIZE
   if (largest == 0)
     for (int name : {_SC_LEVEL2_CACHE_SIZE, _SC_LEVEL3_CACHE_SIZE}) {
@@ -201,6 +217,21 @@ void CpuBackend::flush_caches() {
   const std::int64_t n = static_cast<std::int64_t>(flush_buffer_.size());
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < n; i += 64) data[i] = value;
+}
+
+void CpuBackend::flush_private_caches() {
+  const std::int64_t per_thread = 2 * static_cast<std::int64_t>(private_cache_bytes());
+  const unsigned char value = ++flush_value_;
+#pragma omp parallel
+  {
+    const std::int64_t threads = omp_get_num_threads();
+#pragma omp single
+    if (static_cast<std::int64_t>(private_flush_buffer_.size()) < threads * per_thread)
+      private_flush_buffer_.resize(static_cast<std::size_t>(threads * per_thread));
+    // (single's barrier: the buffer is sized before any thread writes its own part)
+    unsigned char* data = private_flush_buffer_.data() + omp_get_thread_num() * per_thread;
+    for (std::int64_t i = 0; i < per_thread; i += 64) data[i] = value;
+  }
 }
 
 CpuBackend& cpu_backend() {

@@ -12,6 +12,9 @@ namespace partrain {
 /// Bytes of the largest data cache of this CPU (/sys/devices/system/cpu/cpu0/cache, else sysconf),
 /// or 32 MiB when neither says.
 std::size_t last_level_cache_bytes();
+/// Bytes of the largest data cache of cpu0 that no other core shares (its L2, usually; /sys's
+/// shared_cpu_list), or 1 MiB when /sys does not say.
+std::size_t private_cache_bytes();
 
 class CpuBackend final : public Backend {
  public:
@@ -33,9 +36,12 @@ class CpuBackend final : public Backend {
   /// thread of the caller, so each core's private caches are overwritten too.
   void flush_caches() override;
   double flushed_cache_bytes() const override { return static_cast<double>(last_level_cache_bytes()); }
+  /// Writes twice a core's private cache (private_cache_bytes) from every OpenMP thread of the caller.
+  void flush_private_caches() override;
 
  private:
   std::vector<unsigned char> flush_buffer_;
+  std::vector<unsigned char> private_flush_buffer_;  // flush_private_caches': one part per thread
   unsigned char flush_value_ = 0;
 };
 

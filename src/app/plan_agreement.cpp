@@ -179,7 +179,7 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   const int sharing_ranks = backend.device().is_cpu() ? comm::MpiCommunicator::node_local_size() : 1;  // (collective)
   const double cache_bytes_per_rank = backend.flushed_cache_bytes() / sharing_ranks;
   options.warm_cache_bytes = cache_bytes_per_rank;
-  if (leader && database.cache_bytes_per_rank() == 0) database.set_cache_bytes_per_rank(cache_bytes_per_rank);
+  if (leader && database.cache_bytes_per_rank() == 0) database.set_cache_bytes_per_rank(cache_bytes_per_rank, sharing_ranks);
   const double speed_factor = adapt_cache_to_run(database, graph, requests, options, cache, world, backend);
 
   io::ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");

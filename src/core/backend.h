@@ -102,6 +102,10 @@ class Backend {
   /// pass it times (ProfilerOptions::flush_caches), as Triton's do_bench flushes the L2. The buffer
   /// is not the allocator's (no peak moves). A no-op on backends without such a cache.
   virtual void flush_caches() {}
+  /// Evicts only the caches private to each core (a CPU's L2), leaving the shared last-level cache:
+  /// the state of a stage whose data fits the last-level cache but not a core's own (it was touched
+  /// a stage pass ago). A no-op where the last level is the only one that matters (a GPU's L2).
+  virtual void flush_private_caches() {}
   /// Bytes of the cache flush_caches evicts (the CPU's last-level cache, shared by the ranks of a
   /// node; a GPU's L2); 0 where there is none.
   virtual double flushed_cache_bytes() const { return 0; }

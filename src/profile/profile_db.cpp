@@ -107,7 +107,10 @@ void ProfileDB::merge(const ProfileDB& other) {
                  "ProfileDB: cannot merge measurements of another graph, backend or dtype");
   for (const auto& [key, measurement] : other.entries_) entries_[key] = measurement;
   if (!other.communication_.empty()) communication_ = other.communication_;
-  if (other.cache_bytes_per_rank_ > 0) cache_bytes_per_rank_ = other.cache_bytes_per_rank_;
+  if (other.cache_bytes_per_rank_ > 0) {
+    cache_bytes_per_rank_ = other.cache_bytes_per_rank_;
+    cache_sharing_ranks_ = other.cache_sharing_ranks_;
+  }
   for (const auto& [optimizer, seconds] : other.optimizer_seconds_per_byte_) optimizer_seconds_per_byte_[optimizer] = seconds;
   for (const auto& [key, bytes] : other.stage_peak_bytes_) stage_peak_bytes_[key] = bytes;
 }
@@ -138,7 +141,7 @@ nlohmann::json ProfileDB::to_json() const {
           {"communication", communication_.to_json()},
           {"optimizer_seconds_per_byte", optimizer_seconds_per_byte_}, {"stage_peak_bytes", stage_peak_bytes_},
           {"calibration_seconds", calibration_seconds_}, {"other_load_cores", other_load_cores_},
-          {"cache_bytes_per_rank", cache_bytes_per_rank_}};
+          {"cache_bytes_per_rank", cache_bytes_per_rank_}, {"cache_sharing_ranks", cache_sharing_ranks_}};
 }
 
 ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string& source_name) {
@@ -199,6 +202,9 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
     db.cache_bytes_per_rank_ = document.value("cache_bytes_per_rank", 0.0);
     PARTRAIN_CHECK(db.cache_bytes_per_rank_ >= 0, source_name << ": cache_bytes_per_rank = " << db.cache_bytes_per_rank_
                                                               << " must be non-negative");
+    db.cache_sharing_ranks_ = document.value("cache_sharing_ranks", 1);
+    PARTRAIN_CHECK(db.cache_sharing_ranks_ >= 1, source_name << ": cache_sharing_ranks = " << db.cache_sharing_ranks_
+                                                             << " must be at least 1");
     if (document.contains("communication"))  // older caches hold none: measured again
       db.communication_ = CommunicationProfile::from_json(document.at("communication"), source_name);
     return db;

@@ -91,7 +91,12 @@ class ProfileDB {
   /// were measured (a CPU's last-level cache over the ranks per node; a GPU's L2); 0 = unknown. A
   /// stage whose data fits it is priced at the warm times (partition/common/calibrated_cost_model.h).
   double cache_bytes_per_rank() const { return cache_bytes_per_rank_; }
-  void set_cache_bytes_per_rank(double bytes) { cache_bytes_per_rank_ = bytes; }
+  /// The ranks that shared that cache (the node's ranks on a CPU, 1 on a GPU).
+  int cache_sharing_ranks() const { return cache_sharing_ranks_; }
+  void set_cache_bytes_per_rank(double bytes, int sharing_ranks = 1) {
+    cache_bytes_per_rank_ = bytes;
+    cache_sharing_ranks_ = sharing_ranks;
+  }
   /// Multiplies every measured time (forward, backward, optimizer step) by `factor` > 0: a cache
   /// measured at another speed, rescaled by the ratio of the speed calibrations.
   void rescale_times(double factor);
@@ -122,6 +127,7 @@ class ProfileDB {
   std::map<std::string, double> optimizer_seconds_per_byte_;
   std::map<std::string, double> stage_peak_bytes_;
   double cache_bytes_per_rank_ = 0;
+  int cache_sharing_ranks_ = 1;
   double calibration_seconds_ = 0;
   double other_load_cores_ = -1;
 };

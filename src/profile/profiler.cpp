@@ -67,9 +67,12 @@ double activation_bytes_of(const Graph& graph, const std::vector<int>& values, s
   return bytes;
 }
 
-// Backend::flush_caches, then waits for the flush so the next timing starts after it.
-void flush_caches(Backend& backend) {
-  backend.flush_caches();
+// Before a timed pass: Backend::flush_caches for a pass from memory, flush_private_caches for a
+// warm one (its data in the shared cache, as in a stage that fits it, not in a core's own), then
+// waits for the flush so the timing starts after it.
+void flush_caches(Backend& backend, bool warm) {
+  if (warm) backend.flush_private_caches();
+  else backend.flush_caches();
   backend.synchronise();
 }
 
@@ -158,7 +161,7 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       const std::size_t before = allocator.current_bytes();
       allocator.reset_peak();
       TensorMap values = inputs;
-      if (flushed) flush_caches(backend);
+      if (flushed || warm) flush_caches(backend, warm);
       const auto forward_start = Clock::now();
       ExecutionOptions forward_options = execution;
       forward_options.keep = &kept;  // free what no backward reads as soon as the forward is done with it
@@ -172,7 +175,7 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
 
       TensorMap grads = accumulators;
       for (int v : program.output_grads) grads[v] = ones_like(values.at(v), backend);
-      if (flushed) flush_caches(backend);
+      if (flushed || warm) flush_caches(backend, warm);
       backend.synchronise();
       const auto backward_start = Clock::now();
       run_backward(trimmed, program, values, grads, backend, execution);

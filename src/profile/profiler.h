@@ -51,8 +51,9 @@ struct ProfilerOptions {
 /// Fills, at this batch: forward_seconds / backward_seconds (seconds, median of `repeats` passes
 /// after `warmup` passes, each timed after the caches are flushed when options.flush_caches;
 /// backward seeds every output gradient with ones), warm_forward_seconds / warm_backward_seconds
-/// (with flushing: the median of a second pass right after each flushed one, at most the flushed
-/// time, or 0 when the set exceeds options.warm_cache_bytes; without: the flushed fields' values), parameter_bytes (bytes of
+/// (with flushing: the median of a second pass right after each flushed one, with only the cores'
+/// own caches flushed (Backend::flush_private_caches), at most the flushed time, or 0 when the set
+/// exceeds options.warm_cache_bytes; without: the flushed fields' values), parameter_bytes (bytes of
 /// the Params the tasks read, each counted once), activation_bytes (bytes kept from the forward to
 /// the backward as the executor keeps them: the saved tensors of graph/saved_tensors.h, inputs
 /// included), boundary_input_bytes / boundary_output_bytes (bytes of the Activation

@@ -26,7 +26,7 @@ class CalibratedCostModel final : public CostModel {
                       bool sub_pipelined_tmp)
       : graph_(graph), analytic_(make_analytic_cost_model(graph, device)), device_(device),
         communication_(database.communication()), optimizer_seconds_per_byte_(database.optimizer_seconds_per_byte()),
-        cache_bytes_per_rank_(database.cache_bytes_per_rank()),
+        cache_bytes_per_rank_(database.cache_bytes_per_rank()), cache_sharing_ranks_(database.cache_sharing_ranks()),
         tensor_parallel_(tensor_parallel_degree(graph)), mixed_precision_(database.dtype() == "bf16" || database.dtype() == "fp16"),
         // (Sub-pipelining overlaps the deferrable f and g all-reduces only: sequence parallelism's block.)
         sub_pipelined_tmp_(sub_pipelined_tmp && !is_sequence_parallel(graph)) {
@@ -57,7 +57,15 @@ class CalibratedCostModel final : public CostModel {
     description_ = text;
   }
 
+  // Each rank with its even share of the node's cache.
   profile::Measurement measure(std::span<const int> tasks, std::int64_t batch) const override {
+    return measure_in_cache(tasks, batch, cache_bytes_per_rank_);
+  }
+  CacheShare cache_share() const override { return {cache_bytes_per_rank_ * cache_sharing_ranks_, cache_sharing_ranks_}; }
+  // Priced at the layers' warm times when the set's data fits `cache_bytes` (cache_footprint_bytes),
+  // at their flushed times otherwise (profile/profiler.h times both).
+  profile::Measurement measure_in_cache(std::span<const int> tasks, std::int64_t batch,
+                                        double cache_bytes) const override {
     profile::Measurement m = analytic_->measure(tasks, batch);  // exact byte counts
     std::vector<double> share_flops(groups_.size(), 0.0);
     std::vector<int> share_tasks(groups_.size(), 0);
@@ -78,7 +86,7 @@ class CalibratedCostModel final : public CostModel {
       transient = std::max(transient, groups_[g].transient_bytes(batch) + pending[g]);
     }
     m.peak_bytes = m.activation_bytes + transient;  // the allocator's measured high-water marks
-    const bool warm = runs_warm(m);
+    const bool warm = cache_bytes > 0 && cache_footprint_bytes(m) <= cache_bytes;
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       if (share_tasks[g] == 0) continue;
       const double share = groups_[g].flops > 0 ? share_flops[g] / groups_[g].flops
@@ -111,13 +119,6 @@ class CalibratedCostModel final : public CostModel {
   const DeviceSpec& device() const override { return device_; }
 
  private:
-  // Whether the task set measured by `m` (its bytes, peak_bytes included) runs from a warm cache:
-  // its weights and gradients (fp32 bytes each) and one microbatch's working memory fit the cache
-  // one rank of the profiled node has (ProfileDB::cache_bytes_per_rank), so that from one pass to
-  // the next its data stays cached. Layers are profiled both ways (profile/profiler.h).
-  bool runs_warm(const profile::Measurement& m) const {
-    return cache_bytes_per_rank_ > 0 && 2 * m.parameter_bytes + m.peak_bytes <= cache_bytes_per_rank_;
-  }
 
   struct Group {
     std::string name;
@@ -171,7 +172,8 @@ class CalibratedCostModel final : public CostModel {
   DeviceSpec device_;
   profile::CommunicationProfile communication_;
   std::map<std::string, double> optimizer_seconds_per_byte_;  // measured optimizer step cost
-  double cache_bytes_per_rank_ = 0;  // runs_warm's cache (0: unknown, every set from memory)
+  double cache_bytes_per_rank_ = 0;  // the profiled node's cache per rank (0: unknown, every set from memory)
+  int cache_sharing_ranks_ = 1;      // the ranks that shared it
   // Per layer group, the bytes of parameter gradients pending during its backward when `tasks` run
   // as one stage. A parameter read by several layer groups (GPT's tied embedding and LM head on one
   // stage) gets a gradient from each reader's backward; the interpreter keeps the later layers'

@@ -19,6 +19,9 @@
 
 namespace partrain::partition {
 
+double cache_footprint_bytes(const profile::Measurement& m) { return 2 * m.parameter_bytes + m.peak_bytes; }
+
+
 namespace {
 // All-reduces a tensor-parallel communication task performs in a pass that moves bytes.
 int allreduces_of(const Task& task) { return task.op == OpType::VocabParallelCrossEntropy ? 3 : 1; }

@@ -120,6 +120,17 @@ GradientSynchronisation gradient_synchronisation_seconds(const CostModel& cost, 
 /// value in its own dtype (the analytic model's count of saved tensors).
 double activation_bytes_of(const Graph& graph, std::span<const int> values, std::int64_t batch, bool mixed_precision);
 
+/// A cache shared by the ranks of a node: `bytes` in all, split among `ranks`.
+struct CacheShare {
+  double bytes = 0;
+  int ranks = 1;
+};
+
+/// Bytes a task set measured by `m` keeps touching from one pass to the next: its weights and
+/// gradients (twice its fp32 parameter bytes) and one microbatch's working memory (peak_bytes).
+/// The set's data stays cached when these fit the cache its rank has.
+double cache_footprint_bytes(const profile::Measurement& m);
+
 /// Costs for planners. Implementations must be cheap to call repeatedly (cache what they can).
 class CostModel {
  public:
@@ -142,6 +153,17 @@ class CostModel {
   }
   virtual std::string description() const = 0;
   virtual const DeviceSpec& device() const = 0;
+  /// The cache that Backend::flush_caches evicts, as the node that measured the costs shared it:
+  /// its bytes and the ranks sharing it (bytes 0: the model does not price caches, the default).
+  virtual CacheShare cache_share() const { return {}; }
+  /// measure(tasks, batch) for a rank that has `cache_bytes` of that cache to itself (the node's
+  /// cache less what the other ranks' stages hold): a model that prices caches prices the set warm
+  /// when its data fits them. The default ignores the cache.
+  virtual profile::Measurement measure_in_cache(std::span<const int> tasks, std::int64_t batch,
+                                                double cache_bytes) const {
+    (void)cache_bytes;
+    return measure(tasks, batch);
+  }
 };
 
 /// A cost model that forwards every question to `inner` (which must outlive it): the base of
@@ -164,6 +186,11 @@ class ForwardingCostModel : public CostModel {
   }
   std::string description() const override { return inner_.description(); }
   const DeviceSpec& device() const override { return inner_.device(); }
+  CacheShare cache_share() const override { return inner_.cache_share(); }
+  profile::Measurement measure_in_cache(std::span<const int> tasks, std::int64_t batch,
+                                        double cache_bytes) const override {
+    return inner_.measure_in_cache(tasks, batch, cache_bytes);
+  }
 
  private:
   const CostModel& inner_;

@@ -357,6 +357,42 @@ double rank_peak_bytes(std::span<const profile::StageMemory> chunks, std::span<c
   return model_state + peak_activation_bytes(states, microbatch_bytes, working_bytes);
 }
 
+namespace {
+// The cache each model chunk's ranks have to themselves where the cost model prices a shared cache
+// (CostModel::cache_share; empty where it does not): the node's cache less the data the rest of the
+// node keeps touching (cache_footprint_bytes of the other ranks' chunks and of the rank's own other
+// chunks), the least over the chunk's ranks. Ranks fill nodes in rank order (Plan::rank_of),
+// cache_share().ranks to a node, as the profile's node held them. A small stage beside a large one
+// thus has the cache the large one leaves, not an even share.
+std::vector<double> chunk_cache_bytes(const Plan& plan, const CostModel& cost) {
+  const CacheShare share = cost.cache_share();
+  if (!(share.bytes > 0)) return {};
+  const int chunk_count = static_cast<int>(plan.stages.size());
+  std::vector<double> chunk_footprint(chunk_count);
+  for (int c = 0; c < chunk_count; ++c) {
+    auto [begin, end] = plan.replica_samples(c, 0);
+    chunk_footprint[c] = cache_footprint_bytes(cost.measure(plan.stages[c].tasks, end - begin));
+  }
+  const int world = plan.pipeline_replicas * plan.devices_per_pipeline_replica();
+  std::vector<int> stage_of_rank(world);
+  std::vector<double> rank_footprint(world, 0.0);
+  for (int rank = 0; rank < world; ++rank) {
+    stage_of_rank[rank] = plan.placement_of(rank).stage;
+    for (int chunk : plan.chunks_of_stage(stage_of_rank[rank])) rank_footprint[rank] += chunk_footprint[chunk];
+  }
+  std::vector<double> cache(chunk_count, std::numeric_limits<double>::infinity());
+  for (int first = 0; first < world; first += share.ranks) {
+    const int last = std::min(world, first + share.ranks);
+    double node = 0;
+    for (int rank = first; rank < last; ++rank) node += rank_footprint[rank];
+    for (int rank = first; rank < last; ++rank)
+      for (int chunk : plan.chunks_of_stage(stage_of_rank[rank]))
+        cache[chunk] = std::min(cache[chunk], std::max(0.0, share.bytes - (node - chunk_footprint[chunk])));
+  }
+  return cache;
+}
+}  // namespace
+
 void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const int stage_count = static_cast<int>(plan.stages.size());
   // devices_per_pipeline_replica() counts ranks (× tensor_parallel); a planner working on groups of t ranks
@@ -375,10 +411,12 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
     if (tied) tied_group += plan.stages[plan.chunks_of_stage(s).front()].replicas * plan.pipeline_replicas;
   }
   std::vector<profile::StageMemory> chunk_memory(stage_count);
+  const std::vector<double> cache_bytes = chunk_cache_bytes(plan, cost);
   for (int s = 0; s < stage_count; ++s) {
     PlanStage& stage = plan.stages[s];
     auto [begin, end] = plan.replica_samples(s, 0);  // replica 0 holds the largest share
-    const profile::Measurement m = cost.measure(stage.tasks, end - begin);
+    const profile::Measurement m = cache_bytes.empty() ? cost.measure(stage.tasks, end - begin)
+                                                       : cost.measure_in_cache(stage.tasks, end - begin, cache_bytes[s]);
     const int group = stage.replicas * plan.pipeline_replicas;  // the stage's data-parallel group
     profile::MemoryPolicy policy = stage_memory_policy(options, s, stage_count, plan.microbatches, group);
     StageRecomputation recomputation;  // the forward the backward repeats, and the memory it saves
