@@ -27,6 +27,19 @@ profile::ProfileDB synthetic_db(const Graph& graph, const std::vector<LayerGroup
   return db;
 }
 
+// `db` with warm times of every layer: `forward` and `backward` times its flushed ones.
+profile::ProfileDB with_warm_times(profile::ProfileDB db, const std::vector<LayerGroup>& groups, double forward,
+                                   double backward) {
+  for (const LayerGroup& group : groups)
+    for (std::int64_t batch : db.batches(group.tasks)) {
+      profile::Measurement m = *db.find(group.tasks, batch);
+      m.warm_forward_seconds = forward * m.forward_seconds;
+      m.warm_backward_seconds = backward * m.backward_seconds;
+      db.insert(group.tasks, batch, m);
+    }
+  return db;
+}
+
 TEST(CalibratedCostModel, LayersAtMeasuredInterpolatedAndExtrapolatedBatches) {
   const Graph graph = tiny_bert();
   const std::vector<LayerGroup> groups = layer_groups(graph);
@@ -67,14 +80,7 @@ TEST(CalibratedCostModel, LayersAtMeasuredInterpolatedAndExtrapolatedBatches) {
 TEST(CalibratedCostModel, SetsThatFitTheCachePerRankArePricedWarm) {
   const Graph graph = tiny_bert();
   const std::vector<LayerGroup> groups = layer_groups(graph);
-  profile::ProfileDB db = synthetic_db(graph, groups);
-  for (std::size_t g = 0; g < groups.size(); ++g)
-    for (std::int64_t batch : {1, 2, 4}) {
-      profile::Measurement m = *db.find(groups[g].tasks, batch);
-      m.warm_forward_seconds = 0.5 * m.forward_seconds;
-      m.warm_backward_seconds = 0.75 * m.backward_seconds;
-      db.insert(groups[g].tasks, batch, m);
-    }
+  profile::ProfileDB db = with_warm_times(synthetic_db(graph, groups), groups, 0.5, 0.75);
   const DeviceSpec device;
   const std::vector<int> layer = groups[1].tasks;
   const std::vector<int> whole = join_groups(groups, 0, static_cast<int>(groups.size()));
@@ -106,14 +112,7 @@ TEST(CalibratedCostModel, SetsThatFitTheCachePerRankArePricedWarm) {
 TEST(CalibratedCostModel, StagesOnANodeShareItsCache) {
   const Graph graph = tiny_bert();
   const std::vector<LayerGroup> groups = layer_groups(graph);
-  profile::ProfileDB db = synthetic_db(graph, groups);
-  for (std::size_t g = 0; g < groups.size(); ++g)
-    for (std::int64_t batch : {1, 2, 4}) {
-      profile::Measurement m = *db.find(groups[g].tasks, batch);
-      m.warm_forward_seconds = 0.5 * m.forward_seconds;
-      m.warm_backward_seconds = 0.5 * m.backward_seconds;
-      db.insert(groups[g].tasks, batch, m);
-    }
+  profile::ProfileDB db = with_warm_times(synthetic_db(graph, groups), groups, 0.5, 0.5);
   PlannerOptions options;
   options.world_size = 2;
   options.global_batch = 4;
