@@ -149,8 +149,9 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
     std::vector<double> forward_samples, backward_samples, warm_forward_samples, warm_backward_samples;
     double peak = 0;
     double produced = 0;
-    // With flushed caches each timed repeat is two passes: one from flushed caches, then the same
-    // again with its data still cached (the warm figures), for sets that could run warm at all.
+    // With flushed caches each timed repeat is two passes: one from flushed caches, then, for sets
+    // that could run warm at all, the same again with its data still in the shared cache (the warm
+    // figures; only the cores' own caches flushed).
     const bool time_warm = options.flush_caches && 2 * m.parameter_bytes <= options.warm_cache_bytes;
     const int timed_passes = options.repeats * (time_warm ? 2 : 1);
     for (int pass = 0; pass < options.warmup + timed_passes; ++pass) {
