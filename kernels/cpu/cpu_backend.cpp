@@ -187,51 +187,54 @@ std::size_t largest_listed_data_cache(bool private_only) {
   }
   return largest;
 }
+
+// Stores `value` to every 64-byte line of `buffer`, the OpenMP threads of the caller each a
+// contiguous part (static schedule), so each thread's core caches its own part.
+void write_every_line(std::vector<unsigned char>& buffer, unsigned char value) {
+  unsigned char* data = buffer.data();
+  const std::int64_t n = static_cast<std::int64_t>(buffer.size());
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; i += 64) data[i] = value;
+}
 }  // namespace
 
 std::size_t private_cache_bytes() {
-  const std::size_t bytes = largest_listed_data_cache(true);
-  return bytes > 0 ? bytes : std::size_t{1} << 20;
+  static const std::size_t bytes = [] {  // (read once: the profiler flushes before every warm pass)
+    const std::size_t listed = largest_listed_data_cache(true);
+    return listed > 0 ? listed : std::size_t{1} << 20;
+  }();
+  return bytes;
 }
 
 std::size_t last_level_cache_bytes() {
-  // The kernel's view of cpu0's caches first: on a VM sysconf may report the host package's whole
-  // L3 (320 MiB on one AMD EPYC guest here, whose cores share 32 MiB).
-  std::size_t largest = largest_listed_data_cache(false);
+  static const std::size_t bytes = [] {
+    // The kernel's view of cpu0's caches first: on a VM sysconf may report the host package's whole
+    // L3 (320 MiB on one AMD EPYC guest here, whose cores share 32 MiB).
+    std::size_t largest = largest_listed_data_cache(false);
 #ifdef _SC_LEVEL3_CACHE_SIZE
-  if (largest == 0)
-    for (int name : {_SC_LEVEL2_CACHE_SIZE, _SC_LEVEL3_CACHE_SIZE}) {
-      const long bytes = sysconf(name);
-      if (bytes > 0) largest = std::max(largest, static_cast<std::size_t>(bytes));
-    }
+    if (largest == 0)
+      for (int name : {_SC_LEVEL2_CACHE_SIZE, _SC_LEVEL3_CACHE_SIZE}) {
+        const long reported = sysconf(name);
+        if (reported > 0) largest = std::max(largest, static_cast<std::size_t>(reported));
+      }
 #endif
-  return largest > 0 ? largest : std::size_t{32} << 20;
+    return largest > 0 ? largest : std::size_t{32} << 20;
+  }();
+  return bytes;
 }
 
 void CpuBackend::flush_caches() {
   // Twice the cache: a last-level cache that is not strictly LRU (or a victim cache, as AMD's L3)
   // keeps part of the old data after one cache-sized write.
   if (flush_buffer_.empty()) flush_buffer_.resize(2 * last_level_cache_bytes());
-  const unsigned char value = ++flush_value_;  // a new value each time, so the stores are not elided
-  unsigned char* data = flush_buffer_.data();
-  const std::int64_t n = static_cast<std::int64_t>(flush_buffer_.size());
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; i += 64) data[i] = value;
+  write_every_line(flush_buffer_, ++flush_value_);  // a new value each time, so the stores are not elided
 }
 
 void CpuBackend::flush_private_caches() {
-  const std::int64_t per_thread = 2 * static_cast<std::int64_t>(private_cache_bytes());
-  const unsigned char value = ++flush_value_;
-#pragma omp parallel
-  {
-    const std::int64_t threads = omp_get_num_threads();
-#pragma omp single
-    if (static_cast<std::int64_t>(private_flush_buffer_.size()) < threads * per_thread)
-      private_flush_buffer_.resize(static_cast<std::size_t>(threads * per_thread));
-    // (single's barrier: the buffer is sized before any thread writes its own part)
-    unsigned char* data = private_flush_buffer_.data() + omp_get_thread_num() * per_thread;
-    for (std::int64_t i = 0; i < per_thread; i += 64) data[i] = value;
-  }
+  // Twice a core's own cache for each thread: the static schedule gives each its own part.
+  const std::size_t bytes = 2 * private_cache_bytes() * static_cast<std::size_t>(omp_get_max_threads());
+  if (private_flush_buffer_.size() != bytes) private_flush_buffer_.resize(bytes);
+  write_every_line(private_flush_buffer_, ++flush_value_);
 }
 
 CpuBackend& cpu_backend() {
