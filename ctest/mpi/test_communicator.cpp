@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <time.h>
+
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi_communicator.h"
@@ -153,6 +157,50 @@ TEST(MpiCommunicator, TestPollsUntilTheMessageArrives) {
   EXPECT_EQ(std::vector<std::int32_t>(received.data<std::int32_t>(), received.data<std::int32_t>() + 4),
             (std::vector<std::int32_t>{p, p + 1, p + 2, p + 3}));
   EXPECT_TRUE(receive.test());  // stays complete
+}
+
+// With sleeping waits (on by default where the node has more ranks than CPUs) a rank waiting for a
+// receive, an all-reduce or a barrier uses almost no CPU: rank 0 sleeps 200 ms before it takes part,
+// and the others' CPU time over their wait stays under a fifth of it (a spinning wait burns it all,
+// or a half to two thirds of it with 3–4 ranks on 2 cores). The results are those of the blocking calls.
+TEST(MpiCommunicator, SleepingWaitsLeaveTheCoreToOthers) {
+  const int n = world().size(), r = world().rank();
+  const bool before = MpiCommunicator::sleeping_waits_enabled();
+  MpiCommunicator::set_sleeping_waits(true);
+  const auto cpu_seconds = [] {
+    timespec now{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+    return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+  };
+  const auto wall_seconds = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  for (const char* what : {"receive", "all_reduce_scalar", "barrier"}) {
+    world().barrier();
+    const double cpu = cpu_seconds(), wall = wall_seconds();
+    double sum = 0;
+    const Tensor received = Tensor::zeros({2});
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (std::string(what) == "receive") {
+      if (r == 0) {
+        for (int peer = 1; peer < n; ++peer) world().send(Tensor::from_vector<float>({2}, {1.0f, 2.0f}), peer, 31).wait();
+      } else {
+        world().receive(received, 0, 31).wait();
+        EXPECT_EQ(received.data<float>()[1], 2.0f);
+      }
+    } else if (std::string(what) == "all_reduce_scalar") {
+      sum = world().all_reduce_scalar(r + 1.0, ReduceOp::Sum);
+      EXPECT_DOUBLE_EQ(sum, n * (n + 1) / 2.0);
+    } else {
+      world().barrier();
+    }
+    const double waited = wall_seconds() - wall, used = cpu_seconds() - cpu;
+    if (r != 0) {
+      EXPECT_GT(waited, 0.15) << what;
+      EXPECT_LT(used, 0.2 * waited) << what << ": " << used << " s of CPU over a " << waited << " s wait";
+    }
+  }
+  MpiCommunicator::set_sleeping_waits(before);
 }
 
 TEST(MpiCommunicator, DestroyingAnUnfinishedRequestWaitsForIt) {

@@ -146,6 +146,49 @@ TEST(CalibratedCostModel, StagesOnANodeShareItsCache) {
   EXPECT_NEAR(warm_replicas.stages[0].forward_seconds, 0.5 * one.forward_seconds, 1e-12);
 }
 
+// A profile measured by ranks sharing their node's cores (4 ranks on 2 cores) carries the sharing
+// into the plan, whose step the simulator then prices with the cores shared: two stages on one core's
+// worth of a node take the sum of their work, not the pipeline's step with a core each.
+TEST(CalibratedCostModel, RanksSharingCoresReachThePlanAndItsStep) {
+  const Graph graph = tiny_bert();
+  const std::vector<LayerGroup> groups = layer_groups(graph);
+  profile::ProfileDB db = synthetic_db(graph, groups);
+  PlannerOptions options;
+  options.world_size = 2;
+  options.global_batch = 4;
+  options.microbatches = 4;
+  options.recompute = "none";
+  options.schedule = ScheduleKind::GPipe;
+  const std::vector<std::vector<int>> stages = {join_groups(groups, 0, 2), join_groups(groups, 2, groups.size())};
+  const DeviceSpec device;
+  const Plan own_cores = plan_from_stages(graph, stages, {1, 1}, *make_calibrated_cost_model(graph, db, device), options, "test");
+  EXPECT_EQ(own_cores.ranks_per_node, 0);
+
+  db.set_core_sharing(2, 1.0);
+  const profile::ProfileDB reread = profile::ProfileDB::from_json(db.to_json(), "profile.json");
+  EXPECT_EQ(reread.sharing_ranks_per_node(), 2);
+  EXPECT_DOUBLE_EQ(reread.concurrent_ranks_per_node(), 1.0);
+  const std::unique_ptr<CostModel> cost = make_calibrated_cost_model(graph, reread, device);
+  EXPECT_EQ(cost->core_share().ranks_per_node, 2);
+  const Plan shared = plan_from_stages(graph, stages, {1, 1}, *cost, options, "test");
+  EXPECT_EQ(shared.ranks_per_node, 2);
+  EXPECT_DOUBLE_EQ(shared.concurrent_ranks_per_node, 1.0);
+  // One core, no replicas: some rank computes at every moment until the last backward, so that is
+  // every action's work (boundary transfers folded in) end to end; then the tied embedding's
+  // all-reduce and both optimizer steps at once, on the one core.
+  double work = 0, tied = 0;
+  for (const PlanStage& stage : shared.stages) {
+    work += options.microbatches * (stage.forward_seconds + stage.backward_seconds);
+    tied = std::max(tied, stage.tied_allreduce_seconds);
+  }
+  const double steps = shared.stages[0].optimizer_seconds + shared.stages[1].optimizer_seconds;
+  EXPECT_NEAR(shared.predicted_step_seconds, work + tied + steps, 1e-9 * work);
+  EXPECT_LT(own_cores.predicted_step_seconds, 0.9 * shared.predicted_step_seconds);
+  nlohmann::json bad = db.to_json();
+  bad["concurrent_ranks_per_node"] = -1;
+  EXPECT_THROW(profile::ProfileDB::from_json(bad, "profile.json"), Error);
+}
+
 // Measured memory and communication replace the analytic working memory and the config's bandwidths.
 TEST(CalibratedCostModel, MeasuredWorkingMemoryAndCommunication) {
   const Graph graph = tiny_bert();

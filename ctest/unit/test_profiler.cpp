@@ -3,7 +3,11 @@
 // hand-computed values.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <fstream>
 #include <set>
 #include <string>
@@ -206,6 +210,24 @@ TEST(CpuBackend, FlushCachesCoversTwiceTheLargestDataCache) {
   cpu_backend().flush_private_caches();
   EXPECT_EQ(allocator.current_bytes(), before);
   EXPECT_EQ(held.to_float_vector(), std::vector<float>(1000, 3.5f));
+}
+
+// ProfilerOptions::cpu_time's clock counts the process's work, not the time it waited: a sleep
+// hardly moves it, a busy loop moves it with the wall clock (over the OpenMP threads it divides by).
+TEST(Profiler, CpuTimeClockCountsWorkNotWaiting) {
+  const auto wall = [] { return profile::pass_clock_seconds(false); };
+  const double threads = omp_get_max_threads();
+  double start = profile::pass_clock_seconds(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_LT((profile::pass_clock_seconds(true) - start) * threads, 0.02);
+  start = profile::pass_clock_seconds(true);
+  const double begin = wall();
+  volatile double sink = 0;
+  while (wall() - begin < 0.1) sink = sink + 1.0;
+  const double busy_wall = wall() - begin;
+  const double busy_cpu = (profile::pass_clock_seconds(true) - start) * threads;
+  EXPECT_GT(busy_cpu, 0.5 * busy_wall);  // (less than all of it where other processes share the core)
+  EXPECT_LT(busy_cpu, 1.05 * busy_wall);
 }
 
 TEST(Profiler, EmbeddingsHeadAndWholeModelGetValidInputs) {

@@ -56,6 +56,36 @@ TEST(Replanning, StageCostsAreMediansOfTheWindowsActions) {
   EXPECT_DOUBLE_EQ(corrections.at(1).backward, 0.080 / 0.040);
 }
 
+// Ranks sharing a core: the trace shows each action's work stretched by the rank computing beside it.
+// A run that measures exactly the simulated durations needs no correction, though they exceed the
+// stages' work; the plan's own costs where every rank has a core.
+TEST(Replanning, RanksSharingCoresAreComparedWithTheSimulatedDurations) {
+  Plan plan = two_stages();
+  const std::map<int, app::MeasuredStageCosts> own = app::predicted_stage_costs(plan);
+  EXPECT_DOUBLE_EQ(own.at(1).forward_seconds, 0.030);
+  EXPECT_DOUBLE_EQ(own.at(1).backward_seconds, 0.040);
+  plan.ranks_per_node = 2;
+  plan.concurrent_ranks_per_node = 1;
+  const std::map<int, app::MeasuredStageCosts> shared = app::predicted_stage_costs(plan);
+  ASSERT_EQ(shared.size(), 2u);
+  for (int s : {0, 1}) {
+    const PlanStage& stage = plan.stages[static_cast<std::size_t>(s)];
+    EXPECT_GE(shared.at(s).forward_seconds, stage.forward_seconds - 1e-12) << s;
+    EXPECT_LE(shared.at(s).forward_seconds, 2 * stage.forward_seconds + 1e-12) << s;
+    EXPECT_GE(shared.at(s).backward_seconds, stage.backward_seconds - 1e-12) << s;
+    EXPECT_LE(shared.at(s).backward_seconds, 2 * stage.backward_seconds + 1e-12) << s;
+  }
+  // 1F1B: stage 0's forwards after the first and its backwards run beside stage 1's work, at half
+  // speed; stage 1's backwards run while stage 0 waits for their gradients, at full speed.
+  EXPECT_NEAR(shared.at(0).forward_seconds, 2 * 0.010, 1e-12);
+  EXPECT_NEAR(shared.at(0).backward_seconds, 2 * 0.020, 1e-12);
+  EXPECT_NEAR(shared.at(1).backward_seconds, 0.040, 1e-12);
+  for (const auto& [stage, correction] : app::stage_corrections(plan, shared)) {
+    EXPECT_NEAR(correction.forward, 1.0, 1e-12) << stage;
+    EXPECT_NEAR(correction.backward, 1.0, 1e-12) << stage;
+  }
+}
+
 TEST(Replanning, TheProfileIsCorrectedAtTheMicrobatchSizeThatRan) {
   const Plan plan = two_stages();  // microbatches of 4 samples on one replica
   profile::ProfileDB database(1, "cpu", "fp32");

@@ -665,6 +665,124 @@ TEST(Schedule, SynchronizedStepWaitsForTheLastRankAndTheTiedAllReduce) {
   EXPECT_DOUBLE_EQ(partrain::Plan::from_json(predicted.to_json(), "plan.json").stages[1].tied_allreduce_seconds, 0.5);
 }
 
+// Ranks sharing a node's cores (simulate_schedule_on_shared_cores). With a core per rank the
+// event-driven engine must give the Runner's timeline, action by action, over the plan grid: two
+// independent implementations of the same rules.
+TEST(Schedule, SharedCoresWithACorePerRankGiveTheRunnersTimeline) {
+  std::uint64_t state = 12345;
+  const auto draw = [&state] {  // deterministic costs in [0.5, 2.5)
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return 0.5 + 2.0 * static_cast<double>(state >> 11) / 9007199254740992.0;
+  };
+  int compared = 0;
+  for (const auto& replicas : kReplicaSets)
+    for (ScheduleKind kind : kKinds)
+      for (int copies : {1, 2})
+        for (int M : {1, 3, 5}) {
+          const Plan plan = make_plan(replicas, copies, M, kind, RecomputePolicy::StageBoundaries);
+          partrain::TimelineCosts costs;
+          for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+            costs.forward_seconds.push_back(draw());
+            costs.backward_seconds.push_back(2 * draw());
+            costs.recompute_seconds.push_back(draw());
+            costs.weight_gradient_seconds.push_back(0.4 * costs.backward_seconds.back());
+            costs.stage_step_seconds.push_back(0.1 * draw());
+            costs.tied_all_reduce_seconds.push_back(s == 0 || s + 1 == plan.stages.size() ? 0.25 : 0.0);
+          }
+          costs.transfer_seconds = [](ActionKind kind, int from, int to, std::int64_t samples) {
+            return 0.01 * samples + (kind == ActionKind::SendGradient ? 0.05 : 0.0) + 0.001 * (from + 2 * to);
+          };
+          costs.all_reduce_seconds = [](int stage) { return 0.3 + 0.1 * stage; };
+          costs.synchronized_step = (M % 2) == 1;
+          const partrain::Schedule schedule = partrain::generate_schedule(plan);
+          const auto runner = partrain::simulate_schedule(plan, schedule, costs);
+          costs.ranks_per_node = 2;
+          costs.concurrent_ranks_per_node = 2;  // a core for each rank of the node
+          const auto shared = partrain::simulate_schedule_on_shared_cores(plan, schedule, costs);
+          const std::string where = describe(replicas, copies, M, kind, RecomputePolicy::StageBoundaries);
+          ASSERT_NEAR(shared.step_seconds, runner.step_seconds, 1e-9) << where;
+          EXPECT_NEAR(shared.bubble_fraction, runner.bubble_fraction, 1e-9) << where;
+          for (std::size_t r = 0; r < schedule.size(); ++r)
+            for (std::size_t k = 0; k < schedule[r].size(); ++k) {
+              ASSERT_NEAR(shared.timing[r][k].start, runner.timing[r][k].start, 1e-9) << where << " rank " << r << " #" << k;
+              ASSERT_NEAR(shared.timing[r][k].end, runner.timing[r][k].end, 1e-9) << where << " rank " << r << " #" << k;
+            }
+          ++compared;
+        }
+  EXPECT_EQ(compared, static_cast<int>(kReplicaSets.size() * kKinds.size()) * 2 * 3);
+}
+
+// Two ranks on one core, worked by hand. GPipe, two stages, two microbatches, forward 1 and backward 2
+// on a core of one's own, free transfers: F0(0) [0,1] alone; F0(1) and F1(0) share the core, [1,3];
+// F1(1) alone [3,4]; stage 1's first backward alone [4,6]; its second and stage 0's first share
+// [6,10]; stage 0's second alone [10,12]. The core is never idle: 12 s, the whole work on one core
+// (9 s with a core each).
+TEST(Schedule, RanksSharingACoreProgressAtTheirShare) {
+  const Plan plan = make_plan({1, 1}, 1, 2, ScheduleKind::GPipe);
+  partrain::TimelineCosts costs;
+  costs.forward_seconds = {1.0, 1.0};
+  costs.backward_seconds = {2.0, 2.0};
+  costs.recompute_seconds = {0.0, 0.0};
+  const partrain::Schedule schedule = partrain::generate_schedule(plan);
+  EXPECT_DOUBLE_EQ(partrain::simulate_schedule(plan, schedule, costs).step_seconds, 9.0);
+  costs.ranks_per_node = 2;
+  costs.concurrent_ranks_per_node = 1;
+  ASSERT_TRUE(costs.shares_cores());
+  const auto shared = partrain::simulate_schedule(plan, schedule, costs);  // dispatches to the shared engine
+  EXPECT_NEAR(shared.step_seconds, 12.0, 1e-12);
+  const std::size_t f1 = find_action(schedule[1], ActionKind::Forward, 0);
+  EXPECT_NEAR(shared.timing[1][f1].start, 1.0, 1e-12);
+  EXPECT_NEAR(shared.timing[1][f1].end, 3.0, 1e-12);
+  std::vector<double> stage0_backward_ends;
+  for (std::size_t k = 0; k < schedule[0].size(); ++k)
+    if (schedule[0][k].kind == ActionKind::Backward) stage0_backward_ends.push_back(shared.timing[0][k].end);
+  EXPECT_EQ(stage0_backward_ends.size(), 2u);
+  EXPECT_NEAR(stage0_backward_ends.front(), 10.0, 1e-12);
+  EXPECT_NEAR(stage0_backward_ends.back(), 12.0, 1e-12);
+  // Two ranks per node on two nodes of one core each: the stages are on different nodes and share nothing.
+  costs.ranks_per_node = 1;
+  EXPECT_FALSE(costs.shares_cores());
+  costs.ranks_per_node = 2;
+  costs.concurrent_ranks_per_node = 0.5;  // half a core for the node: every rate halves
+  EXPECT_NEAR(partrain::simulate_schedule(plan, schedule, costs).step_seconds, 24.0, 1e-12);
+
+  // Data parallelism keeps both ranks busy: forward 1, backward 2, all-reduce 0.5, synchronized
+  // step 0.25 each, on one core: [0,2], [2,6], [6,6.5], then both steps [6.5,7].
+  const Plan replicated = make_plan({2}, 1, 1, ScheduleKind::OneForwardOneBackward);
+  partrain::TimelineCosts both;
+  both.forward_seconds = {1.0};
+  both.backward_seconds = {2.0};
+  both.recompute_seconds = {0.0};
+  both.all_reduce_seconds = [](int) { return 0.5; };
+  both.stage_step_seconds = {0.25};
+  both.synchronized_step = true;
+  both.ranks_per_node = 2;
+  both.concurrent_ranks_per_node = 1;
+  EXPECT_NEAR(partrain::simulate_schedule(replicated, partrain::generate_schedule(replicated), both).step_seconds,
+              7.0, 1e-12);
+  both.concurrent_ranks_per_node = -1;
+  both.ranks_per_node = 2;
+  EXPECT_THROW(partrain::simulate_schedule_on_shared_cores(replicated, partrain::generate_schedule(replicated), both),
+               partrain::Error);
+}
+
+// A plan predicted where ranks share cores keeps the sharing (plan files, `partrain simulate`).
+TEST(Schedule, CostsFromPlanShareTheCoresThePlanWasPredictedFor) {
+  Plan plan = make_plan({1, 1}, 1, 2, ScheduleKind::GPipe);
+  for (partrain::PlanStage& stage : plan.stages) {
+    stage.forward_seconds = 1.0;
+    stage.backward_seconds = 2.0;
+  }
+  plan.ranks_per_node = 2;
+  plan.concurrent_ranks_per_node = 1;
+  const Plan reread = Plan::from_json(plan.to_json(), "plan.json");
+  EXPECT_EQ(reread.ranks_per_node, 2);
+  EXPECT_DOUBLE_EQ(reread.concurrent_ranks_per_node, 1.0);
+  const auto costs = partrain::TimelineCosts::from_plan(reread);
+  EXPECT_TRUE(costs.shares_cores());
+  EXPECT_NEAR(partrain::simulate_schedule(reread, partrain::generate_schedule(reread), costs).step_seconds, 12.0, 1e-12);
+}
+
 TEST(Schedule, GeneratorRejectsInconsistentPlans) {
   Plan plan = make_plan({1, 2}, 1, 2, ScheduleKind::GPipe);
   plan.world_size = 4;

@@ -12,8 +12,11 @@ namespace partrain::app {
 /// Median seconds per fp32 parameter byte of one `optimizer` step ("adamw" or "sgd") with
 /// `settings` on `backend` as the executor's step runs it (the gradients' sum of squares for the
 /// global norm, then the update), timed on a 4 Mi-element parameter after one warm-up step
-/// (`repeats` timed steps). Throws partrain::Error for an unknown optimizer.
+/// (`repeats` timed steps), by the wall clock or, with `cpu_time`, the process's CPU time
+/// (profile::pass_clock_seconds, for ranks sharing cores). Throws partrain::Error for an unknown
+/// optimizer.
 double measure_optimizer_seconds_per_byte(Backend& backend, const std::string& optimizer,
-                                          const runtime::OptimizerSettings& settings, int repeats = 5);
+                                          const runtime::OptimizerSettings& settings, int repeats = 5,
+                                          bool cpu_time = false);
 
 }  // namespace partrain::app

@@ -180,6 +180,18 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   const double cache_bytes_per_rank = backend.flushed_cache_bytes() / sharing_ranks;
   options.warm_cache_bytes = cache_bytes_per_rank;
   if (leader && database.cache_bytes_per_rank() == 0) database.set_cache_bytes_per_rank(cache_bytes_per_rank, sharing_ranks);
+  // Ranks that share their node's cores (more ranks times threads than the node's CPUs, as 4 ranks on
+  // 2 cores) are timed by CPU time, the seconds on cores of their own, and a new cache says so: the
+  // simulator then shares the cores among the ranks computing at each moment (TimelineCosts).
+  const int node_cpus = backend.device().is_cpu() ? comm::MpiCommunicator::node_cpu_count() : 0;  // (collective)
+  const double concurrent_ranks = node_cpus / static_cast<double>(omp_get_max_threads());
+  options.cpu_time = backend.device().is_cpu() && sharing_ranks > concurrent_ranks;
+  if (leader && options.cpu_time && database.size() == 0) {
+    database.set_core_sharing(sharing_ranks, concurrent_ranks);
+    std::printf("profile: %d ranks share this node's %d CPUs (%d threads each): layers are timed by CPU time, and "
+                "the plan's simulator shares the cores\n",
+                sharing_ranks, node_cpus, omp_get_max_threads());
+  }
   const double speed_factor = adapt_cache_to_run(database, graph, requests, options, cache, world, backend);
 
   io::ProgressBar progress("profiling on " + std::to_string(world.size()) + " ranks");
@@ -195,7 +207,8 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   // The optimizer step's cost per parameter byte (rank 0 plans; it measures on its own device).
   if (leader && !database.optimizer_seconds_per_byte().count(config.train.optimizer)) {
     const double seconds = measure_optimizer_seconds_per_byte(backend, config.train.optimizer,
-                                                              runtime_options(config.train).optimizer);
+                                                              runtime_options(config.train).optimizer, 5,
+                                                              options.cpu_time);
     database.set_optimizer_seconds_per_byte(config.train.optimizer, seconds);
     std::printf("profile: %s step %.3f ms per million parameters\n", config.train.optimizer.c_str(), seconds * 4e9);
   }

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/statistics.h"
+#include "plan/schedule.h"
+#include "plan/schedule_simulator.h"
 #include "plan/schedule_topology.h"
 
 namespace partrain::app {
@@ -79,12 +81,38 @@ std::map<int, MeasuredStageCosts> gather_stage_costs(const std::map<int, Measure
   return combined;
 }
 
+std::map<int, MeasuredStageCosts> predicted_stage_costs(const Plan& plan) {
+  std::map<int, MeasuredStageCosts> costs;
+  const TimelineCosts timeline_costs = TimelineCosts::from_plan(plan);
+  if (!timeline_costs.shares_cores()) {
+    for (std::size_t s = 0; s < plan.stages.size(); ++s)
+      costs[static_cast<int>(s)] = {plan.stages[s].forward_seconds, plan.stages[s].backward_seconds};
+    return costs;
+  }
+  const Schedule schedule = generate_schedule(plan);
+  const TimelinePrediction prediction = simulate_schedule(plan, schedule, timeline_costs);
+  std::map<std::pair<int, ActionKind>, std::vector<double>> seconds;  // (global chunk, kind) -> durations
+  for (std::size_t r = 0; r < schedule.size(); ++r)
+    for (std::size_t k = 0; k < schedule[r].size(); ++k) {
+      const Action& action = schedule[r][k];
+      if (!action.is_compute()) continue;
+      const ActionTiming& timing = prediction.timing[r][k];
+      seconds[{global_chunk(plan, static_cast<int>(r), action.chunk), action.kind}].push_back(timing.end - timing.start);
+    }
+  for (const auto& [key, values] : seconds) {
+    MeasuredStageCosts& cost = costs[key.first];
+    (key.second == ActionKind::Forward ? cost.forward_seconds : cost.backward_seconds) += median(values);
+  }
+  return costs;
+}
+
 std::map<int, profile::TimeCorrection> stage_corrections(const Plan& plan,
                                                          const std::map<int, MeasuredStageCosts>& measured) {
   std::map<int, profile::TimeCorrection> corrections;
+  const std::map<int, MeasuredStageCosts> expected = predicted_stage_costs(plan);
   for (const auto& [stage, cost] : measured) {
     if (stage < 0 || stage >= static_cast<int>(plan.stages.size())) continue;
-    const PlanStage& predicted = plan.stages[static_cast<std::size_t>(stage)];
+    const MeasuredStageCosts& predicted = expected.at(stage);
     profile::TimeCorrection correction;
     if (predicted.forward_seconds > 0 && cost.forward_seconds > 0)
       correction.forward = cost.forward_seconds / predicted.forward_seconds;

@@ -37,8 +37,14 @@ std::map<int, MeasuredStageCosts> measured_stage_costs(const std::vector<io::Tra
 std::map<int, MeasuredStageCosts> gather_stage_costs(const std::map<int, MeasuredStageCosts>& mine,
                                                      comm::Communicator& world);
 
-/// The factors measured / predicted of each stage (forward and backward); 1 where the plan
-/// predicts no time or nothing was measured.
+/// Per-microbatch compute seconds the plan predicts the trace will show for each Plan::stages
+/// entry: its PlanStage forward and backward seconds; where its ranks share their node's cores
+/// (Plan::concurrent_ranks_per_node), the durations of the simulated actions instead (their work
+/// stretched by the ranks computing beside them), the median per kind as measured_stage_costs takes.
+std::map<int, MeasuredStageCosts> predicted_stage_costs(const Plan& plan);
+
+/// The factors measured / predicted (predicted_stage_costs) of each stage (forward and backward);
+/// 1 where the plan predicts no time or nothing was measured.
 std::map<int, profile::TimeCorrection> stage_corrections(const Plan& plan,
                                                          const std::map<int, MeasuredStageCosts>& measured);
 

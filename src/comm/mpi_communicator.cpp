@@ -1,12 +1,20 @@
 #include "comm/mpi_communicator.h"
 
+#include <sched.h>
+
+#include <omp.h>
+#include <time.h>
+
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -102,6 +110,40 @@ void f32_to_half(const float* source, const Tensor& destination) {
   for (std::int64_t i = 0; i < destination.numel(); ++i) values[i] = BFloat16(source[i]);
 }
 
+// Whether waits sleep between tests (MpiCommunicator::set_sleeping_waits).
+std::atomic<bool> sleeping_waits{false};
+
+// MPI_Wait, or where waits sleep, MPI_Test with sleeps of 50 to 250 us between tests: a rank
+// waiting on a node with more ranks than cores leaves the scheduler nothing to run for it, so the
+// computing ranks get every core. (Open MPI's waits spin; with mpi_yield_when_idle they call
+// sched_yield, which only yields to a rank queued on the same core: two computing ranks could share
+// one core while two waiting ones spun on the other.)
+int wait_for(MPI_Request* request, MPI_Status* status) {
+  if (!sleeping_waits.load(std::memory_order_relaxed)) return MPI_Wait(request, status);
+  constexpr long kFirstSleepNanoseconds = 50'000, kLongestSleepNanoseconds = 250'000;
+  long sleep = kFirstSleepNanoseconds;
+  for (int tests = 0;; ++tests) {
+    int flag = 0;
+    const int code = MPI_Test(request, &flag, status);
+    if (code != MPI_SUCCESS || flag) return code;
+    if (tests < 8) continue;  // a message already on its way lands in microseconds
+    const timespec pause{0, sleep};
+    nanosleep(&pause, nullptr);
+    sleep = std::min(2 * sleep, kLongestSleepNanoseconds);
+  }
+}
+
+// A collective: the blocking call, or where waits sleep, the non-blocking one and wait_for (the
+// blocking calls keep Open MPI's tuned algorithms where nobody shares a core).
+template <typename Blocking, typename Started>
+int collective(Blocking blocking, Started started) {
+  if (!sleeping_waits.load(std::memory_order_relaxed)) return blocking();
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int code = started(&request);
+  if (code != MPI_SUCCESS) return code;
+  return wait_for(&request, MPI_STATUS_IGNORE);
+}
+
 // One or more started MPI operations finished together. Keeps the tensors they use alive.
 class MpiRequest final : public Request::Impl {
  public:
@@ -133,7 +175,7 @@ class MpiRequest final : public Request::Impl {
     prepare();
     for (std::size_t i = 0; i < requests_.size(); ++i) {
       if (requests_[i] == MPI_REQUEST_NULL) continue;
-      record(i, MPI_Wait(&requests_[i], &statuses_[i]));
+      record(i, wait_for(&requests_[i], &statuses_[i]));
     }
     finish();
   }
@@ -286,8 +328,13 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
   PARTRAIN_CHECK(MpiSession::active(), "MpiCommunicator::world: MPI is not initialised (create an MpiSession)");
   MPI_Comm duplicate = MPI_COMM_NULL;
   PARTRAIN_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &duplicate));
+  set_sleeping_waits(node_local_size() * omp_get_max_threads() > node_cpu_count());
   return std::make_unique<MpiCommunicator>(duplicate);
 }
+
+void MpiCommunicator::set_sleeping_waits(bool sleep) { sleeping_waits.store(sleep); }
+
+bool MpiCommunicator::sleeping_waits_enabled() { return sleeping_waits.load(); }
 
 namespace {
 // This process's rank in, and the size of, the communicator of its node's processes
@@ -308,6 +355,25 @@ std::pair<int, int> node_rank_and_size() {
 int MpiCommunicator::node_local_rank() { return node_rank_and_size().first; }
 
 int MpiCommunicator::node_local_size() { return node_rank_and_size().second; }
+
+int MpiCommunicator::node_cpu_count() {
+  PARTRAIN_CHECK(MpiSession::active(), "MpiCommunicator: MPI is not initialised");
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  PARTRAIN_CHECK(sched_getaffinity(0, sizeof mine, &mine) == 0, "MpiCommunicator: sched_getaffinity failed");
+  constexpr int kWords = CPU_SETSIZE / 64;
+  std::vector<std::uint64_t> words(kWords, 0), node_words(kWords, 0);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mine)) words[cpu / 64] |= std::uint64_t{1} << (cpu % 64);
+  MPI_Comm node = MPI_COMM_NULL;
+  PARTRAIN_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  const int status = MPI_Allreduce(words.data(), node_words.data(), kWords, MPI_UINT64_T, MPI_BOR, node);
+  MPI_Comm_free(&node);
+  PARTRAIN_MPI(status);
+  int count = 0;
+  for (std::uint64_t word : node_words) count += std::popcount(word);
+  return count;
+}
 
 MpiCommunicator::MpiCommunicator(MPI_Comm communicator) : communicator_(communicator) {
   PARTRAIN_CHECK(communicator != MPI_COMM_NULL, "MpiCommunicator: MPI_COMM_NULL");
@@ -385,12 +451,16 @@ void MpiCommunicator::all_reduce(const Tensor& tensor, ReduceOp op) {
   if (is_half_float(tensor.dtype())) {
     std::vector<float> values(static_cast<std::size_t>(count));
     half_to_f32(tensor, values.data());
-    PARTRAIN_MPI(MPI_Allreduce(MPI_IN_PLACE, values.data(), count, MPI_FLOAT, mpi_op(op), communicator_));
+    PARTRAIN_MPI(collective(
+        [&] { return MPI_Allreduce(MPI_IN_PLACE, values.data(), count, MPI_FLOAT, mpi_op(op), communicator_); },
+        [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, values.data(), count, MPI_FLOAT, mpi_op(op), communicator_, r); }));
     f32_to_half(values.data(), tensor);
     return;
   }
-  PARTRAIN_MPI(MPI_Allreduce(MPI_IN_PLACE, tensor.raw_data(), count, wire_type(tensor.dtype()), mpi_op(op),
-                             communicator_));
+  const MPI_Datatype type = wire_type(tensor.dtype());
+  PARTRAIN_MPI(collective(
+      [&] { return MPI_Allreduce(MPI_IN_PLACE, tensor.raw_data(), count, type, mpi_op(op), communicator_); },
+      [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, tensor.raw_data(), count, type, mpi_op(op), communicator_, r); }));
 }
 
 Request MpiCommunicator::all_reduce_async(const Tensor& tensor, ReduceOp op) {
@@ -413,7 +483,11 @@ Request MpiCommunicator::all_reduce_async(const Tensor& tensor, ReduceOp op) {
 void MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
   check_scatter_gather(input, output, size(), "reduce_scatter");
   const int count = checked_count(output, "reduce_scatter");
-  PARTRAIN_MPI(MPI_Reduce_scatter_block(input.raw_data(), output.raw_data(), count, MPI_FLOAT, MPI_SUM, communicator_));
+  PARTRAIN_MPI(collective(
+      [&] { return MPI_Reduce_scatter_block(input.raw_data(), output.raw_data(), count, MPI_FLOAT, MPI_SUM, communicator_); },
+      [&](MPI_Request* r) {
+        return MPI_Ireduce_scatter_block(input.raw_data(), output.raw_data(), count, MPI_FLOAT, MPI_SUM, communicator_, r);
+      }));
 }
 
 Request MpiCommunicator::reduce_scatter_async(const Tensor& input, const Tensor& output) {
@@ -434,11 +508,15 @@ void MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   // MPI forbids aliased buffers; the own-slot case is its MPI_IN_PLACE.
   const void* send = is_own_slot(input, output, rank()) ? MPI_IN_PLACE : input.raw_data();
   const MPI_Datatype type = wire_type(input.dtype());
-  PARTRAIN_MPI(MPI_Allgather(send, count, type, output.raw_data(), count, type, communicator_));
+  PARTRAIN_MPI(collective(
+      [&] { return MPI_Allgather(send, count, type, output.raw_data(), count, type, communicator_); },
+      [&](MPI_Request* r) { return MPI_Iallgather(send, count, type, output.raw_data(), count, type, communicator_, r); }));
 }
 
 double MpiCommunicator::all_reduce_scalar(double value, ReduceOp op) {
-  PARTRAIN_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, mpi_op(op), communicator_));
+  PARTRAIN_MPI(collective(
+      [&] { return MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, mpi_op(op), communicator_); },
+      [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, mpi_op(op), communicator_, r); }));
   return value;
 }
 
@@ -446,18 +524,24 @@ void MpiCommunicator::broadcast(const Tensor& tensor, int root) {
   const int count = checked_count(tensor, "broadcast");
   PARTRAIN_CHECK(root >= 0 && root < size_,
                  "broadcast: root " << root << " is out of range for a communicator of size " << size_);
-  PARTRAIN_MPI(MPI_Bcast(tensor.raw_data(), count, wire_type(tensor.dtype()), root, communicator_));
+  const MPI_Datatype type = wire_type(tensor.dtype());
+  PARTRAIN_MPI(collective([&] { return MPI_Bcast(tensor.raw_data(), count, type, root, communicator_); },
+                          [&](MPI_Request* r) { return MPI_Ibcast(tensor.raw_data(), count, type, root, communicator_, r); }));
 }
 
 void MpiCommunicator::broadcast_bytes(std::string& bytes, int root) {
   PARTRAIN_CHECK(root >= 0 && root < size_,
                  "broadcast_bytes: root " << root << " is out of range for a communicator of size " << size_);
   std::uint64_t length = bytes.size();
-  PARTRAIN_MPI(MPI_Bcast(&length, 1, MPI_UINT64_T, root, communicator_));
+  PARTRAIN_MPI(collective([&] { return MPI_Bcast(&length, 1, MPI_UINT64_T, root, communicator_); },
+                          [&](MPI_Request* r) { return MPI_Ibcast(&length, 1, MPI_UINT64_T, root, communicator_, r); }));
   PARTRAIN_CHECK(length <= static_cast<std::uint64_t>(INT_MAX),
                  "broadcast_bytes: " << length << " bytes exceed MPI's int count limit");
   if (rank_ != root) bytes.resize(length);
-  if (length) PARTRAIN_MPI(MPI_Bcast(bytes.data(), static_cast<int>(length), MPI_CHAR, root, communicator_));
+  if (length)
+    PARTRAIN_MPI(collective(
+        [&] { return MPI_Bcast(bytes.data(), static_cast<int>(length), MPI_CHAR, root, communicator_); },
+        [&](MPI_Request* r) { return MPI_Ibcast(bytes.data(), static_cast<int>(length), MPI_CHAR, root, communicator_, r); }));
 }
 
 MpiCommunicator::GatheredLayout MpiCommunicator::gathered_layout(int length, const char* operation) const {
@@ -507,7 +591,10 @@ std::vector<std::string> MpiCommunicator::all_gather_bytes(const std::string& by
   return result;
 }
 
-void MpiCommunicator::barrier() { PARTRAIN_MPI(MPI_Barrier(communicator_)); }
+void MpiCommunicator::barrier() {
+  PARTRAIN_MPI(collective([&] { return MPI_Barrier(communicator_); },
+                          [&](MPI_Request* r) { return MPI_Ibarrier(communicator_, r); }));
+}
 
 std::unique_ptr<Communicator> MpiCommunicator::group(std::span<const int> ranks) {
   // 1. Validate the list locally, then agree on validity, so that no rank is left waiting in

@@ -65,6 +65,15 @@ class MpiCommunicator final : public Communicator {
   static int node_local_rank();
   /// Number of ranks of MPI_COMM_WORLD on this node (they share its cores or GPUs).
   static int node_local_size();
+  /// CPUs the ranks of this node may run on: the union of their affinity masks (sched_getaffinity),
+  /// the cores they share. Collective over MPI_COMM_WORLD.
+  static int node_cpu_count();
+  /// Whether this process's MPI waits (requests, and the blocking collectives, then run
+  /// non-blocking) test and sleep instead of spinning in MPI. world() turns it on when the node
+  /// holds more ranks times OpenMP threads than CPUs (node_cpu_count): a waiting rank then leaves
+  /// its core to the computing ones.
+  static void set_sleeping_waits(bool sleep);
+  static bool sleeping_waits_enabled();
   /// Takes ownership of `communicator` (freed by the destructor): sets MPI_ERRORS_RETURN on it and
   /// computes its global ranks.
   explicit MpiCommunicator(MPI_Comm communicator);

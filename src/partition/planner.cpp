@@ -32,13 +32,23 @@ namespace {
 // wrapped model's (which prices one rank of the group on its tensor_parallel_graph).
 class GroupCostModel final : public ForwardingCostModel {
  public:
-  GroupCostModel(const CostModel& inner, int tensor_parallel) : ForwardingCostModel(inner), device_(inner.device()) {
+  GroupCostModel(const CostModel& inner, int tensor_parallel)
+      : ForwardingCostModel(inner), device_(inner.device()), tensor_parallel_(tensor_parallel) {
     device_.devices_per_node = std::max(1, device_.devices_per_node / tensor_parallel);
   }
   const DeviceSpec& device() const override { return device_; }
+  // A group's t ranks compute together: the node holds 1/t as many groups, and as many fewer can
+  // compute at once.
+  CoreShare core_share() const override {
+    CoreShare share = ForwardingCostModel::core_share();
+    share.ranks_per_node /= tensor_parallel_;
+    share.concurrent_ranks /= tensor_parallel_;
+    return share;
+  }
 
  private:
   DeviceSpec device_;
+  int tensor_parallel_ = 1;
 };
 
 constexpr int kMaxBlockDoublings = 3;
@@ -264,6 +274,8 @@ Plan make_plan(const Graph& graph, const CostModel& cost, const PlannerOptions& 
   // A planner that chose replicas per stage may have cut between a loss piece and its consumer.
   if (move_loss_pieces_off_unequal_boundaries(graph, plan)) predict_plan(plan, graph, group_cost, groups);
   plan.tensor_parallel = tensor_parallel;
+  plan.ranks_per_node *= tensor_parallel;  // predicted for groups of t ranks
+  plan.concurrent_ranks_per_node *= tensor_parallel;
   plan.zero = options.zero;
   plan.sub_pipelined_tmp = options.sub_pipelined_tmp && tensor_parallel > 1;
   plan.sequence_parallel = is_sequence_parallel(graph);

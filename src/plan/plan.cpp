@@ -448,6 +448,10 @@ nlohmann::json Plan::to_json() const {
                     {"cost_model", cost_model},
                     {"stages", stage_list}};
   if (!rank_peak_bytes.empty()) document["rank_peak_bytes"] = rank_peak_bytes;
+  if (ranks_per_node > 0) {
+    document["ranks_per_node"] = ranks_per_node;
+    document["concurrent_ranks_per_node"] = concurrent_ranks_per_node;
+  }
   return document;
 }
 
@@ -482,6 +486,10 @@ Plan Plan::from_json(const nlohmann::json& document, const std::string& source_n
     plan.predicted_bubble_fraction = document.value("predicted_bubble_fraction", 0.0);
     plan.cost_model = document.value("cost_model", std::string());
     plan.rank_peak_bytes = document.value("rank_peak_bytes", std::vector<double>{});
+    plan.ranks_per_node = document.value("ranks_per_node", 0);  // plans of ranks with cores of their own: 0
+    plan.concurrent_ranks_per_node = document.value("concurrent_ranks_per_node", 0.0);
+    PARTRAIN_CHECK(plan.ranks_per_node >= 0 && plan.concurrent_ranks_per_node >= 0,
+                   source_name << ": ranks_per_node and concurrent_ranks_per_node must be non-negative");
     for (const nlohmann::json& entry : document.at("stages")) {
       PlanStage stage;
       stage.summary = entry.value("summary", std::string());

@@ -155,6 +155,12 @@ struct Plan {
   /// adds up the chunks.
   std::vector<double> rank_peak_bytes;
   double predicted_bubble_fraction = 0;  // idle share of the pipeline phase in that simulation
+  /// Where the costs were measured on ranks sharing their node's cores (CostModel::core_share):
+  /// ranks per node (consecutive ranks) and how many compute at full speed at once; the stage costs
+  /// are then seconds on cores of a rank's own, and the simulator shares the cores
+  /// (TimelineCosts::concurrent_ranks_per_node). 0, 0: every rank has cores of its own.
+  int ranks_per_node = 0;
+  double concurrent_ranks_per_node = 0;
   std::string cost_model;              // description of the cost model used
 
   /// Σ replicas over the pipeline stages × tensor_parallel (devices of one pipeline replica).

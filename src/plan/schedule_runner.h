@@ -39,13 +39,20 @@ struct Runner {
   std::vector<std::size_t> pc;
   std::vector<double> clock;
   std::vector<std::vector<ActionTiming>> timing;
+  /// Per rank and receive action: the index of the send it took in its peer's list (the
+  /// shared-core simulator replays these pairings).
+  std::vector<std::vector<std::size_t>> matched_send;
 
   Runner(const Plan& p, const Schedule& s, const TimelineCosts* c) : plan(p), schedule(s), costs(c) {
     const std::size_t ranks = schedule.size();
     pc.assign(ranks, 0);
     clock.assign(ranks, 0.0);
     timing.resize(ranks);
-    for (std::size_t r = 0; r < ranks; ++r) timing[r].resize(schedule[r].size());
+    matched_send.resize(ranks);
+    for (std::size_t r = 0; r < ranks; ++r) {
+      timing[r].resize(schedule[r].size());
+      matched_send[r].assign(schedule[r].size(), 0);
+    }
   }
 
   int stage_of(int rank) const { return plan.placement_of(rank).stage; }
@@ -94,6 +101,7 @@ struct Runner {
                                     << "," << message.end << ") from " << at(plan, schedule, action.peer,
                                                                               message.send_index));
         timing[rank][index] = {now, std::max(now, message.arrival)};
+        matched_send[rank][index] = message.send_index;
         now = std::max(now, message.arrival);
       } else if (action.is_send()) {
         // zb_v's chunks S − 1 and S share a rank: that message goes from the rank to itself.
@@ -101,10 +109,7 @@ struct Runner {
                            (action.peer != rank || plan.schedule == ScheduleKind::ZeroBubbleV),
                        "schedule: " << at(plan, schedule, rank, index) << " has no valid peer rank");
         const bool gradient = action.kind == ActionKind::SendGradient;
-        double transfer = 0;
-        if (costs && costs->transfer_seconds)
-          transfer = costs->transfer_seconds(action.kind, rank, action.peer, action.sample_end - action.sample_begin);
-        PARTRAIN_CHECK(transfer >= 0, "simulate_schedule: negative transfer time for " << at(plan, schedule, rank, index));
+        const double transfer = transfer_cost(rank, index);
         mailbox[{rank, action.peer, gradient, action.microbatch, receiver_chunk(plan, rank, action)}].push_back(
             {action.sample_begin, action.sample_end, now + transfer, index});
         timing[rank][index] = {now, now};
@@ -161,6 +166,25 @@ struct Runner {
     return true;
   }
 
+  /// Seconds of `rank`'s AllReduce: one reduction of every model chunk its stage holds.
+  double all_reduce_cost(int rank) const {
+    double cost = 0;
+    if (costs && costs->all_reduce_seconds)
+      for (int chunk : plan.chunks_of_stage(stage_of(rank))) cost += costs->all_reduce_seconds(chunk);
+    PARTRAIN_CHECK(cost >= 0, "simulate_schedule: negative all-reduce time for stage " << stage_of(rank));
+    return cost;
+  }
+
+  /// Seconds from posting send action `index` of `rank` to its arrival.
+  double transfer_cost(int rank, std::size_t index) const {
+    const Action& action = schedule[rank][index];
+    double transfer = 0;
+    if (costs && costs->transfer_seconds)
+      transfer = costs->transfer_seconds(action.kind, rank, action.peer, action.sample_end - action.sample_begin);
+    PARTRAIN_CHECK(transfer >= 0, "simulate_schedule: negative transfer time for " << at(plan, schedule, rank, index));
+    return transfer;
+  }
+
   /// Completes every all-reduce whose members all reached it. Returns true when one completed.
   bool collectives() {
     bool moved = step_barrier();
@@ -184,10 +208,7 @@ struct Runner {
       if (!ready) continue;
       double start = 0;
       for (int member : action.group) start = std::max(start, clock[member]);
-      double cost = 0;
-      if (costs && costs->all_reduce_seconds)  // one reduction of every model chunk the stage holds
-        for (int chunk : plan.chunks_of_stage(stage_of(rank))) cost += costs->all_reduce_seconds(chunk);
-      PARTRAIN_CHECK(cost >= 0, "simulate_schedule: negative all-reduce time for stage " << stage_of(rank));
+      const double cost = all_reduce_cost(rank);
       const std::vector<int> group = action.group;  // `action` refers into the list; copy before moving on
       for (int member : group) {
         timing[member][pc[member]] = {clock[member], start + cost};

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "plan/schedule_runner.h"
+#include "plan/shared_core_timeline.h"
 #include "plan/schedule_topology.h"
 
 namespace partrain {
@@ -38,6 +39,29 @@ void check_costs(const Plan& plan, const TimelineCosts& costs) {
     PARTRAIN_CHECK(seconds >= 0, "simulate_schedule: negative tied all-reduce time");
 }
 
+// The prediction of a finished run: each rank's end, its compute seconds, the pipeline's end.
+TimelinePrediction summarize(const Schedule& schedule, const std::vector<double>& clock,
+                             std::vector<std::vector<ActionTiming>> timing) {
+  TimelinePrediction prediction;
+  const std::size_t ranks = schedule.size();
+  prediction.rank_compute_seconds.assign(ranks, 0.0);
+  double busy = 0;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    prediction.step_seconds = std::max(prediction.step_seconds, clock[r]);
+    for (std::size_t k = 0; k < schedule[r].size(); ++k) {
+      if (!schedule[r][k].is_compute()) continue;
+      const ActionTiming& t = timing[r][k];
+      prediction.rank_compute_seconds[r] += t.end - t.start;
+      prediction.pipeline_seconds = std::max(prediction.pipeline_seconds, t.end);
+    }
+    busy += prediction.rank_compute_seconds[r];
+  }
+  if (prediction.pipeline_seconds > 0)
+    prediction.bubble_fraction = std::max(0.0, 1.0 - busy / (static_cast<double>(ranks) * prediction.pipeline_seconds));
+  prediction.timing = std::move(timing);
+  return prediction;
+}
+
 }  // namespace
 
 TimelineCosts TimelineCosts::from_plan(const Plan& plan) {
@@ -57,33 +81,32 @@ TimelineCosts TimelineCosts::from_plan(const Plan& plan) {
   }
   costs.all_reduce_seconds = [all_reduce](int stage) { return all_reduce.at(stage); };
   costs.synchronized_step = true;
+  costs.ranks_per_node = plan.ranks_per_node;
+  costs.concurrent_ranks_per_node = plan.concurrent_ranks_per_node;
   return costs;
 }
 
 TimelinePrediction simulate_schedule(const Plan& plan, const Schedule& schedule, const TimelineCosts& costs) {
+  if (costs.shares_cores()) return simulate_schedule_on_shared_cores(plan, schedule, costs);
   check_plan_shape(plan);
   check_costs(plan, costs);
   Runner runner(plan, schedule, &costs);
   runner.run();
+  return summarize(schedule, runner.clock, std::move(runner.timing));
+}
 
-  TimelinePrediction prediction;
-  const std::size_t ranks = schedule.size();
-  prediction.rank_compute_seconds.assign(ranks, 0.0);
-  double busy = 0;
-  for (std::size_t r = 0; r < ranks; ++r) {
-    prediction.step_seconds = std::max(prediction.step_seconds, runner.clock[r]);
-    for (std::size_t k = 0; k < schedule[r].size(); ++k) {
-      if (!schedule[r][k].is_compute()) continue;
-      const ActionTiming& t = runner.timing[r][k];
-      prediction.rank_compute_seconds[r] += t.end - t.start;
-      prediction.pipeline_seconds = std::max(prediction.pipeline_seconds, t.end);
-    }
-    busy += prediction.rank_compute_seconds[r];
-  }
-  if (prediction.pipeline_seconds > 0)
-    prediction.bubble_fraction = std::max(0.0, 1.0 - busy / (static_cast<double>(ranks) * prediction.pipeline_seconds));
-  prediction.timing = std::move(runner.timing);
-  return prediction;
+TimelinePrediction simulate_schedule_on_shared_cores(const Plan& plan, const Schedule& schedule,
+                                                     const TimelineCosts& costs) {
+  check_plan_shape(plan);
+  check_costs(plan, costs);
+  PARTRAIN_CHECK(costs.ranks_per_node >= 0 && costs.concurrent_ranks_per_node >= 0,
+                 "simulate_schedule: negative ranks per node (" << costs.ranks_per_node << ") or concurrent ranks ("
+                                                                << costs.concurrent_ranks_per_node << ")");
+  Runner paired(plan, schedule, &costs);  // checks the lists and pairs each receive with its send
+  paired.run();
+  SharedCoreTimeline timeline(paired);
+  timeline.run();
+  return summarize(schedule, timeline.clock, std::move(timeline.timing));
 }
 
 }  // namespace partrain

@@ -41,6 +41,17 @@ struct TimelineCosts {
   /// parameters the stage shares with other pipeline stages (PlanStage::tied_allreduce_seconds),
   /// collective over the ranks of every stage with a non-zero entry, before the barrier.
   std::vector<double> tied_all_reduce_seconds;
+  /// Ranks sharing a node's cores (optional; 0: every rank has cores of its own, the default):
+  /// `ranks_per_node` consecutive ranks on each node, of which `concurrent_ranks_per_node` can
+  /// compute at full speed at once (the node's cores over each rank's threads). When a node holds
+  /// more, the compute and Step costs above are seconds on cores of the rank's own, and the ranks
+  /// computing at a moment share the node's cores (simulate_schedule_on_shared_cores).
+  int ranks_per_node = 0;
+  double concurrent_ranks_per_node = 0;
+  /// True when ranks_per_node exceeds concurrent_ranks_per_node (both set).
+  bool shares_cores() const {
+    return ranks_per_node > 0 && concurrent_ranks_per_node > 0 && ranks_per_node > concurrent_ranks_per_node;
+  }
 
   /// From the plan's predictions: forward = PlanStage::forward_seconds; weight gradients =
   /// PlanStage::weight_gradient_seconds; for a recomputing stage
@@ -73,6 +84,18 @@ struct TimelinePrediction {
 /// and arrives transfer_seconds later, a receive waits for the arrival, an AllReduce starts when the
 /// last member arrives. Throws partrain::Error as check_schedule does on a deadlock, and when the cost
 /// vectors are not one entry per stage or a cost is negative.
+/// With costs.shares_cores(), simulate_schedule_on_shared_cores.
 TimelinePrediction simulate_schedule(const Plan& plan, const Schedule& schedule, const TimelineCosts& costs);
+
+/// simulate_schedule's timeline for ranks that share their node's cores, as an event-driven
+/// (processor-sharing) run: at each moment the k ranks of a node running a compute action or their
+/// optimizer step each do min(1, c / k) seconds of their work per second, c =
+/// costs.concurrent_ranks_per_node (0: as many as the node's ranks), as the operating system divides
+/// cores among runnable processes; ranks waiting in a receive, an all-reduce or the step's barrier
+/// give theirs away (Open MPI's mpi_yield_when_idle, set by jobscripts/mpi-env.sh). Transfers and
+/// all-reduces take their own seconds. With c at least the ranks per node it is simulate_schedule's
+/// timeline. Throws as simulate_schedule.
+TimelinePrediction simulate_schedule_on_shared_cores(const Plan& plan, const Schedule& schedule,
+                                                     const TimelineCosts& costs);
 
 }  // namespace partrain

@@ -12,7 +12,8 @@
 namespace partrain::profile {
 
 namespace {
-constexpr int kProfileDbVersion = 5;  // 4: BERT's MLM loss timed on labels masked as in training; 5: caches flushed
+constexpr int kProfileDbVersion = 6;  // 4: BERT's MLM loss timed on labels masked as in training; 5: caches flushed;
+                                     // 6: ranks sharing cores timed by CPU time
 }  // namespace
 
 std::string task_set_key(std::span<const int> tasks) {
@@ -111,6 +112,7 @@ void ProfileDB::merge(const ProfileDB& other) {
     cache_bytes_per_rank_ = other.cache_bytes_per_rank_;
     cache_sharing_ranks_ = other.cache_sharing_ranks_;
   }
+  if (other.sharing_ranks_per_node_ > 0) set_core_sharing(other.sharing_ranks_per_node_, other.concurrent_ranks_per_node_);
   for (const auto& [optimizer, seconds] : other.optimizer_seconds_per_byte_) optimizer_seconds_per_byte_[optimizer] = seconds;
   for (const auto& [key, bytes] : other.stage_peak_bytes_) stage_peak_bytes_[key] = bytes;
 }
@@ -141,7 +143,8 @@ nlohmann::json ProfileDB::to_json() const {
           {"communication", communication_.to_json()},
           {"optimizer_seconds_per_byte", optimizer_seconds_per_byte_}, {"stage_peak_bytes", stage_peak_bytes_},
           {"calibration_seconds", calibration_seconds_}, {"other_load_cores", other_load_cores_},
-          {"cache_bytes_per_rank", cache_bytes_per_rank_}, {"cache_sharing_ranks", cache_sharing_ranks_}};
+          {"cache_bytes_per_rank", cache_bytes_per_rank_}, {"cache_sharing_ranks", cache_sharing_ranks_},
+          {"sharing_ranks_per_node", sharing_ranks_per_node_}, {"concurrent_ranks_per_node", concurrent_ranks_per_node_}};
 }
 
 ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string& source_name) {
@@ -205,6 +208,13 @@ ProfileDB ProfileDB::from_json(const nlohmann::json& document, const std::string
     db.cache_sharing_ranks_ = document.value("cache_sharing_ranks", 1);
     PARTRAIN_CHECK(db.cache_sharing_ranks_ >= 1, source_name << ": cache_sharing_ranks = " << db.cache_sharing_ranks_
                                                              << " must be at least 1");
+    db.sharing_ranks_per_node_ = document.value("sharing_ranks_per_node", 0);
+    db.concurrent_ranks_per_node_ = document.value("concurrent_ranks_per_node", 0.0);
+    PARTRAIN_CHECK(db.sharing_ranks_per_node_ >= 0 && db.concurrent_ranks_per_node_ >= 0 &&
+                       std::isfinite(db.concurrent_ranks_per_node_),
+                   source_name << ": sharing_ranks_per_node = " << db.sharing_ranks_per_node_
+                               << " and concurrent_ranks_per_node = " << db.concurrent_ranks_per_node_
+                               << " must be non-negative");
     if (document.contains("communication"))  // older caches hold none: measured again
       db.communication_ = CommunicationProfile::from_json(document.at("communication"), source_name);
     return db;

@@ -97,6 +97,18 @@ class ProfileDB {
     cache_bytes_per_rank_ = bytes;
     cache_sharing_ranks_ = sharing_ranks;
   }
+  /// Where the ranks measuring shared their node's cores (a CPU node with more ranks than cores
+  /// over threads): the ranks per node and how many of them can compute at full speed at once (its
+  /// cores over each rank's threads). Then every time is seconds of the rank's CPU time over its
+  /// threads, what it takes on cores of its own (ProfilerOptions::cpu_time), and the plan's
+  /// simulator shares the cores (TimelineCosts::concurrent_ranks_per_node). 0, 0: each rank had
+  /// cores of its own, and times are wall-clock seconds.
+  int sharing_ranks_per_node() const { return sharing_ranks_per_node_; }
+  double concurrent_ranks_per_node() const { return concurrent_ranks_per_node_; }
+  void set_core_sharing(int ranks_per_node, double concurrent_ranks) {
+    sharing_ranks_per_node_ = ranks_per_node;
+    concurrent_ranks_per_node_ = concurrent_ranks;
+  }
   /// Multiplies every measured time (forward, backward, optimizer step) by `factor` > 0: a cache
   /// measured at another speed, rescaled by the ratio of the speed calibrations.
   void rescale_times(double factor);
@@ -128,6 +140,8 @@ class ProfileDB {
   std::map<std::string, double> stage_peak_bytes_;
   double cache_bytes_per_rank_ = 0;
   int cache_sharing_ranks_ = 1;
+  int sharing_ranks_per_node_ = 0;
+  double concurrent_ranks_per_node_ = 0;
   double calibration_seconds_ = 0;
   double other_load_cores_ = -1;
 };

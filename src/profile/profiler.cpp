@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <unordered_set>
 #include <vector>
+
+#include <omp.h>
 
 #include "core/error.h"
 #include "core/statistics.h"
@@ -19,6 +22,13 @@
 #include "profile/synthetic_inputs.h"
 
 namespace partrain::profile {
+
+double pass_clock_seconds(bool cpu_time) {
+  if (!cpu_time) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec now{};
+  PARTRAIN_CHECK(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now) == 0, "profiler: the process CPU clock is unreadable");
+  return (static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec)) / omp_get_max_threads();
+}
 
 namespace {
 
@@ -145,7 +155,6 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       accumulators[p] = backend.zeros(value.type.shape, value.type.dtype);
     }
 
-    using Clock = std::chrono::steady_clock;
     std::vector<double> forward_samples, backward_samples, warm_forward_samples, warm_backward_samples;
     double peak = 0;
     double produced = 0;
@@ -163,12 +172,12 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       allocator.reset_peak();
       TensorMap values = inputs;
       if (flushed || warm) flush_caches(backend, warm);
-      const auto forward_start = Clock::now();
+      const double forward_start = pass_clock_seconds(options.cpu_time);
       ExecutionOptions forward_options = execution;
       forward_options.keep = &kept;  // free what no backward reads as soon as the forward is done with it
       run_forward(trimmed, whole, values, backend, forward_options);
       backend.synchronise();
-      const auto forward_end = Clock::now();
+      const double forward_end = pass_clock_seconds(options.cpu_time);
       if (pass == 0)
         for (int v : kept)
           if (auto found = values.find(v); found != values.end()) produced += static_cast<double>(found->second.nbytes());
@@ -178,17 +187,15 @@ Measurement measure_task_set(const Graph& graph, std::span<const int> tasks, std
       for (int v : program.output_grads) grads[v] = ones_like(values.at(v), backend);
       if (flushed || warm) flush_caches(backend, warm);
       backend.synchronise();
-      const auto backward_start = Clock::now();
+      const double backward_start = pass_clock_seconds(options.cpu_time);
       run_backward(trimmed, program, values, grads, backend, execution);
       backend.synchronise();
-      const auto backward_end = Clock::now();
+      const double backward_end = pass_clock_seconds(options.cpu_time);
       peak = std::max(peak, static_cast<double>(allocator.peak_bytes()) - static_cast<double>(before));
 
       if (timed) {
-        (warm ? warm_forward_samples : forward_samples)
-            .push_back(std::chrono::duration<double>(forward_end - forward_start).count());
-        (warm ? warm_backward_samples : backward_samples)
-            .push_back(std::chrono::duration<double>(backward_end - backward_start).count());
+        (warm ? warm_forward_samples : forward_samples).push_back(forward_end - forward_start);
+        (warm ? warm_backward_samples : backward_samples).push_back(backward_end - backward_start);
       }
     }
     m.forward_seconds = median(forward_samples);

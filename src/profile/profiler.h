@@ -28,6 +28,11 @@ struct ProfilerOptions {
   /// fp32 parameter bytes) fit these bytes, the cache its rank has: a larger set can never run warm
   /// in a stage (partition/common/calibrated_cost_model.h), and its warm passes would be wasted.
   double warm_cache_bytes = std::numeric_limits<double>::infinity();
+  /// Time each pass by the process's CPU time over its OpenMP threads instead of the wall clock:
+  /// the seconds the pass takes on cores of its own, for ranks that share their node's cores (more
+  /// ranks than cores), whose wall-clock passes stretch with whatever else runs (the schedule
+  /// simulator shares the cores instead: TimelineCosts::concurrent_ranks_per_node). CPU backends only.
+  bool cpu_time = false;
   std::uint64_t seed = 1234;  // parameters (initialize_parameters) and synthetic inputs
   /// Mixed precision as the executor runs it: float inputs and parameters in bf16 (buffers and
   /// the parameter-gradient accumulators stay f32).
@@ -38,6 +43,11 @@ struct ProfilerOptions {
   /// synthetic labels follow it, so that a loss is timed at the work it does in training.
   std::map<std::string, double> counted_label_shares;
 };
+
+/// Seconds on the clock the profiler times passes by (differences only): the wall clock, or with
+/// `cpu_time` this process's CPU seconds over omp_get_max_threads() (ProfilerOptions::cpu_time).
+/// Throws partrain::Error when the CPU clock cannot be read.
+double pass_clock_seconds(bool cpu_time);
 
 /// Measures the convex task set `tasks` (ids of `graph`, any order, no duplicates) for one
 /// microbatch of `batch` samples on `backend`.

@@ -27,6 +27,7 @@ class CalibratedCostModel final : public CostModel {
       : graph_(graph), analytic_(make_analytic_cost_model(graph, device)), device_(device),
         communication_(database.communication()), optimizer_seconds_per_byte_(database.optimizer_seconds_per_byte()),
         cache_bytes_per_rank_(database.cache_bytes_per_rank()), cache_sharing_ranks_(database.cache_sharing_ranks()),
+        core_share_{database.sharing_ranks_per_node(), database.concurrent_ranks_per_node()},
         tensor_parallel_(tensor_parallel_degree(graph)), mixed_precision_(database.dtype() == "bf16" || database.dtype() == "fp16"),
         // (Sub-pipelining overlaps the deferrable f and g all-reduces only: sequence parallelism's block.)
         sub_pipelined_tmp_(sub_pipelined_tmp && !is_sequence_parallel(graph)) {
@@ -62,6 +63,7 @@ class CalibratedCostModel final : public CostModel {
     return measure_in_cache(tasks, batch, cache_bytes_per_rank_);
   }
   CacheShare cache_share() const override { return {cache_bytes_per_rank_ * cache_sharing_ranks_, cache_sharing_ranks_}; }
+  CoreShare core_share() const override { return core_share_; }
   // Priced at the layers' warm times when the set's data fits `cache_bytes` (cache_footprint_bytes),
   // at their flushed times otherwise (profile/profiler.h times both).
   profile::Measurement measure_in_cache(std::span<const int> tasks, std::int64_t batch,
@@ -174,6 +176,7 @@ class CalibratedCostModel final : public CostModel {
   std::map<std::string, double> optimizer_seconds_per_byte_;  // measured optimizer step cost
   double cache_bytes_per_rank_ = 0;  // the profiled node's cache per rank (0: unknown, every set from memory)
   int cache_sharing_ranks_ = 1;      // the ranks that shared it
+  CoreShare core_share_;             // the profiled node's cores, where its ranks shared them
   // Per layer group, the bytes of parameter gradients pending during its backward when `tasks` run
   // as one stage. A parameter read by several layer groups (GPT's tied embedding and LM head on one
   // stage) gets a gradient from each reader's backward; the interpreter keeps the later layers'

@@ -126,6 +126,14 @@ struct CacheShare {
   int ranks = 1;
 };
 
+/// Ranks of a node that share its cores: `ranks_per_node` of them, of which `concurrent_ranks` can
+/// compute at full speed at once (the node's cores over each rank's threads). {0, 0}: every rank has
+/// cores of its own.
+struct CoreShare {
+  int ranks_per_node = 0;
+  double concurrent_ranks = 0;
+};
+
 /// Bytes a task set measured by `m` keeps touching from one pass to the next: its weights and
 /// gradients (twice its fp32 parameter bytes) and one microbatch's working memory (peak_bytes).
 /// The set's data stays cached when these fit the cache its rank has.
@@ -156,6 +164,11 @@ class CostModel {
   /// The cache that Backend::flush_caches evicts, as the node that measured the costs shared it:
   /// its bytes and the ranks sharing it (bytes 0: the model does not price caches, the default).
   virtual CacheShare cache_share() const { return {}; }
+  /// How the ranks of the node that measured the costs shared its cores; where they did
+  /// (ranks_per_node > concurrent_ranks), the compute and optimizer costs are seconds on cores of
+  /// the rank's own and the schedule simulator shares the cores (TimelineCosts). The default: each
+  /// rank had its own.
+  virtual CoreShare core_share() const { return {}; }
   /// measure(tasks, batch) for a rank that has `cache_bytes` of that cache to itself (the node's
   /// cache less what the other ranks' stages hold): a model that prices caches prices the set warm
   /// when its data fits them. The default ignores the cache.
@@ -187,6 +200,7 @@ class ForwardingCostModel : public CostModel {
   std::string description() const override { return inner_.description(); }
   const DeviceSpec& device() const override { return inner_.device(); }
   CacheShare cache_share() const override { return inner_.cache_share(); }
+  CoreShare core_share() const override { return inner_.core_share(); }
   profile::Measurement measure_in_cache(std::span<const int> tasks, std::int64_t batch,
                                         double cache_bytes) const override {
     return inner_.measure_in_cache(tasks, batch, cache_bytes);

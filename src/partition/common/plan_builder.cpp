@@ -468,6 +468,9 @@ void predict_plan(Plan& plan, const Graph& graph, const CostModel& cost, const P
   }
   // The step time is the schedule's own action lists simulated with these costs: gpipe, 1f1b and
   // scp get their own bubbles, and each stage's all-reduce starts when that stage's backwards end.
+  const CoreShare cores = cost.core_share();
+  plan.ranks_per_node = cores.ranks_per_node;
+  plan.concurrent_ranks_per_node = cores.concurrent_ranks;
   const Schedule schedule = generate_schedule(plan);
   const TimelinePrediction prediction = simulate_schedule(plan, schedule, TimelineCosts::from_plan(plan));
   record_rank_peaks(plan, schedule, chunk_memory);
