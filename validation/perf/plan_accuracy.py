@@ -107,16 +107,11 @@ def measured_figures(plan, rows):
     return statistics.median(seconds), peaks
 
 
-def trace_figures(plan, directory):
-    """From the run's trace (steps after the first): the optimizer Step's ms (slowest rank, median
-    over steps), which the prediction does not include, and measured / predicted compute of one
-    microbatch (forward + backward + recompute over the stages; each action kind's median)."""
-    path = os.path.join(directory, "trace.json")
-    if not os.path.exists(path):
-        return float("nan"), float("nan")
+def compute_medians(path, stages):
+    """{(stage, kind): [seconds]} of the compute actions of a trace (steps after the first), and the
+    optimizer Step's ms per step (slowest rank)."""
     with open(path) as file:
         events = [e for e in json.load(file)["traceEvents"] if e.get("ph") == "X" and e["args"]["step"] > 1]
-    stages = placement_stages(plan)
     step_ms, compute = {}, {}
     for e in events:
         kind = e["name"].split(" mb ")[0]
@@ -124,10 +119,33 @@ def trace_figures(plan, directory):
             step_ms[e["args"]["step"]] = max(step_ms.get(e["args"]["step"], 0.0), e["dur"] / 1e3)
         elif kind in ("Forward", "Backward", "BackwardInput", "BackwardWeight", "Recompute"):
             compute.setdefault((stages[e["pid"]], kind), []).append(e["dur"] / 1e6)
+    return compute, step_ms
+
+
+def trace_figures(plan, directory, simulated_trace=None):
+    """From the run's trace (steps after the first): the optimizer Step's ms (slowest rank, median
+    over steps) and measured / predicted compute of one microbatch (forward + backward + recompute
+    over the stages; each action kind's median). Predicted: each action's duration in
+    `simulated_trace` (partrain simulate's trace of the plan: where ranks share their node's cores,
+    the work stretched by the ranks computing beside it), else the plan's per-stage costs."""
+    path = os.path.join(directory, "trace.json")
+    if not os.path.exists(path):
+        return float("nan"), float("nan")
+    stages = placement_stages(plan)
+    compute, step_ms = compute_medians(path, stages)
+    simulated = {}
+    if simulated_trace and os.path.exists(simulated_trace):
+        with open(simulated_trace) as file:
+            for e in json.load(file)["traceEvents"]:
+                kind = e.get("name", "").split(" mb ")[0]
+                if e.get("ph") == "X" and kind in ("Forward", "Backward", "BackwardInput", "BackwardWeight", "Recompute"):
+                    simulated.setdefault((stages[e["pid"]], kind), []).append(e["dur"] / 1e6)
     # The simulator's per-action costs (TimelineCosts::from_plan): a recomputing stage's backward
     # is the plan's backward minus one forward, its Recompute one forward; only the (stage, kind)
     # pairs the schedule runs count (scp's last stage never recomputes).
     def predicted_cost(stage, kind):
+        if (stage, kind) in simulated:
+            return statistics.median(simulated[(stage, kind)])
         entry = plan["stages"][stage]
         # Per-layer and selective recomputation run inside the Backward (no Recompute action).
         recomputes = entry["recompute"] in ("boundaries", "stage_aware")
@@ -186,7 +204,11 @@ def run_one(args, model, label, settings, out_dir):
     plan, rows = read_run(directory)
     measured, peaks = measured_figures(plan, rows)
     _, first_peaks = measured_figures(plan, rows[:1])
-    optimizer_ms, compute_ratio = trace_figures(plan, directory)
+    # The plan's own timeline (partrain simulate): the durations the prediction gave each action.
+    simulated_trace = os.path.join(directory, "simulated-trace.json")
+    subprocess.run([args.binary, "simulate", os.path.join(directory, "plan.json"), "--trace-out", simulated_trace,
+                    "--step", "2"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    optimizer_ms, compute_ratio = trace_figures(plan, directory, simulated_trace)
     profiled = re.search(r"profile: measured (\d+) task sets", text)
     line = re.search(r"^prediction error: .*$", text, re.MULTILINE)
     return {"model": model, "label": label, "plan": describe(plan), "planner": plan["planner"],
