@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "graph/op_profile.h"
+#include "graph/op_schema.h"
 #include "graph/saved_tensors.h"
 
 namespace partrain {
@@ -90,9 +91,20 @@ class BackwardPass {
     const BackwardStep& step = program_.steps[index];
     const Task& task = graph_.task(step.task);
     std::vector<Tensor> inputs, outputs, output_grads;
-    for (int input : task.inputs) inputs.push_back(lookup(graph_, values_, input, task, backend_));
-    for (int output : task.outputs) {
-      outputs.push_back(lookup(graph_, values_, output, task, backend_));
+    // The values whose data the op's backward does not read (OpSchema::saved_inputs / saved_outputs)
+    // go as their shapes, as after release_unsaved, also where a stage keeps them for another task's
+    // backward: a backend that widens 16-bit operands (the CPU in bf16) would otherwise copy them to
+    // fp32 for nothing (GPT's LM head: its 8000-wide logits, kept for the loss, 7.8 MiB per 256 tokens).
+    const OpSchema& schema = op_schema(task.op);
+    const auto as_read = [&](Tensor tensor, int value, bool read) {
+      return read || !is_microbatch_value(graph_, value) ? tensor : tensor.shape_only();
+    };
+    for (std::size_t k = 0; k < task.inputs.size(); ++k)
+      inputs.push_back(as_read(lookup(graph_, values_, task.inputs[k], task, backend_), task.inputs[k],
+                               schema.input_is_saved(k)));
+    for (std::size_t k = 0; k < task.outputs.size(); ++k) {
+      const int output = task.outputs[k];
+      outputs.push_back(as_read(lookup(graph_, values_, output, task, backend_), output, schema.output_is_saved(k)));
       auto it = grads_.find(output);
       output_grads.push_back(it != grads_.end() ? it->second : backend_.zeros(outputs.back().shape(), outputs.back().dtype()));
     }

@@ -24,7 +24,10 @@ class CalibratedCostModel final : public CostModel {
  public:
   CalibratedCostModel(const Graph& graph, const profile::ProfileDB& database, const DeviceSpec& device,
                       bool sub_pipelined_tmp)
-      : graph_(graph), analytic_(make_analytic_cost_model(graph, device)), device_(device),
+      // (Byte counts in the profile's precision: bf16 activations under mixed precision.)
+      : graph_(graph),
+        analytic_(make_analytic_cost_model(graph, device, database.dtype() == "bf16" || database.dtype() == "fp16")),
+        device_(device),
         communication_(database.communication()), optimizer_seconds_per_byte_(database.optimizer_seconds_per_byte()),
         cache_bytes_per_rank_(database.cache_bytes_per_rank()), cache_sharing_ranks_(database.cache_sharing_ranks()),
         core_share_{database.sharing_ranks_per_node(), database.concurrent_ranks_per_node()},
