@@ -92,7 +92,7 @@ TimelinePrediction simulate_schedule(const Plan& plan, const Schedule& schedule,
 /// optimizer step each do min(1, c / k) seconds of their work per second, c =
 /// costs.concurrent_ranks_per_node (0: as many as the node's ranks), as the operating system divides
 /// cores among runnable processes; ranks waiting in a receive, an all-reduce or the step's barrier
-/// give theirs away (Open MPI's mpi_yield_when_idle, set by jobscripts/mpi-env.sh). Transfers and
+/// give theirs away (their MPI waits sleep there: MpiCommunicator::set_sleeping_waits). Transfers and
 /// all-reduces take their own seconds. With c at least the ranks per node it is simulate_schedule's
 /// timeline. Throws as simulate_schedule.
 TimelinePrediction simulate_schedule_on_shared_cores(const Plan& plan, const Schedule& schedule,
