@@ -160,9 +160,10 @@ TEST(MpiCommunicator, TestPollsUntilTheMessageArrives) {
 }
 
 // With sleeping waits (on by default where the node has more ranks than CPUs) a rank waiting for a
-// receive, an all-reduce or a barrier uses almost no CPU: rank 0 sleeps 200 ms before it takes part,
-// and the others' CPU time over their wait stays under a fifth of it (a spinning wait burns it all,
-// or a half to two thirds of it with 3–4 ranks on 2 cores). The results are those of the blocking calls.
+// receive, an all-reduce or a barrier leaves its core to others: rank 0 sleeps 200 ms before it takes
+// part, and the others' CPU time over their wait stays under half of it (a spinning wait burns all
+// of it, or two thirds with 3–4 ranks on 2 cores; waking every 50–250 µs to test costs 5% of it on a
+// quiet machine, a quarter beside a loaded CI run). The results are those of the blocking calls.
 TEST(MpiCommunicator, SleepingWaitsLeaveTheCoreToOthers) {
   const int n = world().size(), r = world().rank();
   const bool before = MpiCommunicator::sleeping_waits_enabled();
@@ -197,7 +198,7 @@ TEST(MpiCommunicator, SleepingWaitsLeaveTheCoreToOthers) {
     const double waited = wall_seconds() - wall, used = cpu_seconds() - cpu;
     if (r != 0) {
       EXPECT_GT(waited, 0.15) << what;
-      EXPECT_LT(used, 0.2 * waited) << what << ": " << used << " s of CPU over a " << waited << " s wait";
+      EXPECT_LT(used, 0.5 * waited) << what << ": " << used << " s of CPU over a " << waited << " s wait";
     }
   }
   MpiCommunicator::set_sleeping_waits(before);
