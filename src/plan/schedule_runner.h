@@ -133,6 +133,23 @@ struct Runner {
     return seconds;
   }
 
+  /// When the step's barrier passes for the ranks `waiting` at their Step, each arrived at
+  /// `arrived[rank]`: the tied all-reduce starts when its last rank arrives and lasts its longest
+  /// member, and the barrier passes when it has ended and every other rank arrived.
+  double barrier_seconds(const std::vector<int>& waiting, const std::vector<double>& arrived) const {
+    double tied_start = 0, tied_cost = 0, barrier = 0;
+    for (int rank : waiting) {
+      const double tied = tied_seconds(rank);
+      if (tied > 0) {
+        tied_start = std::max(tied_start, arrived[rank]);
+        tied_cost = std::max(tied_cost, tied);
+      } else {
+        barrier = std::max(barrier, arrived[rank]);
+      }
+    }
+    return tied_cost > 0 ? std::max(barrier, tied_start + tied_cost) : barrier;
+  }
+
   /// With a synchronized step, once every rank still running waits at its Step: the tied
   /// all-reduce over the ranks sharing parameters, the world barrier, then each rank's optimizer
   /// (runtime/executor.cpp, optimizer_step). Returns true when the step ran.
@@ -145,17 +162,7 @@ struct Runner {
       waiting.push_back(rank);
     }
     if (waiting.empty()) return false;
-    double tied_start = 0, tied_cost = 0, barrier = 0;  // the tied group starts together, lasts its longest member
-    for (int rank : waiting) {
-      const double tied = tied_seconds(rank);
-      if (tied > 0) {
-        tied_start = std::max(tied_start, clock[rank]);
-        tied_cost = std::max(tied_cost, tied);
-      } else {
-        barrier = std::max(barrier, clock[rank]);
-      }
-    }
-    if (tied_cost > 0) barrier = std::max(barrier, tied_start + tied_cost);
+    const double barrier = barrier_seconds(waiting, clock);
     for (int rank : waiting) {
       const std::size_t index = pc[rank];
       const double end = barrier + compute_cost(rank, index, schedule[rank][index]);

@@ -96,18 +96,7 @@ bool SharedCoreTimeline::pass_step_barrier() {
     waiting.push_back(rank);
   }
   if (waiting.empty()) return false;
-  double tied_start = 0, tied_cost = 0, barrier = 0;
-  for (int rank : waiting) {
-    const double tied = paired_.tied_seconds(rank);
-    if (tied > 0) {
-      tied_start = std::max(tied_start, arrived_[rank]);
-      tied_cost = std::max(tied_cost, tied);
-    } else {
-      barrier = std::max(barrier, arrived_[rank]);
-    }
-  }
-  if (tied_cost > 0) barrier = std::max(barrier, tied_start + tied_cost);
-  barrier = std::max(barrier, now_);  // (the last rank arrived at now_)
+  const double barrier = std::max(paired_.barrier_seconds(waiting, arrived_), now_);  // (the last arrived at now_)
   for (int rank : waiting) {
     state_[rank] = State::Until;
     until_[rank] = barrier;
