@@ -104,12 +104,6 @@ bool SharedCoreTimeline::pass_step_barrier() {
   return true;
 }
 
-double SharedCoreTimeline::rate(int rank, const std::vector<int>& computing_on_node) const {
-  if (costs_.ranks_per_node <= 0 || costs_.concurrent_ranks_per_node <= 0) return 1.0;
-  const int busy = computing_on_node[rank / costs_.ranks_per_node];
-  return std::min(1.0, costs_.concurrent_ranks_per_node / static_cast<double>(busy));
-}
-
 void SharedCoreTimeline::run() {
   const int ranks = static_cast<int>(schedule_.size());
   const int per_node = costs_.ranks_per_node > 0 ? costs_.ranks_per_node : ranks;
@@ -129,12 +123,17 @@ void SharedCoreTimeline::run() {
       if (state_[rank] == State::Computing) ++computing[rank / per_node];
     }
     if (!running) return;
+    // Seconds of work per second of each node's computing ranks: an even share of its cores.
+    std::vector<double> rate(computing.size(), 1.0);
+    if (costs_.ranks_per_node > 0 && costs_.concurrent_ranks_per_node > 0)
+      for (std::size_t node = 0; node < rate.size(); ++node)
+        if (computing[node] > 0) rate[node] = std::min(1.0, costs_.concurrent_ranks_per_node / computing[node]);
     // The next event: a rank's work done, an all-reduce or barrier over, a waited-for message landing.
     double next = std::numeric_limits<double>::infinity();
     std::vector<double> finish(ranks, next);
     for (int rank = 0; rank < ranks; ++rank) {
       if (state_[rank] == State::Computing) {
-        finish[rank] = now_ + work_[rank] / rate(rank, computing);
+        finish[rank] = now_ + work_[rank] / rate[rank / per_node];
         next = std::min(next, finish[rank]);
       } else if (state_[rank] == State::Until) {
         next = std::min(next, until_[rank]);
@@ -151,7 +150,7 @@ void SharedCoreTimeline::run() {
         if (finish[rank] <= next) {
           finish_action(rank, next);
         } else {
-          work_[rank] = std::max(0.0, work_[rank] - (next - now_) * rate(rank, computing));
+          work_[rank] = std::max(0.0, work_[rank] - (next - now_) * rate[rank / per_node]);
         }
       } else if (state_[rank] == State::Until && until_[rank] <= next) {
         if (schedule_[rank][pc_[rank]].kind == ActionKind::Step) {  // the barrier passed: the optimizer's work

@@ -36,7 +36,6 @@ class SharedCoreTimeline {
   bool settle_rank(int rank);
   bool start_all_reduce(int rank);
   bool pass_step_barrier();
-  double rate(int rank, const std::vector<int>& computing_on_node) const;
   void finish_action(int rank, double end);
 
   const Runner& paired_;
