@@ -44,8 +44,7 @@ else
 fi
 partrain=$(command -v partrain || echo "$root/build/cuda/bin/partrain")
 test_cuda=$(command -v test_cuda || echo "$root/build/cuda/bin/test_cuda")
-test_nccl=$(command -v test_nccl_communicator || echo "$root/build/cuda/bin/test_nccl_communicator")
-test_shared_gpu=$(command -v test_shared_gpu_communicator || echo "$root/build/cuda/bin/test_shared_gpu_communicator")
+test_communicators=$(command -v test_gpu_communicators || echo "$root/build/cuda/bin/test_gpu_communicators")
 # Python and torch must not see the carried MPI/HDF5 libraries that env.sh puts first.
 python_ld=${DEVDEPS_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}
 python=python3
@@ -128,10 +127,11 @@ fi
 # ---- c. the NCCL communicator: one rank, and 2 ranks (on one GPU: the shared-GPU path); the
 # host-staged communicator of ranks sharing a GPU on 2 ranks ----
 if wants nccl; then
-  for test in "nccl-np1 1 $test_nccl" "nccl-np2 2 $test_nccl" "shared-gpu-np2 2 $test_shared_gpu"; do
-    read -r name ranks binary <<<"$test"
+  for test in "nccl-np1 1 Nccl*" "nccl-np2 2 Nccl*" "shared-gpu-np2 2 SharedGpu*"; do
+    read -r name ranks filter <<<"$test"
     t0=$SECONDS
-    run_logged "$name" "$NCCL_TIMEOUT" mpirun "${mpirun_flags[@]}" -np "$ranks" "$binary"
+    run_logged "$name" "$NCCL_TIMEOUT" mpirun "${mpirun_flags[@]}" -np "$ranks" "$test_communicators" \
+      --gtest_filter="$filter"
     rc=$?
     counts=$(gtest_counts "$name")
     if gtest_passed $rc "$counts"; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares everything the GPU device command (jobscripts/device-checks.sh) needs, here on the build
 # machine (issue 23 item 1): builds the cuda preset's partrain, test_cuda (every cuda-labelled test in
-# one binary) and test_nccl_communicator; packs them with their MPI/HDF5/runtime libraries
+# one binary) and test_gpu_communicators; packs them with their MPI/HDF5/runtime libraries
 # (../shared/device/pack.sh -> .devdeps/); prepares a small data set (data/prepare.sh --images) and the
 # CPU reference losses of the training checks (-> .devdata/); prints the size of what will travel.
 #
@@ -9,7 +9,7 @@
 # Then, on the GPU machine (a device `run` with carry [".devdeps", ".devdata"]):
 #   bash jobscripts/device-checks.sh
 # Environment: DEVICE_SHARED (the shared/device folder; default ../shared/device or shared/device),
-#   IMAGES (training images kept, 3000), PACK_FAST=1 (pack.sh --fast: quicker, larger).
+#   IMAGES (training images kept, 1000: the ResNet checks read 16 a step), PACK_FAST=1 (pack.sh --fast: quicker, larger).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -34,17 +34,19 @@ if [ "$build" = 1 ]; then
   echo "== building the cuda preset (partrain and the CUDA test binaries)"
   source jobscripts/mpi-env.sh
   cmake --preset cuda >/dev/null
-  cmake --build build/cuda -j"$(nproc)" --target partrain test_cuda test_nccl_communicator test_shared_gpu_communicator
+  cmake --build build/cuda -j"$(nproc)" --target partrain test_cuda test_gpu_communicators
 fi
-for program in partrain test_cuda test_nccl_communicator test_shared_gpu_communicator; do
+for program in partrain test_cuda test_gpu_communicators; do
   [ -x "$bin/$program" ] || { echo "device-pack.sh: $bin/$program missing (build the cuda preset)" >&2; exit 2; }
 done
 built=$SECONDS
 
-echo "== data: text.h5 and ${IMAGES:-3000} Fashion-MNIST training images -> .devdata/data"
+echo "== data: text.h5 and ${IMAGES:-1000} Fashion-MNIST training images -> .devdata/data"
 mkdir -p .devdata
 printf '/*\n' > .devdata/.gitignore   # never committed, like .devdeps/
-bash data/prepare.sh .devdata/data --images "${IMAGES:-3000}" >/dev/null
+bash data/prepare.sh .devdata/data --images "${IMAGES:-1000}" >/dev/null
+# Only what the checks read travels (the POS dataset and the tokenizer files are 3.8 MiB).
+find .devdata/data -type f ! -name text.h5 ! -name fashion_mnist.h5 -delete
 prepared=$SECONDS
 
 if [ "$references" = 1 ]; then
@@ -73,8 +75,13 @@ echo "== packing (pack.sh)"
 grep -qx '/.devdeps/' .git/info/exclude 2>/dev/null || echo '/.devdeps/' >> .git/info/exclude
 pack_options=()
 [ "${PACK_FAST:-0}" = 1 ] && pack_options+=(--fast)
-bash "$shared/pack.sh" "${pack_options[@]+"${pack_options[@]}"}" "$bin/partrain" "$bin/test_cuda" \
-  "$bin/test_nccl_communicator" "$bin/test_shared_gpu_communicator" > .devdata/pack.log 2>&1 || { tail -20 .devdata/pack.log >&2; exit 1; }
+# Stripped copies travel (symbol tables are 1 MiB per binary; errors name files and kernels, not
+# symbols); build/cuda/bin keeps the full ones.
+stripped=build/cuda/device-bin
+rm -rf "$stripped" && mkdir -p "$stripped"
+for program in partrain test_cuda test_gpu_communicators; do strip -o "$stripped/$program" "$bin/$program"; done
+bash "$shared/pack.sh" "${pack_options[@]+"${pack_options[@]}"}" "$stripped/partrain" "$stripped/test_cuda" \
+  "$stripped/test_gpu_communicators" > .devdata/pack.log 2>&1 || { tail -20 .devdata/pack.log >&2; exit 1; }
 packed=$SECONDS
 
 mib() { du -sb "$@" | awk '{ total += $1 } END { printf "%.1f", total / 1048576 }'; }

@@ -1,6 +1,7 @@
 // The main of every MPI test (library partrain_mpi_test_main): MPI_Init through comm::MpiSession,
 // rank 0 prints the usual report, other ranks only their failures, and every rank exits with the
-// worst result across ranks.
+// worst result across ranks — or with 77 (ctest's SKIP_RETURN_CODE) when nothing failed and no test
+// ran on any rank but some skipped (e.g. the GPU tests without a GPU): a skip, never a pass.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -59,5 +60,10 @@ int main(int argc, char** argv) {
   const int own = result;
   MPI_Allreduce(MPI_IN_PLACE, &result, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0 && result != own) std::cout << "[rank 0] tests FAILED on another rank (see [rank N] lines)" << std::endl;
+  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
+  int counts[2] = {unit.successful_test_count(), unit.skipped_test_count()};
+  MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  constexpr int kSkipped = 77;
+  if (result == 0 && counts[0] == 0 && counts[1] > 0) return kSkipped;
   return result;
 }

@@ -18,11 +18,16 @@
 // `--choose-interleaving` lets the automatic plan's rannc choose the interleaving degree too
 // (schedule = "interleaved", virtual_stages = "auto"; docs/planning.md, RaNNC).
 //
+// `--gemm-tflops X` prices a large, well-shaped GEMM at X TFLOP/s instead of the preset's (the best
+// bf16 matmul over shapes with CUDA 12.1): the GEMM rate of another software generation, from a
+// GEMM-level measurement, applied to every row alike (validation/perf/README.md says which).
+//
 // Usage: megatron_comparison [--fused-attention] [--no-automatic] [--choose-interleaving] [--rows N] [--model NAME]
-//        [--breakdown]
+//        [--breakdown] [--gemm-tflops X]
 // (--model 529.6B: that row of the table only; --breakdown: each op type's kernel seconds under the row)
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -83,8 +88,10 @@ Graph gpt_of(const TableOneRow& row, bool fused_attention) {
   return build_model(config);
 }
 
-partition::DeviceSpec a100() {
-  const DevicePreset& preset = *find_device_preset("a100-80gb");
+// The a100-80gb preset; `gemm_flops` > 0 replaces the rate of a large, well-shaped GEMM (FLOP/s).
+partition::DeviceSpec a100(double gemm_flops) {
+  DevicePreset preset = *find_device_preset("a100-80gb");
+  if (gemm_flops > 0) preset.gemm_efficiency = gemm_flops / preset.peak_bf16_flops;
   partition::DeviceSpec device;
   device.flops_per_second = preset.peak_bf16_flops * preset.gemm_efficiency;
   device.memory_bytes = preset.memory_bytes;
@@ -165,6 +172,7 @@ void print_breakdown(const Graph& graph, const TableOneRow& row, const partition
 
 int main(int argc, char** argv) {
   bool fused_attention = false, automatic = true, choose_interleaving = false, breakdown = false;
+  double gemm_tflops = 0;
   std::size_t rows = std::size(kTableOne);
   std::string only_model;
   for (int i = 1; i < argc; ++i) {
@@ -174,15 +182,18 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--breakdown")) breakdown = true;
     else if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) rows = std::stoul(argv[++i]);
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) only_model = argv[++i];
+    else if (!std::strcmp(argv[i], "--gemm-tflops") && i + 1 < argc && (gemm_tflops = std::atof(argv[++i])) > 0) continue;
     else {
       std::fprintf(stderr, "usage: megatron_comparison [--fused-attention] [--no-automatic] [--choose-interleaving] "
-                           "[--rows N] [--model NAME] [--breakdown]\n");
+                           "[--rows N] [--model NAME] [--breakdown] [--gemm-tflops X]\n");
       return 2;
     }
   }
   try {
-    const partition::DeviceSpec device = a100();
-    std::printf("devices: a100-80gb preset, %s attention\n", fused_attention ? "fused" : "unfused (Megatron-LM 2021)");
+    const partition::DeviceSpec device = a100(gemm_tflops * 1e12);
+    std::printf("devices: a100-80gb preset, GEMMs at %.1f TFLOP/s, %s attention\n",
+                device.kernels.peak_flops * device.kernels.gemm_efficiency / 1e12,
+                fused_attention ? "fused" : "unfused (Megatron-LM 2021)");
     std::printf("| model | t | p | v | GPUs | micro | batch | predicted s/iter | predicted TFLOP/s | measured | "
                 "predicted / measured | bubble | automatic plan | automatic / layout |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
