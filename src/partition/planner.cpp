@@ -115,10 +115,9 @@ std::vector<std::vector<int>> split_oversized_blocks(const Graph& graph, std::ve
   return result;
 }
 
-// RaNNC (Tanaka et al., IPDPS 2021): atomic components (§III-A) -> k blocks (§III-B) -> stage DP
-// (§III-C, Algorithms 1 and 2), refining the blocks when they cannot make a plan that fits.
-Plan plan_rannc(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
-  const std::vector<AtomicComponent> components = atomic_components(graph);
+// What RaNNC's block partition (§III-B) needs of `graph`: each task's compute and memory at the
+// per-replica batch of a data-parallel plan, the usable memory, options.blocks blocks.
+BlockOptions rannc_block_options(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
   const std::int64_t batch = std::max<std::int64_t>(1, options.global_batch / options.world_size);
   const profile::MemoryPolicy policy = stage_memory_policy(options, 0, 1, 1);
   BlockOptions block_options;
@@ -134,16 +133,31 @@ Plan plan_rannc(const Graph& graph, const CostModel& cost, const PlannerOptions&
   }
   block_options.memory_limit_bytes = options.usable_memory_bytes(cost.device());
   block_options.bandwidth_bytes_per_second = cost.device().link_bandwidth;
+  return block_options;
+}
+
+// The blocks (task ids of each) the stage DP cuts: RaNNC's block_options.blocks blocks, those too
+// large for a device split until they fit.
+std::vector<std::vector<int>> rannc_blocks(const Graph& graph, const std::vector<AtomicComponent>& components,
+                                           const BlockOptions& block_options, const CostModel& cost,
+                                           const PlannerOptions& options) {
+  std::vector<std::vector<int>> block_tasks;
+  for (const Block& block : partition_blocks(graph, components, block_options)) block_tasks.push_back(block.tasks);
+  return split_oversized_blocks(graph, std::move(block_tasks), block_options.task_seconds, cost, options);
+}
+
+// RaNNC (Tanaka et al., IPDPS 2021): atomic components (§III-A) -> k blocks (§III-B) -> stage DP
+// (§III-C, Algorithms 1 and 2), refining the blocks when they cannot make a plan that fits.
+Plan plan_rannc(const Graph& graph, const CostModel& cost, const PlannerOptions& options) {
+  const std::vector<AtomicComponent> components = atomic_components(graph);
+  BlockOptions block_options = rannc_block_options(graph, cost, options);
   if (options.progress) options.progress(0.05);
   PlannerOptions quiet = options;
   quiet.progress = nullptr;
   const bool bounded = std::isfinite(options.step_seconds_bound);
   std::vector<std::vector<int>> block_tasks;
   for (int round = 0;; ++round) {
-    const std::vector<Block> blocks = partition_blocks(graph, components, block_options);
-    block_tasks.clear();
-    for (const Block& block : blocks) block_tasks.push_back(block.tasks);
-    block_tasks = split_oversized_blocks(graph, std::move(block_tasks), block_options.task_seconds, cost, options);
+    block_tasks = rannc_blocks(graph, components, block_options, cost, options);
     if (options.progress) options.progress(0.2);
     // Under a bound an empty result may only mean "nothing faster": no refinement then.
     const bool last = bounded || round == kMaxBlockDoublings || block_tasks.size() >= components.size();
@@ -336,6 +350,19 @@ LayoutCandidate plan_layout(const Graph& planned, const CostModel& cost, const P
   return candidate;
 }
 
+// Whether RaNNC's first round cuts `graph` into the same blocks at `coarse` blocks as at
+// options.blocks (the refined count): so when the coarse blocks were already split below a layer to
+// fit a device (the 1T GPT at t = 1), where a refined pass would run the whole DP again on the same
+// cut points.
+bool refinement_cuts_the_same_blocks(const Graph& graph, const CostModel& cost, const PlannerOptions& options,
+                                     int coarse) {
+  const std::vector<AtomicComponent> components = atomic_components(graph);
+  BlockOptions block_options = rannc_block_options(graph, cost, options);
+  const std::vector<std::vector<int>> refined = rannc_blocks(graph, components, block_options, cost, options);
+  block_options.blocks = coarse;
+  return rannc_blocks(graph, components, block_options, cost, options) == refined;
+}
+
 // Block refinement (issue 25 item 1): the layouts were compared at options.blocks blocks, which
 // cuts a deep model only every few layers (the 1T GPT's 128 layers into 32 blocks: stages of 4, 8,
 // ... layers), and the coarse DP objective can prune a layout that finer stages would make the
@@ -401,8 +428,9 @@ void refine_blocks(const TensorParallelGraphs& graphs, const CostModelFactory& c
                                sequence_parallel == layouts_sequence_parallel;
       refining.step_seconds_bound = best_objective * (best_layout ? 4.0 / 3.0 : 1.0);
       refining.progress = nullptr;
-      LayoutCandidate candidate =
-          plan_layout(planned, t == 1 ? *model_cost : *cost, refining, /*searching=*/true, best, best_objective);
+      const CostModel& layout_cost = t == 1 ? *model_cost : *cost;
+      if (refinement_cuts_the_same_blocks(planned, layout_cost, refining, options.blocks)) continue;
+      LayoutCandidate candidate = plan_layout(planned, layout_cost, refining, /*searching=*/true, best, best_objective);
       candidate.blocks = refined;
       if (candidate.feasible && best->tensor_parallel == t && best->zero == zero &&
           best->sequence_parallel == sequence_parallel)
