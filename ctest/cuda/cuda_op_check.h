@@ -3,9 +3,10 @@
 // backend (the reference) and on the CUDA backend with the same inputs, output gradients and random
 // context, and every output and input gradient is compared by normalised error
 //   ‖cuda − cpu‖₂ / max(‖cpu‖₂, 1e-30)
-// against a per-op tolerance, in fp32 and in bf16 (the float inputs rounded to bf16 for both
-// backends; the CPU backend then computes in fp32 on converted copies and rounds its results, which
-// is what the CUDA kernels do with fp32 accumulation).
+// against a per-op tolerance, in fp32, bf16 and fp16 (the float inputs rounded to the 16-bit type for
+// both backends; the CPU backend then computes in fp32 on converted copies and rounds its results,
+// which is what the CUDA kernels do with fp32 accumulation, and the CUDA backend's fp16 path too).
+// The backward gets the values its schema does not save as shape-only stand-ins, as in training.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -27,7 +28,7 @@ std::string cuda_unavailable_reason();
 struct CudaOpCheck {
   /// Normalised-error tolerances. fp32: GEMM and reduction order differ between OpenBLAS and cuBLAS.
   double f32_tolerance = 1e-5;
-  double bf16_tolerance = 1e-2;
+  double bf16_tolerance = 1e-2;  // bf16 and fp16 (fp16 keeps 3 more mantissa bits)
   /// Run the backward too (with a fixed random output gradient).
   bool backward = true;
   /// Training mode (dropout, batch statistics).
@@ -42,7 +43,7 @@ struct CudaOpCheck {
   TensorParallelGroup* tensor_parallel = nullptr;
 };
 
-/// Runs the comparison in fp32 and in bf16; every mismatch is a GoogleTest failure naming the op,
+/// Runs the comparison in fp32, bf16 and fp16; every mismatch is a GoogleTest failure naming the op,
 /// the precision, the tensor and its normalised error. Call PARTRAIN_SKIP_WITHOUT_GPU() first.
 void expect_cuda_matches_cpu(OpType type, const Attributes& attributes, const std::vector<Tensor>& inputs,
                              const CudaOpCheck& check = {});

@@ -21,6 +21,7 @@
 #include "partition/common/recomputation.h"
 #include "partition/planner.h"
 #include "runtime/stage_program.h"
+#include "support/gradient_check.h"
 #include "support/tiny_models.h"
 
 namespace partrain {
@@ -458,6 +459,63 @@ TEST(ActivationMemory, FreeingUnsavedValuesKeepsGradientsBitIdentical) {
     expect_same_gradients_after_release(config, 2);
   }
   expect_same_gradients_after_release(small_resnet(), 2);
+}
+
+// A bf16 or fp16 op on a backend that computes it in fp32 (Backend::backward widens) gets the values
+// its backward does not read as shape-only stand-ins (graph/interpreter.cpp); they must reach the
+// kernel as fp32 stand-ins beside the widened copies, or a kernel that compares dtypes or dispatches
+// on a stand-in's (Concat's layouts here; MaxPool2d, GlobalAvgPool, Tanh and Scale on CUDA in fp16)
+// sees two types. The gradients must equal those of a backward given every value.
+TEST(ActivationMemory, WidenedBackwardsTakeShapeOnlyStandIns) {
+  using Ints = std::vector<std::int64_t>;
+  struct Case {
+    OpType type;
+    Attributes attributes;
+    std::vector<Tensor> inputs;
+  };
+  const std::vector<Case> cases = {
+      {OpType::Concat, {{"axis", std::int64_t{1}}}, {testing::normal_tensor({2, 3}, 1), testing::normal_tensor({2, 5}, 2)}},
+      {OpType::MaxPool2d, {{"kernel", Ints{2, 2}}}, {testing::normal_tensor({1, 2, 6, 6}, 3)}},
+      {OpType::GlobalAvgPool, {}, {testing::normal_tensor({2, 3, 4, 4}, 4)}},
+      {OpType::Tanh, {}, {testing::normal_tensor({4, 6}, 5)}},
+      {OpType::Scale, {{"value", 0.5}}, {testing::normal_tensor({4, 6}, 6)}},
+  };
+  Backend& backend = cpu_backend();
+  for (const DType dtype : {DType::BF16, DType::F16}) {
+    for (const Case& c : cases) {
+      const std::string name = std::string(op_name(c.type)) + " in " + dtype_name(dtype);
+      std::vector<Tensor> inputs;
+      for (const Tensor& input : c.inputs) inputs.push_back(to_dtype(input, dtype, backend));
+      const std::vector<Tensor> outputs = testing::run_forward(c.type, c.attributes, inputs);
+      std::vector<Tensor> output_grads;
+      for (std::size_t k = 0; k < outputs.size(); ++k)
+        output_grads.push_back(to_dtype(testing::normal_tensor(outputs[k].shape(), 10 + k), dtype, backend));
+      const OpSchema& schema = op_schema(c.type);
+      std::vector<Tensor> stand_in_inputs = inputs, stand_in_outputs = outputs;
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        if (!schema.input_is_saved(i)) stand_in_inputs[i] = inputs[i].shape_only();
+      for (std::size_t k = 0; k < outputs.size(); ++k)
+        if (!schema.output_is_saved(k)) stand_in_outputs[k] = outputs[k].shape_only();
+      auto gradients = [&](const std::vector<Tensor>& given_inputs, const std::vector<Tensor>& given_outputs) {
+        std::vector<Tensor> input_grads;
+        for (const Tensor& input : inputs) input_grads.push_back(Tensor::empty(input.shape(), dtype));
+        const KernelContext context{c.attributes, backend};
+        backend.backward(c.type, context, given_inputs, given_outputs, output_grads, input_grads);
+        return input_grads;
+      };
+      const std::vector<Tensor> expected = gradients(inputs, outputs);
+      std::vector<Tensor> actual;
+      try {
+        actual = gradients(stand_in_inputs, stand_in_outputs);
+      } catch (const Error& error) {
+        ADD_FAILURE() << name << ": " << error.what();
+        continue;
+      }
+      for (std::size_t i = 0; i < expected.size(); ++i)
+        EXPECT_EQ(std::memcmp(actual[i].raw_data(), expected[i].raw_data(), expected[i].nbytes()), 0)
+            << name << ": gradient of input " << i;
+    }
+  }
 }
 
 // Per-layer and selective recomputation through the runtime's stage program: the forward keeps only

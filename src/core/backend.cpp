@@ -7,9 +7,11 @@
 namespace partrain {
 
 namespace {
-// Whether `tensor` is a 16-bit float tensor that `backend`'s kernels do not read themselves.
+// Whether `tensor` is a 16-bit float tensor that `backend`'s kernels do not read themselves. A
+// shape-only stand-in (a value the kernel does not read: OpSchema::saved_inputs) counts by its
+// dtype too, so that the kernel sees it as fp32 beside the widened copies (kernels compare and
+// dispatch on the dtypes of the values whose shapes they read). No tensor at all (Tensor()) is f32.
 bool needs_widening(const Backend& backend, const Tensor& tensor) {
-  if (!tensor.defined()) return false;
   return (tensor.dtype() == DType::BF16 && !backend.supports_bf16()) ||
          (tensor.dtype() == DType::F16 && !backend.supports_f16());
 }
@@ -25,7 +27,8 @@ std::vector<Tensor> widened(Backend& backend, std::span<const Tensor> tensors, b
   std::vector<Tensor> result(tensors.begin(), tensors.end());
   for (Tensor& tensor : result) {
     if (!needs_widening(backend, tensor)) continue;
-    tensor = copy_values ? to_dtype(tensor, DType::F32, backend) : backend.empty(tensor.shape(), DType::F32);
+    if (!tensor.defined()) tensor = tensor.shape_only(DType::F32);
+    else tensor = copy_values ? to_dtype(tensor, DType::F32, backend) : backend.empty(tensor.shape(), DType::F32);
   }
   return result;
 }
@@ -34,7 +37,7 @@ std::vector<Tensor> widened(Backend& backend, std::span<const Tensor> tensors, b
 // widened were written in place by the kernel.
 void narrow_into(Backend& backend, std::span<const Tensor> targets, std::span<const Tensor> results) {
   for (std::size_t i = 0; i < targets.size(); ++i)
-    if (needs_widening(backend, targets[i])) backend.convert(targets[i], results[i]);
+    if (targets[i].defined() && needs_widening(backend, targets[i])) backend.convert(targets[i], results[i]);
 }
 }  // namespace
 
@@ -79,7 +82,7 @@ void Backend::forward(OpType type, const KernelContext& context, std::span<const
   const std::vector<Tensor> wide_inputs = widened(self, inputs, true);
   const std::vector<Tensor> wide_outputs = widened(self, outputs, false);
   const WidenedContext widened_context(context);
-  op.forward(widened_context.context, wide_inputs, wide_outputs);
+  run_kernel(type, "forward", [&] { op.forward(widened_context.context, wide_inputs, wide_outputs); });
   // Ops that update an input in place (BatchNorm2d running statistics) write the widened copy.
   narrow_into(self, inputs, wide_inputs);
   narrow_into(self, outputs, wide_outputs);
@@ -96,8 +99,11 @@ void Backend::backward(OpType type, const KernelContext& context, std::span<cons
   Backend& self = context.backend;
   const std::vector<Tensor> wide_input_grads = widened(self, input_grads, false);
   const WidenedContext widened_context(context);
-  op.backward(widened_context.context, widened(self, inputs, true), widened(self, outputs, true),
-              widened(self, output_grads, true), wide_input_grads);
+  const std::vector<Tensor> wide_inputs = widened(self, inputs, true), wide_outputs = widened(self, outputs, true),
+                            wide_output_grads = widened(self, output_grads, true);
+  run_kernel(type, "backward", [&] {
+    op.backward(widened_context.context, wide_inputs, wide_outputs, wide_output_grads, wide_input_grads);
+  });
   narrow_into(self, input_grads, wide_input_grads);
 }
 

@@ -89,10 +89,12 @@ Tensor Tensor::reinterpret(DType dtype) const {
   return result;
 }
 
-Tensor Tensor::shape_only() const {
+Tensor Tensor::shape_only() const { return shape_only(dtype_); }
+
+Tensor Tensor::shape_only(DType dtype) const {
   Tensor placeholder;
   placeholder.shape_ = shape_;
-  placeholder.dtype_ = dtype_;
+  placeholder.dtype_ = dtype;
   placeholder.numel_ = numel_;
   return placeholder;
 }

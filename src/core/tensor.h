@@ -77,6 +77,9 @@ class Tensor {
   /// runtime keeps of a forward value that no backward kernel reads (graph/saved_tensors.h), so
   /// that the backward still knows its shape.
   Tensor shape_only() const;
+  /// shape_only() with another dtype: the stand-in of a value whose kernel computes in `dtype`
+  /// (Backend::backward widening a bf16 or fp16 op to fp32).
+  Tensor shape_only(DType dtype) const;
 
   /// Same storage, new shape with the same element count (one dimension may be -1: inferred).
   Tensor reshape(const Shape& shape) const;
