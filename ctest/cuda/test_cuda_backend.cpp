@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "app/trimmed_pipeline_communicator.h"
 #include "cuda/cuda_op_check.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "io/config.h"
@@ -41,6 +42,23 @@ TEST(CudaBackend, CopiesRoundTripAndTrackPeakMemory) {
 
 // The profiler's flush (Backend::flush_caches) writes a buffer of its own, twice the L2: tensors and
 // the caching allocator's figures stay as they were, and the stream stays usable.
+// CAPSlog's trimmed profiling runs the executor on the GPU with a trimmed communicator: its
+// coalesced all-reduce (tied parameters) and in-place all-gather (ZeRO-1) take device tensors and
+// leave them as they are.
+TEST(CudaBackend, TrimmedCommunicatorTakesDeviceTensors) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  app::TrimmedPipelineCommunicator world(2, 1, gpu());
+  const Tensor first = normal_tensor({5}, 3), second = normal_tensor({7}, 4);
+  const std::vector<Tensor> bucket{to_backend(first, gpu()), to_backend(second, gpu())};
+  world.all_reduce_coalesced(bucket);
+  EXPECT_EQ(to_host(bucket[0], gpu()).to_float_vector(), first.to_float_vector());
+  EXPECT_EQ(to_host(bucket[1], gpu()).to_float_vector(), second.to_float_vector());
+  const Tensor whole_host = normal_tensor({8}, 5);
+  const Tensor whole = to_backend(whole_host, gpu());
+  world.all_gather(whole.slice_rows(4, 8), whole);
+  EXPECT_EQ(to_host(whole, gpu()).to_float_vector(), whole_host.to_float_vector());
+}
+
 TEST(CudaBackend, FlushCachesLeavesTensorsAndTheAllocatorAlone) {
   PARTRAIN_SKIP_WITHOUT_GPU();
   const Tensor host = normal_tensor({513, 65}, 4);

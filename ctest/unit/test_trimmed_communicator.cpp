@@ -65,4 +65,20 @@ TEST(TrimmedPipelineCommunicator, CollectivesKeepTheRanksDataAndGroupsListIt) {
   EXPECT_THROW(app::TrimmedPipelineCommunicator(2, 2, backend), Error);
 }
 
+// The executor's coalesced all-reduces (tied parameters, unbucketed replicas) and ZeRO-1's in-place
+// all-gather leave the rank's data as it is; ctest/cuda/test_cuda_backend.cpp does the same with
+// device tensors, which the default all_reduce_coalesced (host tensors only) refused.
+TEST(TrimmedPipelineCommunicator, CoalescedAllReduceAndInPlaceAllGatherKeepTheData) {
+  Backend& backend = cpu_backend();
+  app::TrimmedPipelineCommunicator world(2, 1, backend);
+  const std::vector<Tensor> bucket{to_backend(Tensor::from_vector<float>({2}, {1, 2}), backend),
+                                   to_backend(Tensor::from_vector<float>({3}, {3, 4, 5}), backend)};
+  world.all_reduce_coalesced(bucket);
+  EXPECT_EQ(to_host(bucket[0], backend).to_float_vector(), (std::vector<float>{1, 2}));
+  EXPECT_EQ(to_host(bucket[1], backend).to_float_vector(), (std::vector<float>{3, 4, 5}));
+  const Tensor whole = to_backend(Tensor::from_vector<float>({4}, {1, 2, 3, 4}), backend);
+  world.all_gather(whole.slice_rows(2, 4), whole);  // this rank's part, in place
+  EXPECT_EQ(to_host(whole, backend).to_float_vector(), (std::vector<float>{1, 2, 3, 4}));
+}
+
 }  // namespace

@@ -62,6 +62,8 @@ void TrimmedPipelineCommunicator::all_reduce(const Tensor&, comm::ReduceOp) {}
 
 comm::Request TrimmedPipelineCommunicator::all_reduce_async(const Tensor&, comm::ReduceOp) { return {}; }
 
+void TrimmedPipelineCommunicator::all_reduce_coalesced(std::span<const Tensor>, comm::ReduceOp) {}
+
 void TrimmedPipelineCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
   comm::check_scatter_gather(input, output, size(), "reduce_scatter");
   const std::int64_t n = output.numel();
@@ -76,7 +78,9 @@ comm::Request TrimmedPipelineCommunicator::reduce_scatter_async(const Tensor& in
 void TrimmedPipelineCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   comm::check_gather(output, input, size(), "all_gather");
   const std::int64_t n = input.numel();
-  backend_.copy(output.reshape({output.numel()}).slice_rows(rank_ * n, (rank_ + 1) * n), input);
+  const Tensor own = output.reshape({output.numel()}).slice_rows(rank_ * n, (rank_ + 1) * n);
+  if (n > 0 && own.raw_data() == input.raw_data()) return;  // in place (ZeRO-1's gather): already there
+  backend_.copy(own, input);
 }
 
 double TrimmedPipelineCommunicator::all_reduce_scalar(double value, comm::ReduceOp) { return value; }

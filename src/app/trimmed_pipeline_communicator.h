@@ -38,6 +38,8 @@ class TrimmedPipelineCommunicator final : public comm::Communicator {
   /// The other members are trimmed: the rank's own data stands for the result.
   void all_reduce(const Tensor& tensor, comm::ReduceOp op = comm::ReduceOp::Sum) override;
   comm::Request all_reduce_async(const Tensor& tensor, comm::ReduceOp op = comm::ReduceOp::Sum) override;
+  /// Leaves the tensors as they are, on any device (the default packs host tensors only).
+  void all_reduce_coalesced(std::span<const Tensor> tensors, comm::ReduceOp op = comm::ReduceOp::Sum) override;
   /// Copies this rank's part of `input` into `output` (checked as check_scatter_gather).
   void reduce_scatter(const Tensor& input, const Tensor& output) override;
   comm::Request reduce_scatter_async(const Tensor& input, const Tensor& output) override;
