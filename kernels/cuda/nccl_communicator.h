@@ -23,7 +23,9 @@
 //  - Blocking sends. An NCCL send occupies the stream until the peer's matching receive runs, so two
 //    ranks that each send() to the other before their receive() deadlock (the MPI backend allows
 //    that order). Post such patterns with exchange() (one ncclGroupStart/End), or order them so that
-//    one side receives first.
+//    one side receives first. sends_wait_for_their_receive() says so, and the pipeline executor then
+//    posts each run of sends with the receives after it as one exchange (RuntimeOptions::
+//    group_transfers; 1F1B's steady state sends and receives across each link in both directions).
 //  - Failures. A communicator whose peer failed would otherwise hang: wait() polls the CUDA event,
 //    NCCL's asynchronous error state (ncclCommGetAsyncError) and a timeout (kDefaultTimeout unless
 //    given; make_nccl_communicator takes PARTRAIN_NCCL_TIMEOUT_SECONDS). On an error or a timeout it
@@ -87,6 +89,7 @@ class NcclCommunicator final : public Communicator {
   const char* backend_name() const override { return "nccl"; }
   /// True: device work is ordered by CUDA events (see "Stream order" above).
   bool orders_device_work() const override { return true; }
+  bool sends_wait_for_their_receive() const override { return true; }
 
   /// Device tensors: ncclSend / ncclRecv on the stream (see the notes above on order and blocking).
   /// Host tensors: the control communicator's send / receive.

@@ -108,6 +108,11 @@ class Communicator {
   /// call, and later device work sees their result, without the host waiting (NCCL on the CUDA
   /// backend's streams). Default false: the caller waits for the device first.
   virtual bool orders_device_work() const { return false; }
+  /// True when a send holds up the operations posted after it until the peer's matching receive
+  /// runs (NCCL: a send occupies the stream), so that two ranks each sending to the other before
+  /// receiving deadlock unless the sends and receives are posted together with exchange(). Default
+  /// false: sends are buffered or progress on their own (MPI).
+  virtual bool sends_wait_for_their_receive() const { return false; }
 
   // ---- point-to-point (ranks are ranks of this group; tags in [0, max_tag()]) ----
   /// Starts sending the contiguous data of `tensor` to `destination`. Throws partrain::Error for a

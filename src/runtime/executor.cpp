@@ -113,7 +113,8 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
                                    const io::BatchSource& data, const std::unordered_map<int, Tensor>& initial_values,
                                    const RuntimeOptions& options)
     : graph_(graph), plan_(plan), world_(world), backend_(backend), data_(data), options_(options),
-      lr_schedule_(options.lr_schedule), clock_origin_(now_us()) {
+      lr_schedule_(options.lr_schedule), clock_origin_(now_us()),
+      group_transfers_(options.group_transfers || world.sends_wait_for_their_receive()) {
   PARTRAIN_CHECK(world.size() == plan.world_size,
                  "the plan is for " << plan.world_size << " ranks, but " << world.size() << " are running");
   placement_ = plan.placement_of(world.rank());
@@ -483,7 +484,15 @@ PipelineExecutor::Pass PipelineExecutor::begin_training_pass(std::int64_t step) 
   return pass;
 }
 
+void PipelineExecutor::post_held_sends(Pass& pass) {
+  if (pass.held_sends.empty()) return;
+  pass.pending[pass.held_sends_first_request] = world_.exchange(pass.held_sends, {});
+  pass.held_sends.clear();
+}
+
 void PipelineExecutor::run_action(const Action& action, Pass& pass) {
+  // Held sends go with the receives that follow them; before anything else they go alone.
+  if (!action.is_send() && !action.is_receive()) post_held_sends(pass);
   switch (action.kind) {
     case ActionKind::Forward:
       return forward(action, pass);
@@ -516,6 +525,7 @@ void PipelineExecutor::receive(const Action& action, Pass& pass) {
   const std::vector<int>& values = gradient ? program.gradients_received : program.received;
   TensorMap& into = gradient ? state.received_gradients : state.received;
   std::vector<comm::Request> requests;
+  std::vector<comm::ReceiveSpec> receives;  // group_transfers_
   // zb_v's chunk S − 1 hands its outputs (and chunk S its input gradients) over on the same rank.
   const bool local = action.peer == world_.rank();
   std::vector<Tensor> handed_over;
@@ -535,8 +545,16 @@ void PipelineExecutor::receive(const Action& action, Pass& pass) {
       backend_.copy(transferred_part(tensor, value, action), handed_over[k]);
       continue;
     }
-    requests.push_back(world_.receive(transferred_part(tensor, value, action), action.peer,
-                                      message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
+    const int tag = message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient);
+    if (group_transfers_) receives.push_back({transferred_part(tensor, value, action), action.peer, tag});
+    else requests.push_back(world_.receive(transferred_part(tensor, value, action), action.peer, tag));
+  }
+  if (group_transfers_ && !receives.empty()) {
+    // The held sends and these receives start together (ncclGroupStart/End): neighbours that both
+    // send before they receive cannot wait on each other. The sends' placeholders stay done.
+    comm::Request grouped = world_.exchange(pass.held_sends, receives);
+    pass.held_sends.clear();
+    grouped.wait();
   }
   comm::wait_all(requests);
 }
@@ -557,8 +575,14 @@ void PipelineExecutor::send(const Action& action, Pass& pass) {
           copy_to(transferred_part(tensor, value, action), backend_));
       continue;
     }
-    pass.pending.push_back(world_.send(transferred_part(tensor, value, action), action.peer,
-                                       message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient)));
+    const int tag = message_tag(world_, action.microbatch, peer_chunk(action), plan_.virtual_stages, gradient);
+    if (group_transfers_) {
+      if (pass.held_sends.empty()) pass.held_sends_first_request = pass.pending.size();
+      pass.held_sends.push_back({transferred_part(tensor, value, action), action.peer, tag});
+      pass.pending.emplace_back();  // the spec holds the tensor until its exchange's request does
+    } else {
+      pass.pending.push_back(world_.send(transferred_part(tensor, value, action), action.peer, tag));
+    }
     if (tracked) pass.activation_requests[index].push_back(pass.pending.size() - 1);
   }
   if (tracked && --pass.activation_sends_left[index] == 0) {
@@ -808,6 +832,7 @@ void PipelineExecutor::all_reduce_gradients(Pass& pass) {
 
 void PipelineExecutor::optimizer_step(Pass& pass) {
   // The step's last action: its sends must have completed first (every rank's list ends with it).
+  post_held_sends(pass);
   comm::wait_all(pass.pending);
   pass.sending.clear();
   // Index and label checks of the step's kernels ran on the device without waiting; their verdict
@@ -950,6 +975,7 @@ EvaluationResult PipelineExecutor::evaluate(const io::BatchSource& heldout, std:
       // The pass keeps no loss pieces: evaluation reports its own terms, not the training weighting.
       Pass pass = new_pass(batch);
       for (const Action& action : evaluation_actions_) run_action(action, pass);
+      post_held_sends(pass);
       comm::wait_all(pass.pending);
       backend_.check_device_errors();  // once a batch, as once a training step
     }

@@ -179,6 +179,11 @@ class PipelineExecutor {
     std::int64_t step = 0;                      // training step or evaluation batch: which samples, which dropout masks
     std::vector<MicrobatchState> microbatches;  // by state_index: chunk-major, then microbatch
     std::vector<comm::Request> pending;         // the pass's non-blocking sends
+    // Grouped transfers (group_transfers_): the sends held back to be posted with the next
+    // receives in one exchange, or alone before the next other action. Each has a placeholder in
+    // `pending` (a done request); the exchange's request takes the first one's place.
+    std::vector<comm::SendSpec> held_sends;
+    std::size_t held_sends_first_request = 0;
     // This rank's loss pieces of a training step, kept on the backend and read once a step by
     // loss_sum(): reading each on the host would stop a GPU at every microbatch.
     struct LossPiece {
@@ -242,6 +247,7 @@ class PipelineExecutor {
   std::optional<LossScaler> loss_scaler_;       // fp16 plans: dynamic loss scaling
   std::vector<DType> value_dtypes_;             // per value id: its dtype at run time (see value_dtypes)
   bool sub_pipelined_ = false;                  // Merak's sub-pipelined TMP on this rank's stage
+  bool group_transfers_ = false;                // RuntimeOptions::group_transfers, or the world's sends wait
   std::unordered_map<int, Tensor> gradients_;   // param value id -> accumulated gradient
   std::vector<int> parameter_order_;            // optimizer order (param value ids): the rank's chunks' parameters, each once
   std::vector<double> holders_;                 // per parameter_order_: ranks holding the parameter
@@ -373,6 +379,9 @@ class PipelineExecutor {
                                   const std::array<TensorMap, 2>& grads);
   // Drops the sent outputs whose requests have all completed (polls, never blocks).
   void release_sent_outputs(Pass& pass);
+  /// Posts the held sends (group_transfers_) as one exchange of sends only, its request in the
+  /// first one's placeholder; nothing when none are held.
+  void post_held_sends(Pass& pass);
 };
 
 }  // namespace partrain::runtime

@@ -19,6 +19,11 @@ struct RuntimeOptions {
   // Size limit of a gradient bucket of the data-parallel all-reduce ([parallel] bucket_mb, in MiB
   // as PyTorch DDP's bucket_cap_mb): each bucket's all-reduce starts during the last backward.
   double bucket_bytes = 25.0 * (1 << 20);
+  // Post each run of sends with the receives that follow it as one grouped exchange (Megatron-LM's
+  // batched send/receive of neighbouring stages). On whenever the communicator's sends wait for
+  // their receive (NCCL), where sending before receiving on both sides of a link would deadlock;
+  // true forces it on any communicator (tests).
+  bool group_transfers = false;
 };
 
 }  // namespace partrain::runtime
