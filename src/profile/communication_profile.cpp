@@ -107,6 +107,8 @@ double ping_pong_seconds(comm::Communicator& world, Backend& backend, int first,
         world.receive(buffer, peer, kTag).wait();
         world.send(buffer, peer, kTag).wait();
       }
+      // NCCL's wait() only orders the device's stream after the transfer: the host waits here.
+      backend.synchronise();
       if (round > 0) samples.push_back((now_seconds() - start) / 2);  // round 0 warms up
     }
     result = median(samples);
