@@ -220,6 +220,19 @@ TEST(HostStagedCommunicator, ReduceScatterAndAllGatherMatchMpi) {
   expect_error([&] { staged->all_gather(mine, Tensor::zeros({whole + 1})); }, "all_gather");
 }
 
+// ZeRO-1 in mixed precision gathers bf16 in place: each rank's part already sits in its slot of the
+// whole buffer (runtime/zero_partition.cpp).
+TEST(HostStagedCommunicator, InPlaceBf16AllGatherMatchesMpi) {
+  const auto staged = staged_world();
+  const std::int64_t part = 11, whole = part * world().size();
+  const std::int64_t begin = part * world().rank();
+  const Tensor expected = values(DType::BF16, whole, 9), gathered = values(DType::BF16, whole, 9);
+  world().all_gather(expected.slice_rows(begin, begin + part), expected);
+  staged->all_gather(gathered.slice_rows(begin, begin + part), gathered);
+  EXPECT_TRUE(same_bytes(gathered, expected));
+  EXPECT_EQ(device().pending(), 0u);
+}
+
 TEST(HostStagedCommunicator, BroadcastFromEveryRootMatchesMpi) {
   const auto staged = staged_world();
   for (int root = 0; root < world().size(); ++root)
