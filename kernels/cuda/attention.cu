@@ -108,9 +108,11 @@ void pair_product(const CudaBackend& backend, bool trans_a, bool trans_b, std::i
 // ---------------- kernels ----------------
 // Threads per row kernel: a multiple of 32 (block_sum / block_max), about one element per thread
 // for short rows, at most 512.
+constexpr int kMaxRowThreads = 512;  // row_threads' ceiling; the row kernels' __launch_bounds__
+
 int row_threads(std::int64_t t) {
   const std::int64_t threads = (t + 31) / 32 * 32;
-  return static_cast<int>(std::clamp<std::int64_t>(threads, 32, 512));
+  return static_cast<int>(std::clamp<std::int64_t>(threads, 32, kMaxRowThreads));
 }
 unsigned int row_blocks(std::int64_t rows) { return static_cast<unsigned int>(std::min<std::int64_t>(rows, 1 << 20)); }
 
@@ -118,7 +120,7 @@ unsigned int row_blocks(std::int64_t rows) { return static_cast<unsigned int>(st
 // visible keys of (score + mask), 0 for hidden keys; key j is hidden by the causal rule when
 // j > i + (T - S). A row whose every visible score is -inf becomes all zeros. fp32 throughout.
 template <typename M>
-__global__ void masked_softmax_kernel(float* scores, std::int64_t rows, std::int64_t s, std::int64_t t,
+__global__ void __launch_bounds__(kMaxRowThreads) masked_softmax_kernel(float* scores, std::int64_t rows, std::int64_t s, std::int64_t t,
                                       std::int64_t first_pair, std::int64_t heads, bool causal, const M* mask,
                                       MaskStrides strides) {
   __shared__ float shared[32];
@@ -158,7 +160,7 @@ __global__ void masked_softmax_kernel(float* scores, std::int64_t rows, std::int
 }
 
 // In place on grads [rows, T] (dP on entry): dS = P * (dP - sum_j dP_j P_j), row by row.
-__global__ void softmax_backward_kernel(const float* probabilities, float* grads, std::int64_t rows, std::int64_t t) {
+__global__ void __launch_bounds__(kMaxRowThreads) softmax_backward_kernel(const float* probabilities, float* grads, std::int64_t rows, std::int64_t t) {
   __shared__ float shared[32];
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const float* p = probabilities + row * t;
