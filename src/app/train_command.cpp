@@ -403,8 +403,21 @@ ReplanOutcome check_prediction(const TrainingRun& run, const Replanning& replann
     outcome.record["replanned"] = false;
     return outcome;
   }
-  // Rank 0 corrects the plan graph's profile in memory: the cache keeps what profiling measured.
   Backend& backend = run.executor.backend();
+  if (!backend.device().is_cpu()) {
+    // The trace times an action on the host, which on a GPU (overlap ordering) is the queueing of
+    // its kernels, not their device time: stage corrections from it would be wrong. Until actions
+    // are timed with device events, a GPU run reports the error and keeps its plan.
+    if (world.rank() == 0)
+      std::printf("replan: step time measured %.4f s, predicted %.4f s (%+.1f%%): beyond [profile] replan_threshold "
+                  "%.0f%%, but stage costs are not yet measured on %s during training: plan kept\n",
+                  measured_step, predicted, 100 * error, 100 * config.profile.replan_threshold,
+                  backend.device().to_string().c_str());
+    outcome.record["replanned"] = false;
+    outcome.record["reason"] = "stage costs not measured on the device during training";
+    return outcome;
+  }
+  // Rank 0 corrects the plan graph's profile in memory: the cache keeps what profiling measured.
   const std::string cache = profile_cache_path(config, run.graph, backend);  // collective
   profile::ProfileDB corrected(run.graph.hash(), "", config.train.precision);
   if (world.rank() == 0) {

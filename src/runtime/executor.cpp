@@ -838,6 +838,9 @@ void PipelineExecutor::optimizer_step(Pass& pass) {
   // Index and label checks of the step's kernels ran on the device without waiting; their verdict
   // reaches the host here, once a step, before the gradient norm needs the host anyway.
   backend_.check_device_errors();
+  // The step's trace event starts when the backward's kernels and the gradient all-reduce are done
+  // (a GPU queues them; the host waits a few lines on for the gradient norm anyway).
+  backend_.synchronise();
 
   // Tied parameters, global-norm clipping, optimizer.
   const double step_start = now_us();
