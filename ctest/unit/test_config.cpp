@@ -237,6 +237,20 @@ TEST(Config, SequenceParallelNeedsTensorParallelismAndATransformer) {
       << resnet;
 }
 
+TEST(Config, SyntheticDataIsForImagesOnly) {
+  const auto load = [](const std::string& type) {
+    const std::string path = std::filesystem::temp_directory_path() / ("partrain-synthetic-" + type + ".toml");
+    {
+      std::ofstream out(path);
+      out << "[model]\ntype = \"" << type << "\"\n[data]\nsynthetic = true\n";
+    }
+    return load_experiment(path, {});
+  };
+  EXPECT_TRUE(load("resnet").data.synthetic);
+  const std::string gpt = error_message([&] { load("gpt"); });
+  EXPECT_NE(gpt.find("[data] key 'synthetic' = true, but synthetic data is made for resnet only"), std::string::npos) << gpt;
+}
+
 TEST(Config, GradientBucketSizeIsPositiveMebibytes) {
   const auto parallel = [](const std::string& text) {
     return read_parallel_config(ConfigDocument::parse("[parallel]\n" + text, "configs/x.toml"));

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "io/batch_source.h"
+#include "io/config.h"
 #include "io/hdf5_file.h"
 #include "io/image_dataset.h"
 #include "io/text_dataset.h"
@@ -435,3 +437,44 @@ TEST(PreparedData, FashionMnist) {
 }
 
 }  // namespace
+
+// [data] synthetic: ResNet images and labels as functions of (seed, sample index) alone, so any
+// range of samples is the same wherever and however often it is drawn; held-out samples differ.
+TEST(SyntheticImages, SamplesAreFunctionsOfTheSeedAndTheirIndex) {
+  ExperimentConfig config;
+  config.model.type = "resnet";
+  config.model.channels = 3;
+  config.model.image_size = 8;
+  config.model.classes = 7;
+  config.data.synthetic = true;
+  const std::unique_ptr<BatchSource> source = make_batch_source(config, false);
+  EXPECT_EQ(source->path(), "synthetic");
+  const NamedTensors batch = source->samples(5, 3);
+  ASSERT_EQ(batch.at("images").shape(), (Shape{3, 3, 8, 8}));
+  ASSERT_EQ(batch.at("labels").shape(), (Shape{3}));
+  const std::vector<float> pixels = batch.at("images").to_float_vector();
+  const NamedTensors one = source->samples(6, 1);  // sample 6 again, alone
+  const std::vector<float> sample6 = one.at("images").to_float_vector();
+  EXPECT_TRUE(std::equal(sample6.begin(), sample6.end(), pixels.begin() + 192));
+  EXPECT_EQ(one.at("labels").data<std::int64_t>()[0], batch.at("labels").data<std::int64_t>()[1]);
+  double sum = 0;
+  for (float pixel : pixels) {
+    EXPECT_GE(pixel, -1.0f);
+    EXPECT_LT(pixel, 1.0f);
+    sum += pixel;
+  }
+  EXPECT_LT(std::abs(sum / static_cast<double>(pixels.size())), 0.1);  // uniform on [-1, 1): mean 0
+  const NamedTensors many = source->samples(0, 200);
+  std::set<std::int64_t> labels;
+  for (std::int64_t i = 0; i < 200; ++i) {
+    const std::int64_t label = many.at("labels").data<std::int64_t>()[i];
+    EXPECT_GE(label, 0);
+    EXPECT_LT(label, 7);
+    labels.insert(label);
+  }
+  EXPECT_EQ(labels.size(), 7u);
+  const std::vector<float> heldout = make_batch_source(config, true)->samples(5, 3).at("images").to_float_vector();
+  EXPECT_NE(heldout, pixels);
+  config.train.seed += 1;
+  EXPECT_NE(make_batch_source(config, false)->samples(5, 3).at("images").to_float_vector(), pixels);
+}

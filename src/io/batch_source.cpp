@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "io/classification_dataset.h"
 #include "io/config.h"
 #include "io/image_dataset.h"
@@ -226,10 +227,57 @@ class ImageSource : public BatchSource {
   std::uint64_t seed_;
 };
 
+class SyntheticImageSource : public BatchSource {
+ public:
+  SyntheticImageSource(const ExperimentConfig& config, std::uint64_t stream)
+      : seed_(config.train.seed), stream_(stream), channels_(config.model.channels), size_(config.model.image_size),
+        classes_(config.model.classes) {}
+  NamedTensors samples(std::int64_t first, std::int64_t count) const override {
+    PARTRAIN_CHECK(first >= 0 && count >= 0, "samples: bad range [" << first << ", " << first + count << ")");
+    const std::int64_t per_sample = channels_ * size_ * size_;
+    Tensor images = Tensor::empty({count, channels_, size_, size_}, DType::F32);
+    Tensor labels = Tensor::empty({count}, DType::I64);
+    float* pixels = images.data<float>();
+    std::int64_t* label = labels.data<std::int64_t>();
+    for (std::int64_t i = 0; i < count; ++i) {
+      const std::uint64_t sample = static_cast<std::uint64_t>(first + i);
+      // Counter (sample, element / 4, 0, stream), key the seed: four words per call.
+      const PhiloxKey key = {std::uint32_t(seed_), std::uint32_t(seed_ >> 32)};
+      for (std::int64_t e = 0; e < per_sample; e += 4) {
+        const PhiloxCounter words = philox4x32(
+            {std::uint32_t(sample), std::uint32_t(sample >> 32), std::uint32_t(e >> 2), std::uint32_t(stream_)}, key);
+        for (std::int64_t k = 0; k < 4 && e + k < per_sample; ++k)
+          pixels[i * per_sample + e + k] = 2.0f * uniform_from_word(words[static_cast<std::size_t>(k)]) - 1.0f;
+      }
+      const PhiloxCounter words = philox4x32(
+          {std::uint32_t(sample), std::uint32_t(sample >> 32), 0xFFFFFFFFu, std::uint32_t(stream_)}, key);
+      label[i] = static_cast<std::int64_t>(words[0] % static_cast<std::uint32_t>(classes_));
+    }
+    return {{"images", images}, {"labels", labels}};
+  }
+  std::int64_t samples_per_epoch() const override { return 1281167; }
+  std::int64_t tokens_per_sample() const override { return 0; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::uint64_t seed_, stream_;
+  std::int64_t channels_, size_, classes_;
+  std::string path_ = "synthetic";
+};
+
 }  // namespace
+
+std::unique_ptr<BatchSource> make_synthetic_image_source(const ExperimentConfig& config) {
+  PARTRAIN_CHECK(config.model.type == "resnet", config.path << ": [data] synthetic makes images, for resnet only");
+  return std::make_unique<SyntheticImageSource>(config, 0);
+}
 
 std::unique_ptr<BatchSource> make_batch_source(const ExperimentConfig& config, bool heldout,
                                                const std::string& default_directory) {
+  if (config.data.synthetic) {
+    PARTRAIN_CHECK(config.model.type == "resnet", config.path << ": [data] synthetic makes images, for resnet only");
+    return std::make_unique<SyntheticImageSource>(config, heldout ? 1 : 0);  // held out: other samples
+  }
   const bool images = config.model.type == "resnet";
   const bool classification = config.model.type == "bert" && config.model.task == "classification";
   const std::string path = !config.data.path.empty() ? config.data.path

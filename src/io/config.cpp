@@ -585,6 +585,7 @@ DataConfig read_data_config(const ConfigDocument& document) {
   DataConfig config;
   reader.read("path", config.path);
   reader.read("mask_probability", config.mask_probability);
+  reader.read("synthetic", config.synthetic);
   reader.finish();
   if (config.mask_probability <= 0 || config.mask_probability >= 1) reader.fail("mask_probability", "must be in (0, 1)");
   return config;
@@ -670,6 +671,10 @@ ExperimentConfig load_experiment(const std::string& path, std::span<const std::s
                                   " for the interleaved schedule (virtual_stages = " +
                                   std::to_string(config.parallel.virtual_stages) + ")");
   config.data = read_data_config(document);
+  if (config.data.synthetic && config.model.type != "resnet")
+    SectionReader(document, "data")
+        .fail("synthetic", "= true, but synthetic data is made for resnet only (images); a " + config.model.type +
+                               " reads the text file data/prepare.sh makes ([data] path)");
   config.log = read_log_config(document);
   config.profile = read_profile_config(document);
   config.checkpoint = read_checkpoint_config(document);

@@ -227,6 +227,8 @@ struct ParallelConfig {
 struct DataConfig {
   std::string path;                      // "": data/prepared/text.h5 (bert, gpt) or data/prepared/fashion_mnist.h5
   double mask_probability = 0.15;        // bert: share of tokens selected for MLM
+  bool synthetic = false;                // resnet: random images and labels, no file (benchmarks, as
+                                         // Megatron-LM's --mock-data); io/batch_source.h
 };
 
 /// The [log] section: where a run's outputs go.
