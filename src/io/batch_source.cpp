@@ -239,10 +239,10 @@ class SyntheticImageSource : public BatchSource {
     Tensor labels = Tensor::empty({count}, DType::I64);
     float* pixels = images.data<float>();
     std::int64_t* label = labels.data<std::int64_t>();
+    // Counter (sample, element / 4, stream), key the seed: four words per call.
+    const PhiloxKey key = {std::uint32_t(seed_), std::uint32_t(seed_ >> 32)};
     for (std::int64_t i = 0; i < count; ++i) {
       const std::uint64_t sample = static_cast<std::uint64_t>(first + i);
-      // Counter (sample, element / 4, 0, stream), key the seed: four words per call.
-      const PhiloxKey key = {std::uint32_t(seed_), std::uint32_t(seed_ >> 32)};
       for (std::int64_t e = 0; e < per_sample; e += 4) {
         const PhiloxCounter words = philox4x32(
             {std::uint32_t(sample), std::uint32_t(sample >> 32), std::uint32_t(e >> 2), std::uint32_t(stream_)}, key);
@@ -266,11 +266,6 @@ class SyntheticImageSource : public BatchSource {
 };
 
 }  // namespace
-
-std::unique_ptr<BatchSource> make_synthetic_image_source(const ExperimentConfig& config) {
-  PARTRAIN_CHECK(config.model.type == "resnet", config.path << ": [data] synthetic makes images, for resnet only");
-  return std::make_unique<SyntheticImageSource>(config, 0);
-}
 
 std::unique_ptr<BatchSource> make_batch_source(const ExperimentConfig& config, bool heldout,
                                                const std::string& default_directory) {

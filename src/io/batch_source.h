@@ -34,16 +34,13 @@ class BatchSource {
   virtual const std::string& path() const = 0;
 };
 
-/// Random images for a resnet ([data] synthetic = true: benchmarks without a dataset, as Megatron-LM's
-/// --mock-data): sample i is f32 [channels, image_size, image_size] uniform in [-1, 1) and a label in
-/// [0, classes), each a function of (train.seed, i) alone (Philox), so any rank makes any sample and
-/// every run the same ones. An epoch is ImageNet's 1,281,167 samples; path() is "synthetic".
-std::unique_ptr<BatchSource> make_synthetic_image_source(const ExperimentConfig& config);
-
 /// The source for config.model.type from config.data.path (or the default path under
 /// `default_directory`): text.h5 for bert/gpt, pos.h5 for bert with [model] task = "classification"
-/// (io/classification_dataset.h), fashion_mnist.h5 for resnet; make_synthetic_image_source's
-/// under [data] synthetic (for the held-out split too: other samples). `heldout` selects the
+/// (io/classification_dataset.h), fashion_mnist.h5 for resnet. Under [data] synthetic (resnet only;
+/// benchmarks without a dataset, as Megatron-LM's --mock-data) no file: sample i is f32 [channels,
+/// image_size, image_size] uniform in [-1, 1) and a label in [0, classes), each a function of
+/// (train.seed, i, split) alone (Philox), so any rank makes any sample; an epoch is ImageNet's
+/// 1,281,167 samples and path() is "synthetic". `heldout` selects the
 /// held-out split (evaluation). Throws partrain::Error naming the file when it is missing (and says
 /// to run data/prepare.sh) or does not match the model (vocabulary, image size, sequence length).
 std::unique_ptr<BatchSource> make_batch_source(const ExperimentConfig& config, bool heldout,

@@ -831,8 +831,8 @@ void PipelineExecutor::all_reduce_gradients(Pass& pass) {
 }
 
 void PipelineExecutor::optimizer_step(Pass& pass) {
-  // The step's last action: its sends must have completed first (every rank's list ends with it).
-  post_held_sends(pass);
+  // The step's last action: its sends (held ones posted by run_action) must have completed first
+  // (every rank's list ends with it).
   comm::wait_all(pass.pending);
   pass.sending.clear();
   // Index and label checks of the step's kernels ran on the device without waiting; their verdict
