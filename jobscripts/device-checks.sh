@@ -11,7 +11,7 @@
 #
 # Steps (CHECKS selects, default all): versions ops nccl training resume pipeline profile benchmark
 # Environment: CHECKS, ORDERINGS ("overlap plain": PARTRAIN_CUDA_ORDERING for the training checks),
-#   BENCHMARK_CASES (gpt1024 bert128 bert512), BENCHMARK_STEPS (10), BENCHMARK_MODES (eager),
+#   BENCHMARK_CASES (gpt1024 bert128 bert512 resnet50), BENCHMARK_STEPS (10), BENCHMARK_MODES (eager),
 #   STEP_TIMEOUT (seconds of the op checks, 240), TRAIN_TIMEOUT (one training run, 120), NCCL_TIMEOUT
 #   (one NCCL test run, 120), PROFILE_TIMEOUT (180), BENCHMARK_TIMEOUT (300), PARTRAIN_NCCL_TIMEOUT_SECONDS (60),
 #   DEADLINE (seconds for the whole command, 450: a device run may take 480): no program runs past it,
@@ -289,10 +289,10 @@ fi
 # ---- f. the benchmark against PyTorch on the same GPU (last: it may run out of time) ----
 if wants benchmark; then
   t0=$SECONDS
-  CASES=${BENCHMARK_CASES:-"gpt1024 bert128 bert512"} PRECISIONS=${BENCHMARK_PRECISIONS:-bf16} \
+  CASES=${BENCHMARK_CASES:-"gpt1024 bert128 bert512 resnet50"} PRECISIONS=${BENCHMARK_PRECISIONS:-bf16} \
     MODES=${BENCHMARK_MODES:-eager} STEPS=${BENCHMARK_STEPS:-10} WARMUP=${BENCHMARK_WARMUP:-3} \
     RUN_TIMEOUT=${BENCHMARK_RUN_TIMEOUT:-120} PARTRAIN=$partrain PYTHON=$python COPY_TO= OUT= \
-    RESULTS_DIR="$work/logs/benchmark" PARTRAIN_SETS="data.path=$data/text.h5" \
+    RESULTS_DIR="$work/logs/benchmark" TEXT_DATA="$data/text.h5" \
     timeout --kill-after=5 "$(seconds_left "${BENCHMARK_TIMEOUT:-300}")" bash validation/perf/gpu_training_benchmark.sh
   rc=$?
   cp "$work/logs/benchmark/results.md" "$out/benchmark.md" 2>/dev/null

@@ -69,6 +69,9 @@ def main():
         ("perf/gpu_training_benchmark.sh", [], "CASES: unknown case 'bert1024'", {"CASES": "bert1024"}),
         ("perf/gpu_training_benchmark.sh", [], "DEVICE=tpu", {"DEVICE": "tpu"}),
         ("perf/gpu_training_benchmark.sh", [], "PRECISIONS: unknown precision 'fp8'", {"PRECISIONS": "fp8"}),
+        ("perf/gpu_training_benchmark.sh", [], f"TEXT_DATA={missing}: no such file", {"TEXT_DATA": missing}),
+        ("perf/pytorch_reference.py", ["--model", "gpt2", "--seq", "8", "--channels-last"], "--channels-last is for --model resnet"),
+        ("perf/pytorch_reference.py", ["--model", "resnet", "--depth", "20"], "argument --depth: invalid choice"),
     ]
     try:  # the metrics reader runs only where matplotlib is installed
         import matplotlib  # noqa: F401

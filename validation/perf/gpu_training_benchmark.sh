@@ -3,19 +3,24 @@
 # against plain PyTorch (eager and torch.compile) on the same machine in the same run, with the same
 # model, precision, batch and optimizer settings. A program, not a test: it asserts nothing.
 #
-# Cases: {bert-base seq 128, bert-base seq 512, gpt2 (124M) seq 1024} x {fp32, bf16}. For each:
-#   ours:    $PARTRAIN train configs/bert-base.toml|gpt2.toml on one rank, one stage, one microbatch
-#            (planner uniform, stages 1), profiling and checkpoints off; WARMUP + STEPS steps; the
-#            median of the per-step "seconds" of metrics.jsonl after the first WARMUP steps.
+# Cases: {bert-base seq 128, bert-base seq 512, gpt2 (124M) seq 1024, resnet50 at 224 x 224 x 3} x
+# {fp32, bf16}. For each:
+#   ours:    $PARTRAIN train configs/bert-base.toml|gpt2.toml|resnet50.toml on one rank, one stage, one
+#            microbatch (planner uniform, stages 1), profiling and checkpoints off; WARMUP + STEPS
+#            steps; the median of the per-step "seconds" of metrics.jsonl after the first WARMUP steps.
+#            resnet50 reads synthetic images ([data] synthetic: no ImageNet needed; PyTorch's are random
+#            too) and trains with SGD (momentum 0.9), as partrain's resnet configs and the reference.
 #   eager / compile: validation/perf/pytorch_reference.py with the same settings (see its docstring).
-# Printed (and written to $RESULTS_DIR/results.md, records in results.jsonl): tokens/s of each, the
-# ratios ours/eager and ours/compile, and MFU:
+# Printed (and written to $RESULTS_DIR/results.md, records in results.jsonl): tokens/s of each
+# (images/s for resnet50), the ratios ours/eager and ours/compile, and MFU:
+#   resnet50: F per image = 3 x 2 x the forward's multiply-adds (4.09 G at 224: 24.5 GFLOP), the
+#     convention of the published counts; otherwise FLOPs per token:
 #   FLOPs per token F = 6 N + 12 L d S   (Kaplan et al. 2020; PaLM appendix B; Megatron-LM)
 #     N = parameters taking part in the per-token matmuls: all parameters less the position and
 #         token-type embeddings (lookups); the word embedding stays in N because the tied LM / MLM
 #         decoder multiplies by it at every position. bert-base: N = 109,711,676; gpt2: 123,653,376.
 #     12 L d S: QK^T and PV, forward and backward, the full S x S (also for causal GPT-2).
-#   MFU = F x tokens/s / peak, peak = 989e12 (H100 SXM bf16 dense) for every row, fp32 rows included;
+#   MFU = F x tokens/s (images/s) / peak, peak = 989e12 (H100 SXM bf16 dense) for every row, fp32 rows included;
 #   fp32 rows also against 67e12 (H100 SXM fp32 without tensor cores: IEEE fp32, TF32 off, as ours).
 # One formula for all implementations, so the MFU ratio equals the tokens/s ratio.
 #
@@ -26,8 +31,11 @@
 #   PARTRAIN_LAUNCHER  command put before it, e.g. "mpirun -np 1 --bind-to none" [none: MPI singleton]
 #   PYTHON       Python with torch [/opt/torch/.venv/bin/python, python3 or /usr/bin/python3: the first with torch]
 #   DEVICE       cuda | cpu [cuda; SMOKE: cpu]
-#   CASES        [bert128 bert512 gpt1024]    PRECISIONS [fp32 bf16]    MODES [eager compile]
-#   BATCH_BERT128 [64]  BATCH_BERT512 [16]  BATCH_GPT1024 [8]   samples per step (one microbatch)
+#   CASES        [bert128 bert512 gpt1024 resnet50]    PRECISIONS [fp32 bf16]    MODES [eager compile]
+#   BATCH_BERT128 [64]  BATCH_BERT512 [16]  BATCH_GPT1024 [8]  BATCH_RESNET50 [128]   samples per step
+#                (one microbatch)
+#   TEXT_DATA    a prepared text file for the bert and gpt2 cases (data.path) [the config's default]
+#   TORCH_RESNET_ARGS  extra pytorch_reference.py arguments for resnet50 only (e.g. "--channels-last")
 #   STEPS [20] timed steps, WARMUP [5] untimed steps before them (torch.compile compiles there)
 #   RUN_TIMEOUT [240] seconds for one run (ours, eager or compile); a run past it is recorded as failed
 #   RESULTS_DIR [runs/gpu-benchmark; SMOKE: runs/gpu-benchmark-smoke]; APPEND=1 keeps its results.jsonl
@@ -36,7 +44,8 @@
 #   TORCH_ARGS   extra pytorch_reference.py arguments (e.g. "--adamw-impl fused")
 #   PARTRAIN_SETS extra partrain `--set` overrides, space-separated (e.g. "model.fused_attention=true")
 #   SMOKE=1      CPU smoke test of the script itself: tiny models (2 layers, hidden 64, vocab 8000),
-#                seq 32/64/64, batch 2, STEPS 3, WARMUP 1, device cpu. Its figures mean nothing.
+#                seq 32/64/64, resnet50 at 64 x 64, batch 2, STEPS 3, WARMUP 1, device cpu. Its
+#                figures mean nothing.
 # A failing run (error, timeout, missing binary) is recorded with its error line; the others go on.
 # Exit code: 0 when every run gave a figure, 1 when some failed, 2 on a bad setup.
 set -uo pipefail
@@ -60,7 +69,7 @@ if [ "$SMOKE" = 1 ]; then
   WARMUP=${WARMUP:-1}
   RESULTS_DIR=${RESULTS_DIR:-runs/gpu-benchmark-smoke}
   default_batch=2
-  seq_bert128=32 seq_bert512=64 seq_gpt1024=64
+  seq_bert128=32 seq_bert512=64 seq_gpt1024=64 image_resnet50=64
   arch_sets=(model.layers=2 model.hidden=64 model.heads=2 model.intermediate=256 model.vocab=8000)
   arch_args=(--layers 2 --hidden 64 --heads 2 --intermediate 256 --vocab 8000)
 else
@@ -69,14 +78,15 @@ else
   WARMUP=${WARMUP:-5}
   RESULTS_DIR=${RESULTS_DIR:-runs/gpu-benchmark}
   default_batch=
-  seq_bert128=128 seq_bert512=512 seq_gpt1024=1024
+  seq_bert128=128 seq_bert512=512 seq_gpt1024=1024 image_resnet50=224
   arch_sets=()
   arch_args=()
 fi
 BATCH_BERT128=${BATCH_BERT128:-${default_batch:-64}}
 BATCH_BERT512=${BATCH_BERT512:-${default_batch:-16}}
 BATCH_GPT1024=${BATCH_GPT1024:-${default_batch:-8}}
-CASES=${CASES:-bert128 bert512 gpt1024}
+BATCH_RESNET50=${BATCH_RESNET50:-${default_batch:-128}}
+CASES=${CASES:-bert128 bert512 gpt1024 resnet50}
 PRECISIONS=${PRECISIONS:-fp32 bf16}
 MODES=${MODES:-eager compile}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
@@ -84,16 +94,19 @@ COPY_TO=${COPY_TO:-${OUT:-}}
 PARTRAIN_LAUNCHER=${PARTRAIN_LAUNCHER:-}
 read -r -a torch_extra <<<"${TORCH_ARGS:-}"
 read -r -a partrain_extra <<<"${PARTRAIN_SETS:-}"
+read -r -a torch_resnet_extra <<<"${TORCH_RESNET_ARGS:-}"
+TEXT_DATA=${TEXT_DATA:-}
 PEAK_BF16=989e12
 PEAK_FP32=67e12
-for case in $CASES; do case $case in bert128 | bert512 | gpt1024) ;; *) fail "CASES: unknown case '$case' (bert128 bert512 gpt1024)" ;; esac; done
+for case in $CASES; do case $case in bert128 | bert512 | gpt1024 | resnet50) ;; *) fail "CASES: unknown case '$case' (bert128 bert512 gpt1024 resnet50)" ;; esac; done
 for precision in $PRECISIONS; do case $precision in fp32 | bf16) ;; *) fail "PRECISIONS: unknown precision '$precision' (fp32 bf16)" ;; esac; done
 for mode in $MODES; do case $mode in eager | compile) ;; *) fail "MODES: unknown mode '$mode' (eager compile)" ;; esac; done
 [[ $DEVICE =~ ^(cpu|cuda(:[0-9]+)?)$ ]] || fail "DEVICE=$DEVICE: expected cuda, cuda:N or cpu"
-for setting in STEPS RUN_TIMEOUT BATCH_BERT128 BATCH_BERT512 BATCH_GPT1024; do
+for setting in STEPS RUN_TIMEOUT BATCH_BERT128 BATCH_BERT512 BATCH_GPT1024 BATCH_RESNET50; do
   [[ ${!setting} =~ ^[1-9][0-9]*$ ]] || fail "$setting=${!setting}: expected a positive integer"
 done
 [[ $WARMUP =~ ^[0-9]+$ ]] || fail "WARMUP=$WARMUP: expected a non-negative integer"
+[ -z "$TEXT_DATA" ] || [ -f "$TEXT_DATA" ] || fail "TEXT_DATA=$TEXT_DATA: no such file"
 
 # Python and torch must not see the carried MPI/HDF5 libraries that .devdeps/env.sh puts first on
 # LD_LIBRARY_PATH: run Python with the library path from before env.sh.
@@ -126,7 +139,7 @@ fi
 mkdir -p "$RESULTS_DIR" || exit 2
 results="$RESULTS_DIR/results.jsonl"
 if [ "${APPEND:-0}" != 1 ]; then  # a fresh run: drop the records and logs of earlier runs (only ours)
-  rm -rf "$RESULTS_DIR"/results.md "$RESULTS_DIR"/{bert128,bert512,gpt1024}-{fp32,bf16}
+  rm -rf "$RESULTS_DIR"/results.md "$RESULTS_DIR"/{bert128,bert512,gpt1024,resnet50}-{fp32,bf16}
   : >"$results"
 fi
 helper=$(mktemp "${TMPDIR:-/tmp}/gpu_benchmark_helper.XXXXXX.py") || exit 2
@@ -156,10 +169,16 @@ def append(results, record):
     with open(results, "a") as handle:
         handle.write(json.dumps(record) + "\n")
 
+IMAGE_CASES = ("resnet50",)  # throughput in images/s; the others in tokens/s
+
 def common(a):
     counts = json.loads(a["counts"]) if a.get("counts") else {}
+    images = a["case"] in IMAGE_CASES
+    # flops_per_unit: FLOPs per token, or per image for the image cases
     return dict(case=a["case"], precision=a["precision"], batch=int(a["batch"]), seq=int(a["seq"]),
-                flops_per_token=counts.get("flops_per_token"), flop_parameters=counts.get("flop_parameters"))
+                unit="images" if images else "tokens",
+                flops_per_unit=counts.get("flops_per_image" if images else "flops_per_token"),
+                flop_parameters=counts.get("flop_parameters"))
 
 def ours(a):
     record = dict(common(a), impl="ours")
@@ -171,7 +190,7 @@ def ours(a):
             steps = [json.loads(line) for line in handle if line.strip()]
     timed = [s for s in steps if s["step"] > warmup]
     log_text = open(a["log"], errors="replace").read() if os.path.exists(a["log"]) else ""
-    match = re.search(r"\((?:bert|gpt), (\d+) parameters\)", log_text)
+    match = re.search(r"\((?:bert|gpt|resnet), (\d+) parameters\)", log_text)
     if match:
         record["parameters"] = int(match.group(1))
     if rc != 0 or not timed:
@@ -179,7 +198,8 @@ def ours(a):
             f"no step after the {warmup} warm-up steps in {metrics}"
     else:
         seconds = statistics.median(s["seconds"] for s in timed)
-        record.update(step_seconds=seconds, tokens_per_second=record["batch"] * record["seq"] / seconds,
+        # seq is 1 for the image cases: the units are then images
+        record.update(step_seconds=seconds, per_second=record["batch"] * record["seq"] / seconds,
                       steps=len(timed), first_step_seconds=steps[0]["seconds"],
                       first_loss=steps[0]["loss"], last_loss=steps[-1]["loss"],
                       peak_memory_bytes=max(s.get("peak_memory_bytes", 0) for s in steps),
@@ -199,10 +219,12 @@ def torch_run(a):
                     break
                 except ValueError:
                     pass
-    if rc != 0 or result is None or "tokens_per_second" not in result:
+    rate_key = "samples_per_second" if record["unit"] == "images" else "tokens_per_second"
+    if rc != 0 or result is None or not result.get(rate_key):
         record["error"] = error_line(a["err"], rc, a["timeout"])
     else:
-        for key in ("step_seconds", "tokens_per_second", "first_step_seconds", "first_loss", "last_loss",
+        record["per_second"] = result[rate_key]
+        for key in ("step_seconds", "first_step_seconds", "first_loss", "last_loss",
                     "peak_memory_bytes", "parameters", "device_name", "torch"):
             record[key] = result.get(key)
         record["steps"] = result.get("steps")
@@ -214,7 +236,7 @@ def say(record):
     if "error" in record:
         print(f"{head} FAILED: {record['error']}", flush=True)
     else:
-        print(f"{head} {record['tokens_per_second']:,.0f} tokens/s ({record['step_seconds']:.4f} s/step, median of "
+        print(f"{head} {record['per_second']:,.0f} {record['unit']}/s ({record['step_seconds']:.4f} s/step, median of "
               f"{record['steps']}; first step {record['first_step_seconds']:.2f} s; loss "
               f"{record['first_loss']:.3f} -> {record['last_loss']:.3f})", flush=True)
 
@@ -233,16 +255,17 @@ def table(a):
             cases.append((case, precision))
     rank = {"fp32": 0, "bf16": 1}
     cases.sort(key=lambda c: (order_cases.index(c[0]) if c[0] in order_cases else 99, rank.get(c[1], 9)))
-    names = {"bert128": "bert-base seq 128", "bert512": "bert-base seq 512", "gpt1024": "gpt2 124M seq 1024"}
+    names = {"bert128": "bert-base seq 128", "bert512": "bert-base seq 512", "gpt1024": "gpt2 124M seq 1024",
+             "resnet50": "resnet50 224x224x3"}
 
     def tps(record):
-        return record.get("tokens_per_second") if record and "error" not in record else None
+        return record.get("per_second") if record and "error" not in record else None
 
     def mfu(record, peak):
         value = tps(record)
-        if value is None or not record.get("flops_per_token"):
+        if value is None or not record.get("flops_per_unit"):
             return "-"
-        share = 100 * value * record["flops_per_token"] / peak
+        share = 100 * value * record["flops_per_unit"] / peak
         return f"{share:.1f}%" if share >= 1 else f"{share:.2g}%"
 
     def number(value):
@@ -257,16 +280,18 @@ def table(a):
     out.append(f"Device: {device or a.get('device', '?')}; torch {version or '?'}; partrain: {a['partrain']}; "
                f"{a['steps']} timed steps after {a['warmup']} warm-up steps (medians).")
     out.append("")
-    out.append("MFU = (6 N + 12 L d S) x tokens/s / peak; peak 989 TFLOP/s (H100 bf16 dense) for every row; "
-               "fp32 rows also vs 67 TFLOP/s (H100 fp32, no tensor cores).")
+    out.append("MFU = (6 N + 12 L d S) x tokens/s / peak, or 3 x forward FLOPs per image x images/s / peak; "
+               "peak 989 TFLOP/s (H100 bf16 dense) for every row; fp32 rows also vs 67 TFLOP/s (H100 fp32, "
+               "no tensor cores).")
     out.append("")
-    out.append("| case | precision | batch | ours tokens/s | torch eager tokens/s | torch compile tokens/s | "
+    out.append("| case | precision | batch | unit | ours | torch eager | torch compile | "
                "ours/eager | ours/compile | MFU ours | MFU eager | MFU compile | MFU ours vs fp32 peak 67T |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for case, precision in cases:
         o, e, c = (latest.get((case, precision, impl)) for impl in ("ours", "eager", "compile"))
         any_record = o or e or c
-        out.append(f"| {names.get(case, case)} | {precision} | {any_record['batch']} | {number(tps(o))} | "
+        out.append(f"| {names.get(case, case)} | {precision} | {any_record['batch']} | {any_record['unit']}/s | "
+                   f"{number(tps(o))} | "
                    f"{number(tps(e))} | {number(tps(c))} | {ratio(tps(o), tps(e))} | {ratio(tps(o), tps(c))} | "
                    f"{mfu(o, peak_bf16)} | {mfu(e, peak_bf16)} | {mfu(c, peak_bf16)} | "
                    f"{mfu(o, peak_fp32) if precision == 'fp32' else '-'} |")
@@ -326,14 +351,25 @@ if [ "$DEVICE" != cpu ] && command -v nvidia-smi >/dev/null 2>&1; then nvidia-sm
 
 failures=0
 started=$SECONDS
+text_sets=("${arch_sets[@]+"${arch_sets[@]}"}")
+[ -z "$TEXT_DATA" ] || text_sets+=(data.path="$TEXT_DATA")
 for case in $CASES; do
+  # case_sets: partrain --set overrides of the case; case_args: pytorch_reference.py's shape arguments
   case $case in
     bert128) config=configs/bert-base.toml model=bert seq=$seq_bert128 batch=$BATCH_BERT128 ;;
     bert512) config=configs/bert-base.toml model=bert seq=$seq_bert512 batch=$BATCH_BERT512 ;;
     gpt1024) config=configs/gpt2.toml model=gpt2 seq=$seq_gpt1024 batch=$BATCH_GPT1024 ;;
-    *) echo "gpu_training_benchmark: unknown case '$case' (bert128, bert512, gpt1024)" >&2; failures=$((failures + 1)); continue ;;
+    resnet50) config=configs/resnet50.toml model=resnet seq=1 batch=$BATCH_RESNET50 ;;
+    *) echo "gpu_training_benchmark: unknown case '$case' (bert128, bert512, gpt1024, resnet50)" >&2; failures=$((failures + 1)); continue ;;
   esac
-  counts=$(py "$here/pytorch_reference.py" --model "$model" --seq "$seq" "${arch_args[@]+"${arch_args[@]}"}" --count-only 2>&1 | tail -n 1)
+  if [ "$model" = resnet ]; then
+    case_sets=(model.image_size="$image_resnet50" data.synthetic=true train.optimizer=sgd)
+    case_args=(--depth 50 --image-size "$image_resnet50" --channels 3 --classes 1000)
+  else
+    case_sets=(model.seq_len="$seq" "${text_sets[@]+"${text_sets[@]}"}")
+    case_args=(--seq "$seq" "${arch_args[@]+"${arch_args[@]}"}")
+  fi
+  counts=$(py "$here/pytorch_reference.py" --model "$model" "${case_args[@]}" --count-only 2>&1 | tail -n 1)
   case $counts in "{"*) ;; *) echo "[$case] cannot count FLOPs: $counts" >&2; counts= ;; esac
   for precision in $PRECISIONS; do
     dir="$RESULTS_DIR/$case-$precision"
@@ -341,14 +377,14 @@ for case in $CASES; do
     common=(case="$case" precision="$precision" batch="$batch" seq="$seq" counts="$counts" results="$results" timeout="$RUN_TIMEOUT")
 
     # ---- ours ----
-    sets=(model.seq_len="$seq" train.global_batch="$batch" train.microbatches=1 train.steps=$((STEPS + WARMUP))
+    sets=("${case_sets[@]}" train.global_batch="$batch" train.microbatches=1 train.steps=$((STEPS + WARMUP))
       train.precision="$precision" train.device="$DEVICE" train.eval_every=0 parallel.planner=uniform parallel.stages=1
       parallel.device_memory=80GiB profile.enabled=false checkpoint.every=0 log.every=5 log.dir="$dir/ours"
-      "${arch_sets[@]+"${arch_sets[@]}"}" "${partrain_extra[@]+"${partrain_extra[@]}"}")
+      "${partrain_extra[@]+"${partrain_extra[@]}"}")
     set_args=()
     for s in "${sets[@]}"; do set_args+=(--set "$s"); done
     read -r -a launcher <<<"$PARTRAIN_LAUNCHER"
-    echo "[$case $precision] ours: $PARTRAIN train $config (batch $batch, seq $seq) ..."
+    echo "[$case $precision] ours: $PARTRAIN train $config (batch $batch$([ "$model" = resnet ] || echo ", seq $seq")) ..."
     timeout --kill-after=10 "$RUN_TIMEOUT" "${launcher[@]+"${launcher[@]}"}" "$PARTRAIN" train "$config" \
       "${set_args[@]}" >"$dir/ours.log" 2>&1
     rc=$?
@@ -359,10 +395,11 @@ for case in $CASES; do
     # ---- PyTorch ----
     for mode in $MODES; do
       echo "[$case $precision] torch $mode ..."
+      extra=("${torch_extra[@]+"${torch_extra[@]}"}")
+      [ "$model" != resnet ] || extra+=("${torch_resnet_extra[@]+"${torch_resnet_extra[@]}"}")
       timeout --kill-after=10 "$RUN_TIMEOUT" env LD_LIBRARY_PATH="$python_ld" "$PYTHON" "$here/pytorch_reference.py" \
-        --model "$model" --seq "$seq" --batch "$batch" --precision "$precision" --mode "$mode" --steps "$STEPS" \
-        --warmup "$WARMUP" --device "$DEVICE" "${arch_args[@]+"${arch_args[@]}"}" \
-        "${torch_extra[@]+"${torch_extra[@]}"}" >"$dir/torch-$mode.json" 2>"$dir/torch-$mode.log"
+        --model "$model" "${case_args[@]}" --batch "$batch" --precision "$precision" --mode "$mode" --steps "$STEPS" \
+        --warmup "$WARMUP" --device "$DEVICE" "${extra[@]+"${extra[@]}"}" >"$dir/torch-$mode.json" 2>"$dir/torch-$mode.log"
       rc=$?
       py "$helper" torch "${common[@]}" mode="$mode" out="$dir/torch-$mode.json" err="$dir/torch-$mode.log" rc="$rc" || rc=1
       [ "$rc" = 0 ] || failures=$((failures + 1))

@@ -16,11 +16,16 @@ The models copy what src/models/{bert,gpt,layers}.cpp build, so that both sides 
   split, explicit causal attention, attention dropout, c_proj, dropout, residual; ln_2, c_fc,
   tanh-GELU, c_proj, dropout, residual); ln_f; LM head = x @ wte^T (tied, no bias); LayerNorm eps 1e-5.
   The loss is the cross-entropy of every position against the next token.
-* resnet (configs/resnet18.toml with the Fashion-MNIST shape of resnet-tiny.toml): torchvision's own
-  resnet18 / resnet34 (--depth) with conv1 taking --channels inputs (7x7, stride 2, padding 3, no bias,
-  as partrain's) and --classes outputs; 1 x 28 x 28, 10 classes: 11,175,370 parameters for depth 18,
+* resnet (configs/resnet18.toml ... resnet152.toml; default the Fashion-MNIST shape of resnet-tiny.toml):
+  torchvision's own resnet18/34/50/101/152 (--depth; v1.5, as partrain's) with conv1 taking --channels
+  inputs (7x7, stride 2, padding 3, no bias, as partrain's) and --classes outputs; 1 x 28 x 28, 10
+  classes: 11,175,370 parameters for depth 18; ResNet-50 at 3 x 224 x 224, 1000 classes: 25,557,032,
   as partrain's graph. BatchNorm in training mode; loss = cross-entropy. Optimizer SGD by default
-  (partrain's resnet configs): momentum 0.9, L2 weight decay on parameters of rank > 1.
+  (partrain's resnet configs): momentum 0.9, L2 weight decay on parameters of rank > 1. Throughput in
+  images/s; FLOPs per image = 3 x the forward's convolution and linear FLOPs (2 per multiply-add; the
+  backward counted as twice the forward, the convention of Kaplan et al. and of torchvision's GFLOPS
+  table, which lists multiply-adds: ResNet-50 at 224 is 4.09 G of them, so 24.5 GFLOP per image).
+  --channels-last runs the model and images in NHWC, the layout NVIDIA's own ResNet-50 recipes use.
 
 Optimizer as partrain's [train] defaults: AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01
 on parameters of rank > 1 only), global gradient-norm clipping at 1.0, cosine learning-rate decay to
@@ -40,9 +45,10 @@ in torch.nn.parallel.DistributedDataParallel (gloo on the CPU, nccl on GPUs) wit
 gradient buckets, each rank training on its 1/N of --batch; rank 0 reports (step times measured on
 rank 0; the all-reduce keeps the ranks in step).
 
-Prints ONE JSON line on stdout (everything else goes to stderr): tokens_per_second, step_seconds
-(median of the timed steps; each step is bracketed by device synchronisation), and the run's settings.
---count-only prints the parameter counts and FLOPs per token without importing torch.
+Prints ONE JSON line on stdout (everything else goes to stderr): tokens_per_second (bert, gpt2),
+samples_per_second (images/s for resnet), step_seconds (median of the timed steps; each step is
+bracketed by device synchronisation), and the run's settings. --count-only prints the parameter counts
+and FLOPs per token (per image for resnet) without importing torch.
 """
 
 import json
@@ -72,10 +78,12 @@ def parse_arguments(argv=None):
     parser.add_argument("--model", choices=["bert", "gpt2", "resnet"], required=True)
     parser.add_argument("--seq", type=int, default=0, help="tokens per sample (bert, gpt2: required)")
     # ResNet shape (the Fashion-MNIST shape of configs/resnet-tiny.toml).
-    parser.add_argument("--depth", type=int, choices=[18, 34], default=18, help="resnet: torchvision resnet18 or resnet34")
+    parser.add_argument("--depth", type=int, choices=[18, 34, 50, 101, 152], default=18,
+                        help="resnet: torchvision resnet18, 34, 50, 101 or 152")
     parser.add_argument("--image-size", type=int, default=28, help="resnet: image height and width")
     parser.add_argument("--channels", type=int, default=1, help="resnet: input channels")
     parser.add_argument("--classes", type=int, default=10, help="resnet: output classes")
+    parser.add_argument("--channels-last", action="store_true", help="resnet: NHWC model and images")
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], help="default: sgd for resnet, adamw otherwise")
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     parser.add_argument("--batch", type=int, default=8, help="samples per step (one microbatch)")
@@ -120,9 +128,11 @@ def parse_arguments(argv=None):
 
     if args.optimizer is None:
         args.optimizer = "sgd" if args.model == "resnet" else "adamw"
+    if args.channels_last and args.model != "resnet":
+        parser.error("--channels-last is for --model resnet")
     if args.model == "resnet":
-        if args.precision != "fp32" or args.mode != "eager":
-            parser.error("--model resnet runs fp32 eager only")
+        if args.image_size < 1 or args.channels < 1 or args.classes < 1:
+            parser.error("--image-size, --channels and --classes must be positive")
         if args.steps < 1 or args.warmup < 0 or args.batch < 1:
             parser.error("--steps and --batch must be positive, --warmup non-negative")
         return args
@@ -176,12 +186,63 @@ def analytic_counts(args):
     return dict(parameters=total, flop_parameters=flop_parameters, flops_per_token=flops_per_token)
 
 
+RESNET_BLOCKS = {18: (False, [2, 2, 2, 2]), 34: (False, [3, 4, 6, 3]), 50: (True, [3, 4, 6, 3]),
+                 101: (True, [3, 4, 23, 3]), 152: (True, [3, 8, 36, 3])}  # (bottleneck, blocks per stage)
+
+
+def resnet_counts(args):
+    """Parameters and training FLOPs per image of torchvision's ResNet (v1.5) at --image-size.
+
+    Walks the architecture (He et al. 2016, Table 1; torchvision's resnet.py): conv1 7x7/2, max pool
+    3x3/2, four stages of basic (18, 34) or bottleneck (50, 101, 152; expansion 4, the stride on the
+    3x3) blocks of widths 64..512, a 1x1 projection where a block changes shape, global average pool,
+    fc. Parameters: convolution weights, BatchNorm weight and bias, fc weight and bias (the BatchNorm
+    running statistics are buffers). flops_per_image = 3 x 2 x the multiply-adds of the convolutions
+    and fc (the backward as twice the forward; BatchNorm, ReLU and pooling left out, as in the
+    published counts: 4.09 G multiply-adds for ResNet-50 at 224).
+    """
+    bottleneck, blocks = RESNET_BLOCKS[args.depth]
+    parameters, multiply_adds, size = 0, 0, args.image_size
+
+    def conv(inputs, outputs, kernel, stride, padding):
+        nonlocal parameters, multiply_adds, size
+        size = (size + 2 * padding - kernel) // stride + 1
+        parameters += kernel * kernel * inputs * outputs + 2 * outputs  # weight, BatchNorm
+        multiply_adds += size * size * kernel * kernel * inputs * outputs
+
+    conv(args.channels, 64, 7, 2, 3)
+    size = (size + 2 - 3) // 2 + 1  # max pool 3x3/2, padding 1
+    expansion = 4 if bottleneck else 1
+    channels = 64
+    for stage, count in enumerate(blocks):
+        planes = 64 << stage
+        for block in range(count):
+            stride = 2 if stage > 0 and block == 0 else 1
+            block_input = size
+            if bottleneck:
+                conv(channels, planes, 1, 1, 0)
+                conv(planes, planes, 3, stride, 1)
+                conv(planes, planes * expansion, 1, 1, 0)
+            else:
+                conv(channels, planes, 3, stride, 1)
+                conv(planes, planes, 3, 1, 1)
+            if stride != 1 or channels != planes * expansion:  # the projection shortcut
+                after = size
+                size = block_input
+                conv(channels, planes * expansion, 1, stride, 0)
+                assert size == after
+            channels = planes * expansion
+    parameters += channels * args.classes + args.classes
+    multiply_adds += channels * args.classes
+    return dict(parameters=parameters, flop_parameters=None, flops_per_image=6 * multiply_adds,
+                multiply_adds_per_image=multiply_adds)
+
+
 def build_resnet(args, torch):
-    """torchvision's resnet18/34 with conv1 for --channels inputs and --classes outputs."""
+    """torchvision's resnet18/34/50/101/152 with conv1 for --channels inputs and --classes outputs."""
     import torchvision
 
-    constructor = torchvision.models.resnet18 if args.depth == 18 else torchvision.models.resnet34
-    model = constructor(weights=None, num_classes=args.classes)
+    model = getattr(torchvision.models, f"resnet{args.depth}")(weights=None, num_classes=args.classes)
     model.conv1 = torch.nn.Conv2d(args.channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
 
     class WithLoss(torch.nn.Module):
@@ -335,7 +396,10 @@ def make_batches(args, torch, device, count):
         if args.model == "resnet":
             images = torch.randn(args.batch, args.channels, args.image_size, args.image_size, generator=generator)
             labels = torch.randint(0, args.classes, (args.batch,), generator=generator)
-            batches.append((images.to(device), labels.to(device)))
+            images = images.to(device)
+            if args.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
+            batches.append((images, labels.to(device)))
             continue
         shape = (args.batch, args.seq)
         ids = torch.randint(0, args.vocab, shape, generator=generator)
@@ -389,10 +453,11 @@ def run(args):
         torch.cuda.set_device(device)
 
     model = build_model(args, torch).to(device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
     model.train()
     parameters = sum(p.numel() for p in model.parameters())  # tied weights counted once
-    counts = analytic_counts(args) if args.model != "resnet" else dict(parameters=parameters, flop_parameters=None,
-                                                                          flops_per_token=None)
+    counts = resnet_counts(args) if args.model == "resnet" else analytic_counts(args)
     if parameters != counts["parameters"]:
         log(f"WARNING: the model has {parameters} parameters, the analytic count says {counts['parameters']}")
 
@@ -468,11 +533,15 @@ def run(args):
         model=args.model, seq=args.seq, batch=args.batch, precision=args.precision, mode=args.mode,
         device=str(device), device_name=torch.cuda.get_device_name(device) if cuda else "cpu",
         torch=torch.__version__, tf32_matmul=tf32_matmul(torch), parameters=parameters, flop_parameters=counts["flop_parameters"],
-        flops_per_token=counts["flops_per_token"], layers=args.layers, hidden=args.hidden, heads=args.heads,
+        flops_per_token=counts.get("flops_per_token"), flops_per_image=counts.get("flops_per_image"),
+        layers=args.layers, hidden=args.hidden, heads=args.heads,
         intermediate=args.intermediate, vocab=args.vocab, steps=args.steps, warmup=args.warmup,
         step_seconds=step_seconds, step_seconds_min=min(timed), step_seconds_max=max(timed),
-        first_step_seconds=seconds[0], tokens_per_second=args.batch * args.seq / step_seconds,
-        samples_per_second=args.batch / step_seconds, optimizer=args.optimizer,
+        first_step_seconds=seconds[0],
+        tokens_per_second=args.batch * args.seq / step_seconds if args.model != "resnet" else None,
+        samples_per_second=args.batch / step_seconds, optimizer=args.optimizer, channels_last=args.channels_last,
+        depth=args.depth if args.model == "resnet" else None,
+        image_size=args.image_size if args.model == "resnet" else None,
         threads=torch.get_num_threads(),
         first_loss=loss_values[0], last_loss=loss_values[-1], ranks=world,
         peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
@@ -484,8 +553,9 @@ def main():
     args = parse_arguments()
     if args.count_only:
         if args.model == "resnet":
-            fail("--count-only has no analytic count for resnet")
-        result = dict(model=args.model, seq=args.seq, **analytic_counts(args))
+            result = dict(model=args.model, depth=args.depth, image_size=args.image_size, **resnet_counts(args))
+        else:
+            result = dict(model=args.model, seq=args.seq, **analytic_counts(args))
     else:
         result = run(args)
     if result is not None:  # under --ddp only rank 0 reports
