@@ -131,7 +131,7 @@ gtest_counts() {  # gtest_counts LOG: "N passed, N failed, N skipped" from Googl
 if wants ops; then
   # With CUDA_LAUNCH_BLOCKING=1: a kernel fault is reported at the op that caused it.
   t0=$SECONDS
-  CUDA_LAUNCH_BLOCKING=1 run_logged ops "$STEP_TIMEOUT" "$test_cuda" --gtest_filter='-CudaTraining.*:CudaDevice.*' \
+  CUDA_LAUNCH_BLOCKING=1 run_logged ops "$STEP_TIMEOUT" "$test_cuda" --gtest_filter='-CudaTraining*:CudaDevice.*' \
     --gtest_output="json:$work/logs/ops.json"
   rc=$?
   counts=$(gtest_counts ops)
@@ -204,6 +204,17 @@ if wants training; then
       done
     done
   done
+  # The trace holds each action's device time (CUDA events), what re-planning on a GPU reads.
+  t0=$SECONDS
+  PARTRAIN_BINARY=$partrain PARTRAIN_SOURCE_DIR=$root PARTRAIN_DATA_DIR=$data PARTRAIN_RUN_DIR=$work/runs \
+    run_logged trace-device-times "$TRAIN_TIMEOUT" "$test_cuda" --gtest_filter='CudaTrainingTrace.*'
+  rc=$?
+  counts=$(gtest_counts trace-device-times)
+  if gtest_passed $rc "$counts"; then
+    record "trace of device times" pass $((SECONDS - t0)) "$counts"
+  else
+    record "trace of device times" fail $((SECONDS - t0)) "rc $rc; $counts; $(last_lines trace-device-times 'Failure|Expected|error|skipped' 8)"
+  fi
 fi
 
 # ---- d. a checkpoint written on the GPU resumes on the CPU with the same next loss ----

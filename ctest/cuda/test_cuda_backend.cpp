@@ -5,7 +5,9 @@
 // multiply-adds). Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <memory>
 #include <limits>
 
 #include "app/trimmed_pipeline_communicator.h"
@@ -57,6 +59,37 @@ TEST(CudaBackend, TrimmedCommunicatorTakesDeviceTensors) {
   const Tensor whole = to_backend(whole_host, gpu());
   world.all_gather(whole.slice_rows(4, 8), whole);
   EXPECT_EQ(to_host(whole, gpu()).to_float_vector(), whole_host.to_float_vector());
+}
+
+// The device timer (core/device_timer.h) times the work queued between two marks on the device's
+// clock: for 20 fills of 1 GiB (memory-bound, milliseconds of work queued in microseconds) it reads
+// most of the wall time until the device is done, never more, while the host returns from queueing
+// long before the work ends (what a host clock around the calls would have measured).
+TEST(CudaBackend, DeviceTimerTimesQueuedWork) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  std::unique_ptr<DeviceTimer> timer = gpu().make_device_timer();
+  ASSERT_NE(timer, nullptr);
+  const Tensor big = gpu().empty(Shape{std::int64_t{1} << 28});  // 1 GiB of f32
+  gpu().fill_zero(big);
+  gpu().synchronise();
+  const auto wall_start = std::chrono::steady_clock::now();
+  const int begin = timer->mark();
+  for (int i = 0; i < 20; ++i) gpu().fill_zero(big);
+  const int end = timer->mark();
+  const double queued = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  gpu().synchronise();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double device = timer->seconds_between(begin, end);
+  EXPECT_GT(device, 0.0);
+  EXPECT_LE(device, wall * 1.01 + 1e-4) << "queued in " << queued << " s";
+  EXPECT_GE(device, 0.7 * wall) << "queued in " << queued << " s";
+  EXPECT_LT(queued, 0.5 * device) << "the host waited for the fills: nothing to tell apart";
+  EXPECT_NEAR(timer->seconds_between(begin, begin), 0.0, 1e-6);
+  timer->reset();  // the events are reused: marks count from 0 again
+  EXPECT_EQ(timer->mark(), 0);
+  EXPECT_EQ(timer->mark(), 1);
+  EXPECT_GE(timer->seconds_between(0, 1), 0.0);
+  EXPECT_THROW(timer->seconds_between(0, 2), Error);
 }
 
 TEST(CudaBackend, FlushCachesLeavesTensorsAndTheAllocatorAlone) {

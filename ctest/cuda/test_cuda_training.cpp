@@ -7,10 +7,17 @@
 // elsewhere there).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <map>
 #include <string>
 #include <unistd.h>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cuda/cuda_op_check.h"
 #include "support/partrain_runs.h"
@@ -59,6 +66,46 @@ TEST_P(CudaTraining, TenStepsMatchTheCpu) {
     const double tolerance = precision == "fp32" ? 1e-4 : 1e-2;
     for (std::size_t step = 0; step < cpu.size(); ++step)
       EXPECT_NEAR(gpu[step], cpu[step], tolerance * std::abs(cpu[step])) << "step " << step + 1;
+  }
+}
+
+// On a GPU the trace holds each action's device time (CUDA events on the compute stream, read at the
+// step's end), which re-planning compares with the plan: one stream runs the actions one after the
+// other, so a step's compute and transfer events follow each other without overlapping, each takes
+// some time, and together they fit in the step's measured (synchronised) seconds.
+TEST(CudaTrainingTrace, HoldsDeviceTimes) {
+  PARTRAIN_SKIP_WITHOUT_GPU();
+  const std::string directory = setting("PARTRAIN_RUN_DIR", PARTRAIN_RUN_DIR) + "/gpt-trace-" + std::to_string(::getpid());
+  const std::string command = setting("PARTRAIN_BINARY", PARTRAIN_BINARY) + " train " +
+                              setting("PARTRAIN_SOURCE_DIR", PARTRAIN_SOURCE_DIR) +
+                              "/configs/gpt-tiny.toml --set train.steps=4 --set train.device=cuda --set log.dir=" + directory +
+                              " --set log.trace=trace.json --set data.path=" + setting("PARTRAIN_DATA_DIR", PARTRAIN_DATA_DIR) +
+                              "/text.h5 --set checkpoint.every=0 --set profile.enabled=false --set parallel.planner=uniform"
+                              " --set parallel.stages=1 --set train.microbatches=2 --set profile.replan_threshold=0";
+  std::filesystem::create_directories(directory);
+  ASSERT_EQ(std::system(("timeout 300 " + command + " > " + directory + ".log 2>&1").c_str()), 0)
+      << command << " (log: " << directory << ".log)";
+  const std::vector<double> step_seconds = testing::metric_values(directory, "seconds");
+  ASSERT_EQ(step_seconds.size(), 4u);
+  std::ifstream file(directory + "/trace.json");
+  const nlohmann::json trace = nlohmann::json::parse(file);
+  std::map<std::int64_t, std::vector<std::pair<double, double>>> spans;  // step -> (start, duration) in µs
+  for (const nlohmann::json& event : trace.at("traceEvents")) {
+    if (event.value("ph", "") != "X" || event.value("tid", -1) != 0 || event.value("cat", "") == "optimizer") continue;
+    spans[event.at("args").at("step").get<std::int64_t>()].emplace_back(event.at("ts").get<double>(),
+                                                                         event.at("dur").get<double>());
+  }
+  ASSERT_EQ(spans.size(), 4u);
+  for (auto& [step, events] : spans) {
+    SCOPED_TRACE("step " + std::to_string(step + 1));
+    std::sort(events.begin(), events.end());
+    double total = 0;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      EXPECT_GT(events[i].second, 0.0) << "event " << i;
+      if (i > 0) EXPECT_GE(events[i].first, events[i - 1].first + events[i - 1].second - 1.0) << "event " << i;
+      total += events[i].second;
+    }
+    EXPECT_LE(total, 1e6 * step_seconds.at(static_cast<std::size_t>(step)) + 1000.0);
   }
 }
 

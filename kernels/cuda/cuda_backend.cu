@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/device_timer.cuh"
 #include "kernels/cuda/optimizer.cuh"
 
 namespace partrain::cuda {
@@ -113,6 +114,8 @@ void CudaBackend::synchronise() {
 }
 
 void CudaBackend::check_device_errors() { device_errors_->report(); }
+
+std::unique_ptr<DeviceTimer> CudaBackend::make_device_timer() { return make_cuda_device_timer(stream_, device_index_); }
 
 double CudaBackend::flushed_cache_bytes() const {
   int l2_bytes = 0;

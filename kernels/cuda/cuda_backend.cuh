@@ -65,6 +65,8 @@ class CudaBackend final : public Backend {
   void sgd_update(const Tensor& parameter, const Tensor& gradient, const Tensor& momentum_buffer,
                   const SgdUpdate& update) override;
   bool supports_bf16() const override { return true; }
+  /// CUDA events on stream() (kernels/cuda/device_timer.cuh).
+  std::unique_ptr<DeviceTimer> make_device_timer() override;
   /// Writes a device buffer of twice the L2 (cudaDevAttrL2CacheSize) on stream(), as Triton's
   /// do_bench does before each timed run.
   void flush_caches() override;

@@ -404,10 +404,9 @@ ReplanOutcome check_prediction(const TrainingRun& run, const Replanning& replann
     return outcome;
   }
   Backend& backend = run.executor.backend();
-  if (!backend.device().is_cpu()) {
-    // The trace times an action on the host, which on a GPU (overlap ordering) is the queueing of
-    // its kernels, not their device time: stage corrections from it would be wrong. Until actions
-    // are timed with device events, a GPU run reports the error and keeps its plan.
+  if (!run.executor.traces_device_time()) {
+    // Host times of a device's actions are the queueing of its kernels, not their work: stage
+    // corrections from them would be wrong (a backend without a device timer).
     if (world.rank() == 0)
       std::printf("replan: step time measured %.4f s, predicted %.4f s (%+.1f%%): beyond [profile] replan_threshold "
                   "%.0f%%, but stage costs are not yet measured on %s during training: plan kept\n",

@@ -3,6 +3,7 @@
 // other backend is tested op by op against it). Kernels are registered per OpType.
 #include <array>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "core/tensor_parallel_group.h"
 #include "core/tensor.h"
 #include "core/attributes.h"
+#include "core/device_timer.h"
 #include "core/op_type.h"
 
 namespace partrain {
@@ -116,6 +118,9 @@ class Backend {
   /// The same for f16 (IEEE half): kernels that read and write it themselves, or fp32 compute on
   /// widened copies rounded back to f16 once per op.
   virtual bool supports_f16() const { return false; }
+  /// A timer of this device's queued work (core/device_timer.h), or nullptr where the host's clock
+  /// already times the work because kernels run as they are called (the CPU).
+  virtual std::unique_ptr<DeviceTimer> make_device_timer() { return nullptr; }
 
   CachingAllocator& allocator() const { return allocator_for(device()); }
   Tensor empty(const Shape& shape, DType dtype = DType::F32) const { return Tensor::empty(shape, dtype, device()); }

@@ -113,8 +113,8 @@ PipelineExecutor::PipelineExecutor(const Graph& graph, const Plan& plan, comm::C
                                    const io::BatchSource& data, const std::unordered_map<int, Tensor>& initial_values,
                                    const RuntimeOptions& options)
     : graph_(graph), plan_(plan), world_(world), backend_(backend), data_(data), options_(options),
-      lr_schedule_(options.lr_schedule), clock_origin_(now_us()),
-      group_transfers_(options.group_transfers || world.sends_wait_for_their_receive()) {
+      group_transfers_(options.group_transfers || world.sends_wait_for_their_receive()),
+      lr_schedule_(options.lr_schedule), clock_origin_(now_us()), device_timer_(backend.make_device_timer()) {
   PARTRAIN_CHECK(world.size() == plan.world_size,
                  "the plan is for " << plan.world_size << " ranks, but " << world.size() << " are running");
   placement_ = plan.placement_of(world.rank());
@@ -893,6 +893,17 @@ void PipelineExecutor::optimizer_step(Pass& pass) {
   trace_.push_back({"Step", "optimizer", step_start - clock_origin_, now_us() - step_start, pass.step});
 }
 
+void PipelineExecutor::retime_on_device(double step_start_us, int origin, std::span<const DeviceTimedEvent> events) {
+  // The host's times of a GPU action are its launches; the device's marks give its work. The
+  // device timeline is placed at the step's start on the host clock (the clocks are not otherwise
+  // related), so the trace stays one timeline per rank.
+  for (const DeviceTimedEvent& timed : events) {
+    io::TraceEvent& event = trace_[timed.event];
+    event.start_us = step_start_us - clock_origin_ + 1e6 * device_timer_->seconds_between(origin, timed.begin);
+    event.duration_us = 1e6 * device_timer_->seconds_between(timed.begin, timed.end);
+  }
+}
+
 bool PipelineExecutor::unscale_gradients(Pass& pass, double sum_of_squares, std::span<const Tensor> gradients) {
   // torch.amp.GradScaler: unscale_ before clipping, step() skipped on inf/NaN, then update(). The
   // learning-rate schedule follows the step index as a scheduler.step() after every scaler.step()
@@ -1001,9 +1012,13 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
   CachingAllocator& allocator = backend_.allocator();
   allocator.reset_peak();
   Pass pass = begin_training_pass(step);
+  std::vector<DeviceTimedEvent> device_timed;
+  if (device_timer_) device_timer_->reset();
+  const int origin = device_timer_ ? device_timer_->mark() : -1;
   for (std::size_t index = 0; index < actions_.size(); ++index) {
     const Action& action = actions_[index];
     const double action_start = now_us();
+    const int begin = device_timer_ && action.kind != ActionKind::Step ? device_timer_->mark() : -1;
     pass.in_last_backward = index == last_backward_ || (last_backward_input_ > 0 && index == last_backward_input_);
     release_sent_outputs(pass);
     run_action(action, pass);
@@ -1014,7 +1029,9 @@ StepResult PipelineExecutor::train_step(std::int64_t step) {
     if (action.microbatch >= 0) name += " mb " + std::to_string(action.microbatch);
     if (plan_.virtual_stages > 1 && action.microbatch >= 0) name += " chunk " + std::to_string(action.chunk);
     trace_.push_back({name, category, action_start - clock_origin_, now_us() - action_start, step});
+    if (begin >= 0) device_timed.push_back({trace_.size() - 1, begin, device_timer_->mark()});
   }
+  if (device_timer_) retime_on_device(start, origin, device_timed);
 
   StepResult result;
   result.step = step;

@@ -137,6 +137,10 @@ class PipelineExecutor {
   LossScaler* loss_scaler() { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
   const LossScaler* loss_scaler() const { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
   const std::vector<io::TraceEvent>& trace() const { return trace_; }
+  /// True when the trace's compute and communication actions hold the time the device spent on them:
+  /// on the CPU the host's clock (kernels run as they are called), on a GPU its own clock (events on
+  /// the compute stream, read at the step's end; core/device_timer.h). What re-planning reads.
+  bool traces_device_time() const { return backend_.device().is_cpu() || device_timer_ != nullptr; }
   /// The rank's action list (generate_schedule(plan)[rank]), what train_step runs.
   const std::vector<Action>& actions() const { return actions_; }
 
@@ -276,6 +280,14 @@ class PipelineExecutor {
   LearningRateSchedule lr_schedule_;
   std::vector<io::TraceEvent> trace_;
   double clock_origin_ = 0;
+  // A GPU's clock for the actions of train_step (nullptr on the CPU): each action's trace event is
+  // retimed from its marks once the step has ended (retime_on_device).
+  struct DeviceTimedEvent {
+    std::size_t event;  // index in trace_
+    int begin, end;     // the device timer's marks around the action
+  };
+  std::unique_ptr<DeviceTimer> device_timer_;
+  void retime_on_device(double step_start_us, int origin, std::span<const DeviceTimedEvent> events);
 
   // ---- Construction steps, in the constructor's order (the collective ones in the same order on every rank) ----
   // The rank's model chunks among every stage's `programs`, and their parameters and buffers.
