@@ -158,7 +158,12 @@ def main():
     parser.add_argument("--synsets-per-document", type=int, default=8)
     parser.add_argument("--heldout-fraction", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--documents", type=int, default=0,
+                        help="write only the first N documents (0: all); the tokenizer still learns from all")
     arguments = parser.parse_args()
+    if arguments.documents < 0:
+        print(f"prepare_text: --documents {arguments.documents}: expected 0 (all) or a positive count", file=sys.stderr)
+        return 2
     if arguments.tokenizer is not None and not os.path.exists(arguments.tokenizer):
         print(f"prepare_text: --tokenizer {arguments.tokenizer}: no such file or directory", file=sys.stderr)
         return 2
@@ -172,6 +177,9 @@ def main():
         encoded, attributes = sentencepiece_tokenizer(documents, arguments.output_dir, arguments.vocab_size)
     else:
         encoded, attributes = published_tokenizer(documents, arguments.output_dir, arguments.tokenizer)
+    if 0 < arguments.documents < len(documents):
+        documents = documents[:arguments.documents]
+        encoded = encoded[:sum(len(d) for d in documents)]  # one id list per sentence, in document order
     lengths = np.array([len(ids) for ids in encoded], dtype=np.int64)
     tokens = np.fromiter((t for ids in encoded for t in ids), dtype=np.int32, count=int(lengths.sum()))
     sentence_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
