@@ -391,7 +391,7 @@ TEST(ImageDatasetValidation, LabelOutsideTheClassesIsRefusedBeforeTraining) {
 
 nlohmann::json profile_document() {
   return {{"format", "partrain-profile-db"},
-          {"version", 6},
+          {"version", 7},
           {"graph_hash", "ab12"},
           {"backend", "cpu"},
           {"dtype", "f32"},

@@ -10,8 +10,9 @@
 namespace partrain::app {
 
 /// Median seconds per fp32 parameter byte of one `optimizer` step ("adamw" or "sgd") with
-/// `settings` on `backend` as the executor's step runs it (the gradients' sum of squares for the
-/// global norm, then the update), timed on a 4 Mi-element parameter after one warm-up step
+/// `settings` on `backend` as the executor's step runs it (the gradients zeroed where the step
+/// begins; the gradients' sum of squares for the global norm, then the update), each part from cold
+/// caches (Backend::flush_caches), timed on a 4 Mi-element parameter after one warm-up step
 /// (`repeats` timed steps), by the wall clock or, with `cpu_time`, the process's CPU time
 /// (profile::pass_clock_seconds, for ranks sharing cores). Throws partrain::Error for an unknown
 /// optimizer.

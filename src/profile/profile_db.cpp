@@ -12,8 +12,9 @@
 namespace partrain::profile {
 
 namespace {
-constexpr int kProfileDbVersion = 6;  // 4: BERT's MLM loss timed on labels masked as in training; 5: caches flushed;
-                                     // 6: ranks sharing cores timed by CPU time
+constexpr int kProfileDbVersion = 7;  // 4: BERT's MLM loss timed on labels masked as in training; 5: caches flushed;
+                                     // 6: ranks sharing cores timed by CPU time; 7: the optimizer step
+                                     // with its gradients' zeroing, from cold caches
 }  // namespace
 
 std::string task_set_key(std::span<const int> tasks) {
