@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -361,6 +362,15 @@ bool run_cudnn(const CudaBackend& cuda, ConvPass pass, const ConvGeometry& g, DT
                                                 << "], weight [" << g.out_channels << ", " << g.channels / g.groups
                                                 << ", " << g.kernel_h << ", " << g.kernel_w << "], groups " << g.groups
                                                 << " (last status: " << cudnnGetErrorString(status) << ")");
+  // The fp32 fallback is correct but slower (no tensor cores, converted copies): say so once, so a
+  // benchmark's figure can be read.
+  static std::once_flag reported;
+  std::call_once(reported, [&] {
+    std::fprintf(stderr, "partrain: cuDNN runs no %s algorithm for Conv2d %s of input [%lld, %lld, %lld, %lld] (last "
+                 "status: %s); such convolutions run in fp32 on converted copies\n", dtype_name(dtype),
+                 pass_name(pass), static_cast<long long>(g.batch), static_cast<long long>(g.channels),
+                 static_cast<long long>(g.height), static_cast<long long>(g.width), cudnnGetErrorString(status));
+  });
   return false;
 }
 
@@ -442,8 +452,11 @@ void conv2d_backward(const KernelContext& context, std::span<const Tensor> input
   cudaStream_t stream = cuda.stream();
   const Tensor& x = inputs[0];
   const Tensor& weight = inputs[1];
-  const ConvGeometry g = conv_geometry(context.attributes, x, weight, outputs[0]);
   const Tensor& dy = output_grads[0];
+  // The output's geometry from dy, its gradient (same shape and dtype, on the device): the backward
+  // does not read the output, so training hands a shape-only stand-in for it, which has no device.
+  (void)outputs;
+  const ConvGeometry g = conv_geometry(context.attributes, x, weight, dy);
   const Tensor& dx = input_grads[0];
   const Tensor& dweight = input_grads[1];
   const Tensor dbias = input_grads.size() > 2 ? input_grads[2] : Tensor();

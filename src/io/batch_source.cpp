@@ -241,14 +241,20 @@ class SyntheticImageSource : public BatchSource {
     std::int64_t* label = labels.data<std::int64_t>();
     // Counter (sample, element / 4, stream), key the seed: four words per call.
     const PhiloxKey key = {std::uint32_t(seed_), std::uint32_t(seed_ >> 32)};
+    // Every group of four pixels is a function of its own counter: the threads split them without
+    // changing a bit (a 128 x 3 x 224 x 224 batch took 39 ms on one core, inside the timed step).
+    const std::int64_t groups_per_sample = (per_sample + 3) / 4;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t group = 0; group < count * groups_per_sample; ++group) {
+      const std::int64_t i = group / groups_per_sample, e = 4 * (group % groups_per_sample);
+      const std::uint64_t sample = static_cast<std::uint64_t>(first + i);
+      const PhiloxCounter words = philox4x32(
+          {std::uint32_t(sample), std::uint32_t(sample >> 32), std::uint32_t(e >> 2), std::uint32_t(stream_)}, key);
+      for (std::int64_t k = 0; k < 4 && e + k < per_sample; ++k)
+        pixels[i * per_sample + e + k] = 2.0f * uniform_from_word(words[static_cast<std::size_t>(k)]) - 1.0f;
+    }
     for (std::int64_t i = 0; i < count; ++i) {
       const std::uint64_t sample = static_cast<std::uint64_t>(first + i);
-      for (std::int64_t e = 0; e < per_sample; e += 4) {
-        const PhiloxCounter words = philox4x32(
-            {std::uint32_t(sample), std::uint32_t(sample >> 32), std::uint32_t(e >> 2), std::uint32_t(stream_)}, key);
-        for (std::int64_t k = 0; k < 4 && e + k < per_sample; ++k)
-          pixels[i * per_sample + e + k] = 2.0f * uniform_from_word(words[static_cast<std::size_t>(k)]) - 1.0f;
-      }
       const PhiloxCounter words = philox4x32(
           {std::uint32_t(sample), std::uint32_t(sample >> 32), 0xFFFFFFFFu, std::uint32_t(stream_)}, key);
       label[i] = static_cast<std::int64_t>(words[0] % static_cast<std::uint32_t>(classes_));
