@@ -276,7 +276,11 @@ fi
 if wants profile; then
   t0=$SECONDS
   cache=$work/runs/profile-gpt2/cache
-  run_logged profile-gpt2 "$PROFILE_TIMEOUT" "$partrain" train configs/gpt2.toml --set train.device=cuda --set train.precision=bf16 \
+  gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9)
+  # The GPU's own memory (the default plans for 16 GiB) and its bf16 peak (989 TFLOP/s on H100 and
+  # H200 SXM: the plan's MFU is against device_flops).
+  gpu_sets=(--set parallel.device_memory="${gpu_mib:-81920}MiB" --set parallel.device_flops=989e12)
+  run_logged profile-gpt2 "$PROFILE_TIMEOUT" "$partrain" train configs/gpt2.toml "${gpu_sets[@]}" --set train.device=cuda --set train.precision=bf16 \
     --set train.steps=2 --set train.global_batch=8 --set train.microbatches=1 --set data.path="$data/text.h5" \
     --set profile.enabled=true --set profile.cache_dir="$cache" --set parallel.planner=rannc \
     --set log.dir="$work/runs/profile-gpt2" --set checkpoint.every=0 --set train.eval_every=0 --set log.trace=
@@ -287,8 +291,8 @@ if wants profile; then
   else
     record "profile gpt2 on the GPU" pass $((SECONDS - t0)) "$(grep -iE 'prediction|profil' "$work/logs/profile-gpt2.log" | tail -3)"
     t0=$SECONDS
-    gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9)
     run_logged plan-gpt2-8gpus 120 "$partrain" plan configs/gpt2.toml --world-size 8 --device-memory "${gpu_mib:-81920}MiB" \
+      --set parallel.device_flops=989e12 \
       --profile-db "$profile_db" --set train.precision=bf16 --set train.global_batch=512 \
       --save "$work/logs/plan-gpt2-8gpus.json"
     rc=$?

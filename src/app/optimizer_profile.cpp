@@ -9,7 +9,8 @@
 namespace partrain::app {
 
 double measure_optimizer_seconds_per_byte(Backend& backend, const std::string& optimizer,
-                                          const runtime::OptimizerSettings& settings, int repeats, bool cpu_time) {
+                                          const runtime::OptimizerSettings& settings, int repeats, bool cpu_time,
+                                          DType working) {
   constexpr std::int64_t kElements = 4 << 20;
   const Tensor parameter = backend.zeros({kElements});
   const Tensor gradient = backend.zeros({kElements});
@@ -37,6 +38,8 @@ double measure_optimizer_seconds_per_byte(Backend& backend, const std::string& o
     start = cold_start();
     backend.sum_of_squares(gradients, weights);
     step->step(gradients, 1e-3, 1.0);
+    // Mixed precision: the 16-bit working copy made again from the updated master.
+    if (working != DType::F32) to_dtype(parameter, working, backend);
     backend.synchronise();
     seconds += profile::pass_clock_seconds(cpu_time) - start;
     if (round > 0) samples.push_back(seconds);

@@ -208,7 +208,8 @@ profile::ProfileDB profile_layers(const ExperimentConfig& config, const Graph& g
   if (leader && !database.optimizer_seconds_per_byte().count(config.train.optimizer)) {
     const double seconds = measure_optimizer_seconds_per_byte(backend, config.train.optimizer,
                                                               runtime_options(config.train).optimizer, 5,
-                                                              options.cpu_time);
+                                                              options.cpu_time,
+                                                              options.mixed_precision ? options.compute_dtype : DType::F32);
     database.set_optimizer_seconds_per_byte(config.train.optimizer, seconds);
     std::printf("profile: %s step %.3f ms per million parameters\n", config.train.optimizer.c_str(), seconds * 4e9);
   }
