@@ -210,6 +210,10 @@ TEST(Config, DeviceModelPresetsFillTheDeviceKeys) {
   EXPECT_DOUBLE_EQ(overridden.link_bandwidth, 1e11);
   EXPECT_DOUBLE_EQ(overridden.device_memory_bytes, 40.0 * (1ull << 30));
   EXPECT_EQ(parallel("").device_model, "");
+  // Without device_memory or a preset, a GPU run plans with its GPU's memory (app/plan_agreement.cpp).
+  EXPECT_FALSE(parallel("").device_memory_given);
+  EXPECT_TRUE(a100.device_memory_given);
+  EXPECT_TRUE(parallel("device_memory = \"24GiB\"\n").device_memory_given);
   EXPECT_EQ(error_message([&] { parallel("device_model = \"v100\"\n"); }),
             "configs/x.toml:2: [parallel] key 'device_model' must be one of \"a100-80gb\", \"h100-sxm\", not \"v100\"");
 }

@@ -117,6 +117,13 @@ void CudaBackend::check_device_errors() { device_errors_->report(); }
 
 std::unique_ptr<DeviceTimer> CudaBackend::make_device_timer() { return make_cuda_device_timer(stream_, device_index_); }
 
+double CudaBackend::device_memory_bytes() const {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  PARTRAIN_CUDA_CHECK(cudaSetDevice(device_index_));
+  PARTRAIN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<double>(total_bytes);
+}
+
 double CudaBackend::flushed_cache_bytes() const {
   int l2_bytes = 0;
   PARTRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device_index_));

@@ -67,6 +67,8 @@ class CudaBackend final : public Backend {
   bool supports_bf16() const override { return true; }
   /// CUDA events on stream() (kernels/cuda/device_timer.cuh).
   std::unique_ptr<DeviceTimer> make_device_timer() override;
+  /// The GPU's total memory (cudaMemGetInfo).
+  double device_memory_bytes() const override;
   /// Writes a device buffer of twice the L2 (cudaDevAttrL2CacheSize) on stream(), as Triton's
   /// do_bench does before each timed run.
   void flush_caches() override;

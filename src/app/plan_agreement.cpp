@@ -234,11 +234,15 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
                    const profile::ProfileDB* corrected_profile) {
   const Graph& model = graphs.model();
   const bool profiling = profile && config.profile.enabled && plan_file.empty();
+  // A GPU run plans for its GPUs' own memory (the smallest over the ranks) unless the config sets
+  // device_memory; CPU backends report none and keep the config's.
+  const double device_memory = world.all_reduce_scalar(
+      config.parallel.device_memory_given ? 0.0 : backend.device_memory_bytes(), comm::ReduceOp::Min);
   // The graphs the planner may choose among, each with its measurements (the same list on every
   // rank, so the collective profiling matches up).
   std::map<std::uint64_t, profile::ProfileDB> databases;
   if (profiling) {
-    const PlanningSetup setup = planning_setup(config, world.size());
+    const PlanningSetup setup = planning_setup(config, world.size(), device_memory);
     for (int t : partition::tensor_parallel_candidates(graphs.provider(), setup.device, setup.options)) {
       for (bool sequence_parallel : partition::sequence_parallel_choices(setup.options, t)) {
         const Graph* graph = nullptr;
@@ -259,7 +263,7 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
   // ranks. Rank 0 plans; the jobs the planner lacks are measured collectively and it plans again
   // (each round only measures what the stage counts it reached ask for). The peaks are cached in the
   // model's ProfileDB. Without profiling, CAPSlog prices its profiling GPUs analytically.
-  const bool trimmed = profiling && planning_setup(config, world.size()).options.planner == "capslog" &&
+  const bool trimmed = profiling && planning_setup(config, world.size(), device_memory).options.planner == "capslog" &&
                        databases.count(model.hash()) > 0;
   partition::CapslogMeasurements measurements;  // rank 0's
   if (trimmed && world.rank() == 0)
@@ -273,7 +277,7 @@ Plan agree_on_plan(const ExperimentConfig& config, PlannedGraphs& graphs, const 
       if (!plan_file.empty()) {
         plan = Plan::load(plan_file);
       } else {
-        PlanningSetup setup = planning_setup(config, world.size());
+        PlanningSetup setup = planning_setup(config, world.size(), device_memory);
         if (trimmed) setup.options.capslog_measurements = &measurements;
         const partition::CostModelFactory costs = [&](const Graph& graph) -> std::unique_ptr<partition::CostModel> {
           if (!profiling) return planning_cost_model(setup, graph, nullptr);

@@ -121,6 +121,9 @@ class Backend {
   /// A timer of this device's queued work (core/device_timer.h), or nullptr where the host's clock
   /// already times the work because kernels run as they are called (the CPU).
   virtual std::unique_ptr<DeviceTimer> make_device_timer() { return nullptr; }
+  /// Bytes of memory of the device (a GPU's total, cudaMemGetInfo), what a plan for it may fill;
+  /// 0 where the planner's [parallel] device_memory stands for it (the CPU: a simulated device).
+  virtual double device_memory_bytes() const { return 0; }
 
   CachingAllocator& allocator() const { return allocator_for(device()); }
   Tensor empty(const Shape& shape, DType dtype = DType::F32) const { return Tensor::empty(shape, dtype, device()); }

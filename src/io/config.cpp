@@ -505,6 +505,7 @@ ParallelConfig read_parallel_config(const ConfigDocument& document) {
   reader.read("ip_contiguous", config.ip_contiguous);
   reader.read("stages", config.stages);
   config.tensor_parallel_given = reader.has("tensor_parallel");
+  config.device_memory_given = reader.has("device_memory") || !config.device_model.empty();
   config.zero_given = reader.has("zero");
   reader.read_integer_or_auto("tensor_parallel", config.tensor_parallel, 0, "1..devices_per_node or \"auto\"");
   reader.read_integer_or_auto("zero", config.zero, -1, "0, 1 or \"auto\"");

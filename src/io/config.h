@@ -209,6 +209,8 @@ struct ParallelConfig {
                                          // -1 ("auto"): the planner chooses
   bool tensor_parallel_given = false;    // the file (or --set) sets tensor_parallel
   bool zero_given = false;               // the file (or --set) sets zero
+  bool device_memory_given = false;      // the file, --set or a device_model sets device_memory (else a
+                                         // GPU run plans with its GPU's own memory)
   bool blocks_given = false;             // the file (or --set) sets blocks (then no block refinement)
   std::vector<std::int64_t> replicas;    // manual: replicas per stage (sum = devices per pipeline replica)
   std::vector<std::string> boundaries;   // manual: first layer of stages 2..S (names as in `inspect`, e.g. "encoder.layer.1")
